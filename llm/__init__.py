@@ -1,0 +1,104 @@
+"""The model behind the flow's first step, "draft": task plus conversation
+context in, a checked :class:`Draft` (subject, body, one-line summary) out.
+
+Two implementations, chosen by :func:`model_from_env`:
+
+- :class:`OfflineModel` (the default): a deterministic template, no network.
+  Same messages, same draft, which the lab's crash-and-resume demos rely on.
+- :class:`OpenAIChatModel`: any OpenAI-compatible chat-completions server.
+
+Environment variables:
+
+``LLM_BASE_URL``
+    API root of an OpenAI-compatible server. Unset or empty: the offline model.
+``LLM_MODEL``
+    Model name on that server. Required when ``LLM_BASE_URL`` is set.
+``LLM_API_KEY``
+    Sent as the bearer token. Optional: local servers ignore it.
+``LLM_TIMEOUT``
+    Seconds each request may take (default 30). Local models on a CPU are slow;
+    raise it rather than let every draft time out.
+``LLM_JSON_MODE``
+    ``1`` (default) sends ``response_format={"type": "json_object"}``; ``0``
+    leaves it out, for servers that refuse that field.
+
+Example, with Ollama on this machine (``ollama pull llama3.1`` first)::
+
+    LLM_BASE_URL=http://localhost:11434/v1 LLM_MODEL=llama3.1 python worker.py
+
+Models do not retry: a failed request raises ``TransientError`` or
+``PermanentError`` (see :mod:`steps.errors`) and the durable engine decides.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping
+
+from .base import Draft, DraftError, LanguageModel, make_draft
+from .offline import OfflineModel
+from .openai_compat import OpenAIChatModel
+
+__all__ = [
+    "Draft",
+    "DraftError",
+    "LanguageModel",
+    "OfflineModel",
+    "OpenAIChatModel",
+    "make_draft",
+    "model_from_env",
+]
+
+DEFAULT_TIMEOUT = 30.0
+
+
+def model_from_env(env: Mapping[str, str] = os.environ) -> LanguageModel:
+    """The model the environment asks for; see the module docstring for the variables.
+
+    Raises ``ValueError`` naming the variable to fix when a setting is unusable,
+    so a misconfigured worker stops at start-up instead of failing every run.
+    """
+    base_url = (env.get("LLM_BASE_URL") or "").strip()
+    if not base_url:
+        return OfflineModel()
+    if not base_url.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            f"LLM_BASE_URL={base_url!r} is not an http(s) URL: give the API root, "
+            "e.g. LLM_BASE_URL=http://localhost:11434/v1 for Ollama"
+        )
+    model = (env.get("LLM_MODEL") or "").strip()
+    if not model:
+        raise ValueError(
+            "LLM_BASE_URL is set but LLM_MODEL is not: set LLM_MODEL to the model name the server knows, "
+            "e.g. LLM_MODEL=llama3.1 for Ollama (or unset LLM_BASE_URL to use the offline model)"
+        )
+    api_key = env.get("LLM_API_KEY") or None
+    return OpenAIChatModel(
+        base_url,
+        model,
+        api_key=api_key,
+        timeout=_timeout(env.get("LLM_TIMEOUT")),
+        json_mode=_json_mode(env.get("LLM_JSON_MODE")),
+    )
+
+
+def _timeout(raw: str | None) -> float:
+    if raw is None or not raw.strip():
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"LLM_TIMEOUT={raw!r} is not a positive number of seconds: use e.g. LLM_TIMEOUT=120")
+    return value
+
+
+def _json_mode(raw: str | None) -> bool:
+    if raw is None or not raw.strip():
+        return True
+    value = raw.strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"LLM_JSON_MODE={raw!r} must be 0 or 1 (1 sends response_format json_object)")
+    return value == "1"

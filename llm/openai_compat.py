@@ -1,0 +1,381 @@
+"""A model behind any OpenAI-compatible chat-completions endpoint (Ollama, vLLM,
+llama.cpp's server, OpenAI itself).
+
+Contract:
+
+- One :meth:`OpenAIChatModel.draft` call makes at most ``max_parse_attempts``
+  HTTP requests, and more than one only when the model's answer could not be
+  used as a draft. The client is built with ``max_retries=0``: retrying a failed
+  request is the durable engine's job, so that every retry is counted, bounded
+  and visible in the run's history, and none happens hidden inside a step.
+- The answer must be a JSON object ``{"subject", "body", "summary"}``. Code
+  fences and prose around one object are tolerated; the values are checked by
+  :func:`llm.base.make_draft`. An unusable answer is shown back to the model
+  with a short correction, and after ``max_parse_attempts`` requests in total
+  the call raises :class:`PermanentError`.
+- Errors are mapped for the engine: HTTP 408, 409, 429 and 5xx, connection
+  failures and timeouts raise :class:`TransientError` (with ``retry_after`` from
+  ``retry-after-ms`` or ``retry-after`` when the server sent one); any other 4xx
+  raises :class:`PermanentError` saying which setting to check.
+- The API key never appears in an exception message, a repr or a log line; the
+  base URL is shown without user info or query string.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import re
+import time
+from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from steps.errors import PermanentError, StepError, TransientError
+from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+
+from .base import Draft, DraftError, make_draft
+
+__all__ = ["OpenAIChatModel", "parse_draft", "retry_after_seconds"]
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+"""Plus every status >= 500. 409 is here because OpenAI-style servers use it for
+a conflicting concurrent request, which clears by itself."""
+
+JSON_INSTRUCTION = (
+    "Answer with one JSON object and nothing else, of the form "
+    '{"subject": "...", "body": "...", "summary": "..."}, where all three values are strings: '
+    f'"subject" is the subject line of the reply (one line, at most {MAX_SUBJECT_CHARS} characters), '
+    f'"body" is the full text of the reply (plain text, at most {MAX_BODY_CHARS} characters), and '
+    f'"summary" is one sentence on one line saying what the reply does (at most {MAX_SUMMARY_CHARS} characters).'
+)
+
+_EXCERPT_CHARS = 160
+# What is shown back to the model of its unusable answer: enough to correct,
+# bounded so a runaway answer cannot grow the next request without limit.
+_ECHO_CHARS = 4000
+# Bounds the scan for a JSON object in prose; a real answer has a handful of braces.
+_MAX_OBJECT_STARTS = 64
+
+
+class OpenAIChatModel:
+    """Drafts with a model served over the OpenAI chat-completions API.
+
+    ``base_url`` is the API root, e.g. ``http://localhost:11434/v1`` for Ollama.
+    ``api_key`` is optional because local servers ignore it. ``timeout`` (seconds)
+    bounds each request. ``json_mode`` sends ``response_format={"type":
+    "json_object"}``; turn it off for servers that refuse that field.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_parse_attempts: int = 2,
+        json_mode: bool = True,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.strip():
+            raise ValueError("base_url is empty: give the API root, e.g. http://localhost:11434/v1")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model is empty: give the model name the server knows, e.g. llama3.1")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            math.isfinite(timeout) and timeout > 0
+        ):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(max_parse_attempts, bool) or not isinstance(max_parse_attempts, int) or max_parse_attempts < 1:
+            raise ValueError(f"max_parse_attempts must be an integer >= 1, got {max_parse_attempts!r}")
+
+        self.base_url = base_url.strip()
+        self.model = model.strip()
+        self.name = f"openai-compatible:{self.model}"
+        self.timeout = float(timeout)
+        self.max_parse_attempts = max_parse_attempts
+        self.json_mode = bool(json_mode)
+        self._shown_url = _display_url(self.base_url)
+        # Kept only to scrub it from error text that a server might echo back.
+        self._secret = api_key or None
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "not-needed",
+            max_retries=0,
+            timeout=self.timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(base_url={self._shown_url!r}, model={self.model!r})"
+
+    async def draft(self, messages: list[dict]) -> Draft:
+        conversation = _with_instruction(messages)
+        text, problem = "", "no request was made"
+        for attempt in range(1, self.max_parse_attempts + 1):
+            text, finish_reason = await self._complete(conversation)
+            try:
+                return parse_draft(text)
+            except DraftError as exc:
+                problem = str(exc)
+                if finish_reason == "length":
+                    problem += "; the answer was cut off at the server's token limit"
+            log.warning(
+                "%s: answer %d of %d was not a usable draft: %s",
+                self.name, attempt, self.max_parse_attempts, self._scrub(problem),
+            )
+            if attempt < self.max_parse_attempts:
+                conversation = conversation + _correction(text, problem)
+        raise PermanentError(self._scrub(
+            f"model output was not a JSON object with subject, body and summary after "
+            f"{self.max_parse_attempts} attempts: {_excerpt(text)} ({problem})"
+        ))
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._client.close()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _complete(self, conversation: list[dict]) -> tuple[str, str | None]:
+        """One request; returns the answer text ("" when there is none) and the finish reason."""
+        extra: dict[str, Any] = {}
+        if self.json_mode:
+            extra["response_format"] = {"type": "json_object"}
+        try:
+            completion = await self._client.chat.completions.create(
+                model=self.model, messages=conversation, **extra
+            )
+        except openai.APIStatusError as exc:
+            raise self._status_error(exc) from None
+        except openai.APITimeoutError:
+            raise TransientError(
+                f"the LLM server at {self._shown_url} did not answer within {self.timeout:g} s; "
+                "if the model is just slow, raise LLM_TIMEOUT"
+            ) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise TransientError(self._scrub(
+                f"could not reach the LLM server at {self._shown_url} ({type(cause).__name__}: {cause}); "
+                "check that it is running and that LLM_BASE_URL points at it"
+            )) from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError) as exc:
+            # A 200 that is not a chat completion (an HTML page, a different
+            # API): the URL is wrong, and asking again will not change that.
+            reason = exc.message if isinstance(exc, openai.APIError) else "the body is not JSON"
+            raise PermanentError(self._scrub(
+                f"the server at {self._shown_url} did not answer like an OpenAI-compatible API "
+                f"({reason}); check that LLM_BASE_URL is the API root, e.g. http://localhost:11434/v1"
+            )) from None
+
+        choices = getattr(completion, "choices", None) or []
+        if not choices:
+            return "", None
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        content = getattr(message, "content", None)
+        if not isinstance(content, str) or not content.strip():
+            refusal = getattr(message, "refusal", None)
+            content = f"(refused: {refusal})" if isinstance(refusal, str) and refusal else ""
+        return content, getattr(choice, "finish_reason", None)
+
+    def _status_error(self, exc: openai.APIStatusError) -> StepError:
+        status = exc.status_code
+        detail = _error_detail(exc)
+        where = f"the LLM server at {self._shown_url} answered HTTP {status}: {detail}"
+        if status in TRANSIENT_STATUSES or status >= 500:
+            retry_after = retry_after_seconds(exc.response.headers)
+            return TransientError(self._scrub(where), retry_after=retry_after)
+        if status in (401, 403):
+            hint = "check LLM_API_KEY (the key this server expects)"
+        elif status == 404:
+            hint = (
+                f"check LLM_MODEL ({self.model!r}: is the model available on the server? "
+                f"For Ollama, run `ollama pull {self.model}`) and LLM_BASE_URL (the API root, "
+                "usually ending in /v1)"
+            )
+        elif self.json_mode and "response_format" in detail:
+            hint = "this server may not support JSON mode: set LLM_JSON_MODE=0"
+        else:
+            hint = "retrying the same request will not help"
+        return PermanentError(self._scrub(f"{where}; {hint}"))
+
+    def _scrub(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+
+def parse_draft(text: str) -> Draft:
+    """The Draft in a model's answer, or :class:`DraftError` saying why there is none.
+
+    Accepts a bare JSON object, one inside a code fence, or one inside prose;
+    key names are matched case-insensitively.
+    """
+    obj = _find_object(text)
+    fields = {str(key).strip().lower(): value for key, value in obj.items()}
+    missing = [name for name in ("subject", "body", "summary") if name not in fields]
+    if missing:
+        raise DraftError(f"the JSON object lacks {', '.join(missing)}")
+    return make_draft(fields["subject"], fields["body"], fields["summary"])
+
+
+def _find_object(text: str) -> dict:
+    if not isinstance(text, str) or not text.strip():
+        raise DraftError("the answer was empty")
+    stripped = text.strip()
+    try:
+        whole = json.loads(stripped)
+    except ValueError:
+        pass
+    else:
+        if isinstance(whole, dict):
+            return whole
+    # Otherwise scan for objects embedded in prose or fences. Prefer the first
+    # one that has the draft's fields, so a stray {example} in prose is skipped.
+    decoder = json.JSONDecoder()
+    found: list[dict] = []
+    position, starts = 0, 0
+    while starts < _MAX_OBJECT_STARTS:
+        start = stripped.find("{", position)
+        if start < 0:
+            break
+        starts += 1
+        try:
+            value, end = decoder.raw_decode(stripped, start)
+        except ValueError:
+            position = start + 1
+            continue
+        if isinstance(value, dict):
+            if {"subject", "body", "summary"} <= {str(k).strip().lower() for k in value}:
+                return value
+            found.append(value)
+        position = end
+    if found:
+        return found[0]
+    raise DraftError("the answer held no JSON object")
+
+
+def _with_instruction(messages: list[dict]) -> list[dict]:
+    """A copy of ``messages`` with the JSON instruction added to the system prompt.
+
+    Added to the first system message rather than as a second one, because some
+    chat templates accept only one system message, at the start.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise PermanentError("the draft step got no messages: pass the system prompt and the task")
+    out = [dict(m) if isinstance(m, Mapping) else m for m in messages]
+    first = out[0]
+    if isinstance(first, dict) and first.get("role") == "system" and isinstance(first.get("content"), str):
+        first["content"] = f"{first['content'].rstrip()}\n\n{JSON_INSTRUCTION}"
+    else:
+        out.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
+    return out
+
+
+def _correction(text: str, problem: str) -> list[dict]:
+    turn: list[dict] = []
+    if text.strip():
+        shown = text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
+        turn.append({"role": "assistant", "content": shown})
+    turn.append({
+        "role": "user",
+        "content": (
+            f"That answer could not be used: {problem}. Reply again with only a JSON object with the "
+            'string fields "subject", "body" and "summary", as described in the instructions, and no other text.'
+        ),
+    })
+    return turn
+
+
+def _excerpt(text: str) -> str:
+    flat = re.sub(r"\s+", " ", text).strip()
+    if not flat:
+        return "(empty answer)"
+    if len(flat) > _EXCERPT_CHARS:
+        flat = flat[:_EXCERPT_CHARS] + "..."
+    return repr(flat)
+
+
+def _error_detail(exc: openai.APIStatusError) -> str:
+    # The client unwraps {"error": ...}: OpenAI sends an object with a message,
+    # Ollama and others send a bare string.
+    body = exc.body
+    detail: Any = None
+    if isinstance(body, Mapping):
+        detail = body.get("message") or body.get("error") or body.get("detail")
+    elif isinstance(body, str):
+        detail = body
+    if not isinstance(detail, str) or not detail.strip():
+        detail = exc.message
+    detail = re.sub(r"\s+", " ", str(detail)).strip()
+    return detail if len(detail) <= 300 else detail[:300] + "..."
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait before retrying, from ``retry-after-ms`` or ``retry-after``.
+
+    ``retry-after`` may be seconds (integer or not) or an HTTP date; a date in
+    the past gives 0. Returns None when neither header is present or readable.
+    """
+    if headers is None:
+        return None
+    ms = _header(headers, "retry-after-ms")
+    if ms is not None:
+        value = _finite(ms)
+        if value is not None:
+            return max(value, 0.0) / 1000.0
+    raw = _header(headers, "retry-after")
+    if raw is None:
+        return None
+    value = _finite(raw)
+    if value is not None:
+        return max(value, 0.0)
+    parsed = email.utils.parsedate_tz(raw.strip())
+    if parsed is None:
+        return None
+    try:
+        when = email.utils.mktime_tz(parsed)
+    except (OverflowError, ValueError):
+        return None
+    return max(when - (time.time() if now is None else now), 0.0)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        for key, candidate in headers.items():
+            if key.lower() == name:
+                return candidate
+    return value
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _display_url(url: str) -> str:
+    """The URL without user info or query, which may hold credentials."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(unparseable URL)"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
