@@ -1,0 +1,307 @@
+"""Client for the provider (``python -m provider``), used by the step functions.
+
+Workers find the provider through ``PROVIDER_URL`` (see
+``provider_url_from_env``). Every effect call takes an ``idempotency_key``:
+the caller derives it so that it is stable across retries and restarts of the
+same step of the same run; the provider then applies the effect at most once
+and replays the stored receipt to every retry.
+
+Errors are mapped onto the engines' vocabulary (``steps.errors``):
+
+===========================================  ==================================
+What happened                                 Raised
+===========================================  ==================================
+connection refused/reset, timeout, 408, 429,  ``TransientError``, with
+500-599                                       ``retry_after`` from a Retry-After
+                                              header (seconds or HTTP-date)
+409 (the key was used for another request)    ``PermanentError("idempotency
+                                              conflict: ...")``
+any other 4xx (invalid field, missing key)    ``PermanentError`` naming the field
+===========================================  ==================================
+
+A timeout is transient on purpose even though the effect may have been applied:
+retrying with the same key is safe, because the provider replays.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from steps.errors import PermanentError, StepError, TransientError
+
+DEFAULT_URL = "http://127.0.0.1:8780"
+
+
+@dataclass(frozen=True)
+class EmailReceipt:
+    message_id: str
+    replayed: bool  # True when the provider answered from its store: the email went out earlier
+
+
+@dataclass(frozen=True)
+class TicketReceipt:
+    ticket_id: str
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """The provider's bookkeeping for one idempotency key (see provider.server)."""
+
+    key: str
+    kind: str  # "email" or "ticket"
+    run_id: str | None  # None only for refused requests whose run_id was unusable
+    requests: int  # every request that carried the key, replays and failures included
+    effects_applied: int  # 0 or 1
+    status_code: int | None  # of the latest response for this key
+    first_seen: str
+    last_seen: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EffectRecord:
+        return cls(
+            key=data["key"],
+            kind=data["kind"],
+            run_id=data["run_id"],
+            requests=int(data["requests"]),
+            effects_applied=int(data["effects_applied"]),
+            status_code=data["status_code"],
+            first_seen=data["first_seen"],
+            last_seen=data["last_seen"],
+        )
+
+
+def provider_url_from_env(env: Mapping[str, str] = os.environ) -> str:
+    """The provider's base URL from ``PROVIDER_URL``, default ``http://127.0.0.1:8780``."""
+    url = (env.get("PROVIDER_URL") or "").strip() or DEFAULT_URL
+    return _check_base_url(url, source="PROVIDER_URL")
+
+
+def _check_base_url(url: str, *, source: str = "base_url") -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{source} {url!r} is not an http(s) URL: give one such as {DEFAULT_URL}")
+    return url.rstrip("/")
+
+
+def _tls_settings(url: str) -> dict[str, Any]:
+    # Plain http has no TLS to verify, and loading the CA bundle costs ~40 ms
+    # per client; https keeps httpx's default verification.
+    return {"verify": False} if url.startswith("http://") else {}
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value (delay-seconds or HTTP-date).
+
+    Fractional seconds are accepted (the provider's fault injection sends
+    them). Returns None when the header is absent or unreadable.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds else None  # NaN is unreadable
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+def error_from_response(response: httpx.Response, action: str) -> StepError:
+    """Map a non-2xx answer onto TransientError / PermanentError."""
+    status = response.status_code
+    code, message, field = _error_fields(response)
+    if status == 409:
+        return PermanentError(f"idempotency conflict: {message}")
+    detail = f"{status} {code}" + (f", field {field!r}" if field else "")
+    if status in (408, 429) or 500 <= status <= 599:
+        return TransientError(
+            f"the provider could not {action} now ({detail}): {message}",
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    if 400 <= status <= 499:
+        return PermanentError(f"the provider refused to {action} ({detail}): {message}")
+    return PermanentError(f"the provider gave an unexpected answer to {action} ({detail}): {message}")
+
+
+def error_from_transport(exc: httpx.TransportError, action: str, base_url: str) -> StepError:
+    if isinstance(exc, httpx.TimeoutException):
+        return TransientError(
+            f"could not {action}: no answer from the provider at {base_url} in time ({type(exc).__name__}). "
+            "It may have applied the request; retrying with the same Idempotency-Key is safe."
+        )
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return PermanentError(f"could not {action}: {exc}; check PROVIDER_URL")
+    return TransientError(
+        f"could not {action}: the provider at {base_url} is unreachable ({type(exc).__name__}: {exc}). "
+        "Is `python -m provider` running, and does PROVIDER_URL point at it?"
+    )
+
+
+def _error_fields(response: httpx.Response) -> tuple[str, str, str | None]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return str(data.get("error") or "error"), data["message"], data.get("field")
+    text = response.text.strip()[:200] or response.reason_phrase
+    return "error", text, None
+
+
+def _json_object(response: httpx.Response, action: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        # Possibly a mangled answer to an applied request: a retry with the same key replays it.
+        raise TransientError(f"could not {action}: the provider answered {response.status_code} without a JSON object")
+    return data
+
+
+def _field(data: dict[str, Any], name: str, action: str) -> Any:
+    if name not in data:
+        raise PermanentError(f"could not {action}: the provider's answer has no {name!r}; is PROVIDER_URL a provider?")
+    return data[name]
+
+
+class ProviderClient:
+    """Async client for one provider. Create it anywhere; the HTTP connection
+    pool is made on first use, in the running event loop.
+
+    ``timeout`` (seconds) bounds connecting, sending and waiting for the
+    answer, each. Use ``async with ProviderClient(url) as provider:`` or call
+    ``aclose()``.
+    """
+
+    def __init__(self, base_url: str, timeout: float = 5.0) -> None:
+        self.base_url = _check_base_url(base_url)
+        self.timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> ProviderClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, **_tls_settings(self.base_url))
+        return self._http
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        json: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = await self._client().request(method, path, json=json, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, action, self.base_url) from exc
+        if not response.is_success:
+            raise error_from_response(response, action)
+        return response
+
+    async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str) -> EmailReceipt:
+        action = f"send the email for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
+        response = await self._request(
+            "POST",
+            "/v1/emails",
+            action=action,
+            json={"run_id": run_id, "to": to, "subject": subject, "body": body},
+            headers={"Idempotency-Key": idempotency_key},
+        )
+        data = _json_object(response, action)
+        return EmailReceipt(message_id=_field(data, "message_id", action), replayed=bool(data.get("replayed")))
+
+    async def create_ticket(
+        self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str
+    ) -> TicketReceipt:
+        action = f"create the ticket for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
+        response = await self._request(
+            "POST",
+            "/v1/tickets",
+            action=action,
+            json={"run_id": run_id, "summary": summary, "email_message_id": email_message_id},
+            headers={"Idempotency-Key": idempotency_key},
+        )
+        data = _json_object(response, action)
+        return TicketReceipt(ticket_id=_field(data, "ticket_id", action), replayed=bool(data.get("replayed")))
+
+    async def effects(self, run_id: str | None = None) -> list[EffectRecord]:
+        action = "list effects"
+        response = await self._request("GET", "/v1/effects", action=action, params=_run_filter(run_id))
+        return [EffectRecord.from_json(item) for item in _field(_json_object(response, action), "effects", action)]
+
+    async def emails(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The emails the provider holds (each with message_id, to, subject, body, ...)."""
+        response = await self._request("GET", "/v1/emails", action="list emails", params=_run_filter(run_id))
+        return list(_field(_json_object(response, "list emails"), "emails", "list emails"))
+
+    async def tickets(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        response = await self._request("GET", "/v1/tickets", action="list tickets", params=_run_filter(run_id))
+        return list(_field(_json_object(response, "list tickets"), "tickets", "list tickets"))
+
+    async def set_faults(self, **fields: Any) -> dict[str, Any]:
+        """Inject faults, e.g. ``set_faults(fail_next=2, status=503, retry_after=0.2)``.
+
+        Returns the provider's current faults. See ``provider.faults``.
+        """
+        response = await self._request("POST", "/admin/faults", action="set faults", json=fields)
+        return dict(_json_object(response, "set faults").get("faults", {}))
+
+    async def clear_faults(self) -> None:
+        await self._request("DELETE", "/admin/faults", action="clear faults")
+
+    async def health(self) -> bool:
+        """True if the provider answers /healthz; never raises."""
+        try:
+            response = await self._client().get("/healthz")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+
+def _run_filter(run_id: str | None) -> dict[str, str] | None:
+    return None if run_id is None else {"run_id": run_id}
+
+
+def fetch_effects(base_url: str, run_id: str | None = None, *, timeout: float = 5.0) -> list[EffectRecord]:
+    """Synchronous ``effects()`` for CLIs and tests; raises the same errors."""
+    base_url = _check_base_url(base_url)
+    action = "list effects"
+    try:
+        with httpx.Client(timeout=timeout, **_tls_settings(base_url)) as http:
+            response = http.get(f"{base_url}/v1/effects", params=_run_filter(run_id))
+    except httpx.TransportError as exc:
+        raise error_from_transport(exc, action, base_url) from exc
+    if not response.is_success:
+        raise error_from_response(response, action)
+    return [EffectRecord.from_json(item) for item in _field(_json_object(response, action), "effects", action)]

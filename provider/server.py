@@ -1,0 +1,607 @@
+"""The provider: a local stand-in for an external email API and ticket API that
+honours ``Idempotency-Key`` the way Stripe does. Run it with ``python -m provider``.
+
+Exactly-once execution of an external effect is impossible in general. The
+engines deliver at-least-once execution; this receiver is idempotent, which
+together makes each effect happen exactly once. This process is the judge of
+that: its store, not the engines' records, says how many emails were sent.
+
+Contract
+========
+
+Effect endpoints: ``POST /v1/emails`` ``{"run_id", "to", "subject", "body"}``
+and ``POST /v1/tickets`` ``{"run_id", "summary", "email_message_id"}``. Both
+require an ``Idempotency-Key`` header: 1 to 255 printable ASCII characters, no
+whitespace. One key names one request, across both endpoints.
+
+- The fingerprint of a request is sha256 over its method, path and the
+  canonical JSON of its body (sorted keys, no insignificant whitespace).
+- The first valid request with a key applies the effect, stores the response
+  and the fingerprint, and counts the request, in ONE SQLite ``BEGIN
+  IMMEDIATE`` transaction: concurrent requests with the same key are
+  serialised, and the effect is applied at most once, ever.
+- The same key with the same fingerprint replays the stored response (same
+  ids) with ``"replayed": true`` and the header ``Idempotent-Replayed: true``.
+- The same key with a different fingerprint (another body, or the other
+  endpoint) is refused: 409 ``idempotency_conflict``. Retrying cannot help.
+- Mail to the reserved top-level domain ``.invalid`` (RFC 2606) is refused
+  with 422 ``recipient_rejected``, like a hard bounce: the lab's permanent,
+  non-retryable failure that passes every client-side check.
+- A request that fails validation (400 bad JSON, 422 bad field) stores nothing
+  under its key, so the client may fix it and retry with the same key. It is
+  still counted: the key's bookkeeping row is created, with 0 effects, if need be.
+
+Bookkeeping, per key (``GET /v1/effects[?run_id=]``): ``kind`` and ``run_id``
+(those of the request that applied the effect; until then, of the latest
+request), ``requests`` (every request that carried the key: first, replays,
+conflicts, validation failures and injected failures), ``effects_applied``
+(0 or 1, counted from the stored emails and tickets themselves),
+``status_code`` (of the latest response for that key, as sent, so 503 after a
+lost response), ``first_seen`` and ``last_seen`` (ISO 8601 UTC).
+
+Faults (``/admin/faults``, in memory, see ``provider.faults``) act on effect
+requests that passed validation, before the key is looked up: ``fail_next``
+answers an error and applies nothing, ``hang_next`` sleeps then processes
+normally, ``lose_response_next`` applies and stores, then answers 503.
+
+Every error body is JSON ``{"error": code, "message": text}``, plus ``field``
+for validation errors. Codes: ``invalid_request`` (400/422),
+``idempotency_conflict`` (409), ``not_found`` (404), ``method_not_allowed``
+(405), ``length_required`` (411), ``payload_too_large`` (413),
+``injected_fault`` and ``response_lost`` (injected), ``shutting_down`` (503),
+``not_implemented`` (501, a method HTTP/1.1 servers need not know),
+``internal_error`` (500). A request refused before its body is read (411, 413,
+a malformed request line) is not counted under its key.
+
+The server refuses to listen beyond loopback (it has no authentication, and
+/admin can break it on purpose) unless ``PROVIDER_ALLOW_REMOTE=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import os
+import signal
+import socket
+import socketserver
+import sqlite3
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from provider.faults import FaultSpecError, Faults
+from provider.store import Store
+from steps.limits import (
+    MAX_BODY_CHARS,
+    MAX_RUN_ID_CHARS,
+    MAX_SUBJECT_CHARS,
+    MAX_SUMMARY_CHARS,
+    InputError,
+    check_email,
+    check_single_line,
+    has_line_break,
+)
+
+DEFAULT_PORT = 8780
+DEFAULT_DB = ".state/provider.db"
+MAX_KEY_CHARS = 255
+MAX_MESSAGE_ID_CHARS = 128
+MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
+IDLE_CONNECTION_SECONDS = 60  # bounds how long an idle keep-alive connection holds a thread
+SHUTDOWN_DRAIN_SECONDS = 5.0
+
+EMAIL_FIELDS = ("run_id", "to", "subject", "body")
+TICKET_FIELDS = ("run_id", "summary", "email_message_id")
+
+
+class ApiError(Exception):
+    """An answer other than success; becomes a JSON error response."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        message: str,
+        *,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.error, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+# -- validation ----------------------------------------------------------------
+
+
+def check_idempotency_key(values: list[str]) -> str:
+    hint = "send an Idempotency-Key header that names this request, e.g. Idempotency-Key: run-1234-send-email"
+    if not values:
+        raise ApiError(400, "invalid_request", f"missing Idempotency-Key header: {hint}", field="Idempotency-Key")
+    if len(values) > 1:
+        raise ApiError(400, "invalid_request", f"more than one Idempotency-Key header: {hint}", field="Idempotency-Key")
+    key = values[0]
+    if not 1 <= len(key) <= MAX_KEY_CHARS or not all("\x21" <= ch <= "\x7e" for ch in key):
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} printable ASCII characters without whitespace: {hint}",
+            field="Idempotency-Key",
+        )
+    return key
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    def refuse_constant(name: str) -> None:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        payload = json.loads(raw, parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_request", f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_request", f"the request body must be a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:
+    for name in expected:
+        if name not in payload:
+            raise ApiError(422, "invalid_request", f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
+    for name in payload:
+        if name not in expected:
+            raise ApiError(422, "invalid_request", f"unknown field {name!r}: this endpoint accepts only {', '.join(expected)}", field=name)
+    for name in expected:
+        if not isinstance(payload[name], str):
+            raise ApiError(422, "invalid_request", f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
+
+
+def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
+    value = payload[name]
+    if not value.strip():
+        raise ApiError(422, "invalid_request", f"{name} is empty: give a value", field=name)
+    try:
+        return check_single_line(name, value, max_chars)
+    except InputError as exc:
+        raise ApiError(422, "invalid_request", str(exc), field=name) from None
+
+
+UNDELIVERABLE_TLD = ".invalid"
+
+
+def validate_email(payload: dict[str, Any]) -> dict[str, str]:
+    _check_field_names(payload, EMAIL_FIELDS)
+    run_id = _single_line(payload, "run_id", MAX_RUN_ID_CHARS)
+    to = payload["to"]
+    if not to:
+        raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com", field="to")
+    try:
+        check_email(to)
+    except InputError as exc:
+        raise ApiError(422, "invalid_request", str(exc), field="to") from None
+    if to.lower().endswith(UNDELIVERABLE_TLD):
+        # Like a hard bounce: well-formed, yet no mail can ever reach it, so
+        # the sender must not retry. RFC 2606 reserves .invalid for this.
+        raise ApiError(
+            422, "recipient_rejected",
+            f"recipient {to!r} rejected: the domain {UNDELIVERABLE_TLD} cannot receive mail (RFC 2606); "
+            "use a deliverable address",
+            field="to",
+        )
+    subject = _single_line(payload, "subject", MAX_SUBJECT_CHARS)
+    body = payload["body"]
+    if len(body) > MAX_BODY_CHARS:
+        raise ApiError(
+            422, "invalid_request", f"body is {len(body)} characters; the limit is {MAX_BODY_CHARS}", field="body"
+        )
+    if "\x00" in body:
+        raise ApiError(422, "invalid_request", "body must not contain NUL characters", field="body")
+    return {"run_id": run_id, "to": to, "subject": subject, "body": body}
+
+
+def validate_ticket(payload: dict[str, Any]) -> dict[str, str]:
+    _check_field_names(payload, TICKET_FIELDS)
+    return {
+        "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
+        "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
+        "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
+    }
+
+
+def _bookkeeping_run_id(payload: Any) -> str | None:
+    """The run id to file a refused request under, when it is usable at all."""
+    if isinstance(payload, dict):
+        run_id = payload.get("run_id")
+        if isinstance(run_id, str) and run_id and len(run_id) <= MAX_RUN_ID_CHARS and not has_line_break(run_id):
+            return run_id
+    return None
+
+
+def fingerprint(method: str, path: str, payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{method}\n{path}\n{canonical}".encode()).hexdigest()
+
+
+def _format_seconds(seconds: float) -> str:
+    # Whole seconds as HTTP says; a fraction is kept so tests need not wait whole seconds.
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+# -- HTTP ----------------------------------------------------------------------
+
+
+class ProviderServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Idle keep-alive connections would make a joining close wait for clients;
+    # in-flight requests are drained explicitly instead (see wait_idle).
+    block_on_close = False
+    # socketserver's default backlog of 5 overflows when a burst of clients
+    # connects while the machine is busy, and some see their connection reset.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], family: int, store: Store, faults: Faults, *, verbose: bool) -> None:
+        self.address_family = family
+        self.store = store
+        self.faults = faults
+        self.verbose = verbose
+        self.stopping = threading.Event()
+        self._inflight = 0
+        self._idle = threading.Condition()
+        super().__init__(address, Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind does a reverse DNS lookup (getfqdn) that can
+        # stall for seconds where there is no resolver; the name is unused.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return  # the client went away (e.g. it timed out during an injected hang)
+        super().handle_error(request, client_address)
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        with self._idle:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ProviderServer
+    protocol_version = "HTTP/1.1"
+    server_version = "provider/1"
+    timeout = IDLE_CONNECTION_SECONDS
+    # Headers and body leave in two writes; with Nagle on, the body waits for
+    # the client's delayed ACK and every answer takes ~40 ms longer.
+    disable_nagle_algorithm = True
+
+    # Every method goes through one router so that a wrong method is a JSON 405.
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Used by the stdlib for requests it cannot parse; keep errors JSON.
+        self.close_connection = True
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        error = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 501: "not_implemented"}.get(
+            code, "internal_error" if code >= 500 else "invalid_request"
+        )
+        self._send_json(code, {"error": error, "message": message or explain or phrase})
+
+    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            raise ApiError(411, "length_required", "chunked bodies are not accepted: send a Content-Length")
+        raw_length = self.headers.get("Content-Length", "0") or "0"
+        try:
+            length = int(raw_length)
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(400, "invalid_request", f"Content-Length {raw_length!r} is not a number") from None
+        if length < 0 or length > MAX_REQUEST_BYTES:
+            self.close_connection = True
+            raise ApiError(413, "payload_too_large", f"the body is {length} bytes; the limit is {MAX_REQUEST_BYTES}")
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self) -> None:
+        with self.server.in_flight():
+            try:
+                url = urlsplit(self.path)
+                # Read the body first so an error answer leaves the connection in step.
+                self.body = self._read_body()
+                routes = ROUTES.get(url.path)
+                if routes is None:
+                    raise ApiError(404, "not_found", f"no such endpoint: {url.path}; see the provider module docstring")
+                route = routes.get(self.command)
+                if route is None:
+                    allowed = ", ".join(sorted(routes))
+                    raise ApiError(
+                        405,
+                        "method_not_allowed",
+                        f"{self.command} is not allowed on {url.path}; use {allowed}",
+                        headers={"Allow": allowed},
+                    )
+                query = parse_qs(url.query, keep_blank_values=True)
+                status, body, headers = route(self, query)
+                self._send_json(status, body, headers)
+            except ApiError as exc:
+                self._send_json(exc.status, exc.body(), exc.headers)
+            except (ConnectionError, TimeoutError):
+                raise
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+                self.close_connection = True
+                self._send_json(500, {"error": "internal_error", "message": "the provider failed; see its stderr"})
+
+    # -- routes ----------------------------------------------------------------
+
+    def _run_id_filter(self, query: dict[str, list[str]]) -> str | None:
+        unknown = sorted(set(query) - {"run_id"})
+        if unknown:
+            raise ApiError(400, "invalid_request", f"unknown query parameter {unknown[0]!r}: only run_id is accepted", field=unknown[0])
+        values = query.get("run_id")
+        if not values:
+            return None
+        if len(values) > 1:
+            raise ApiError(400, "invalid_request", "give run_id once", field="run_id")
+        return values[0]
+
+    def _no_query(self, query: dict[str, list[str]]) -> None:
+        if query:
+            raise ApiError(400, "invalid_request", f"{urlsplit(self.path).path} takes no query parameters")
+
+    def get_health(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 200, {"ok": True}, {}
+
+    def get_effects(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 200, {"effects": self.server.store.effects(self._run_id_filter(query))}, {}
+
+    def get_emails(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 200, {"emails": self.server.store.emails(self._run_id_filter(query))}, {}
+
+    def get_tickets(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 200, {"tickets": self.server.store.tickets(self._run_id_filter(query))}, {}
+
+    def post_email(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return self._post_effect("email", validate_email, query)
+
+    def post_ticket(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return self._post_effect("ticket", validate_ticket, query)
+
+    def _post_effect(
+        self, kind: str, validate: Callable[[dict[str, Any]], dict[str, str]], query: dict[str, list[str]]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        key = check_idempotency_key(self.headers.get_all("Idempotency-Key") or [])
+        store, faults = self.server.store, self.server.faults
+        payload: Any = None
+        try:
+            self._no_query(query)
+            payload = parse_json_object(self.body)
+            fields = validate(payload)
+        except ApiError as exc:
+            store.count_request(key=key, kind=kind, run_id=_bookkeeping_run_id(payload), status=exc.status)
+            raise
+
+        hang = faults.take_hang(kind)
+        if hang is not None and self.server.stopping.wait(hang):
+            store.count_request(key=key, kind=kind, run_id=fields["run_id"], status=503)
+            raise ApiError(503, "shutting_down", "the provider is shutting down; retry with the same Idempotency-Key")
+        fail = faults.take_fail(kind)
+        if fail is not None:
+            store.count_request(key=key, kind=kind, run_id=fields["run_id"], status=fail.status)
+            headers = {} if fail.retry_after is None else {"Retry-After": _format_seconds(fail.retry_after)}
+            raise ApiError(
+                fail.status,
+                "injected_fault",
+                f"injected fault (POST /admin/faults): answered {fail.status} and applied nothing; "
+                f"{fail.remaining} more to come. Retry with the same Idempotency-Key.",
+                headers=headers,
+            )
+
+        path = urlsplit(self.path).path
+        outcome = store.apply(
+            key=key,
+            kind=kind,
+            method=self.command,
+            path=path,
+            fingerprint=fingerprint(self.command, path, payload),
+            fields=fields,
+            lose_response=lambda: faults.take_lose_response(kind),
+        )
+        if outcome.response_lost:
+            raise ApiError(
+                503,
+                "response_lost",
+                "injected fault (POST /admin/faults): the request was processed and its response stored under "
+                "this Idempotency-Key, but this answer stands for one lost on the way back. "
+                "Retry with the same key to get the stored response.",
+            )
+        if outcome.status != 200:
+            raise ApiError(outcome.status, outcome.body["error"], outcome.body["message"])
+        return 200, outcome.body, {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+
+    def get_faults(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self._no_query(query)
+        return 200, {"faults": self.server.faults.snapshot()}, {}
+
+    def post_faults(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self._no_query(query)
+        try:
+            self.server.faults.configure(parse_json_object(self.body))
+        except FaultSpecError as exc:
+            raise ApiError(400, "invalid_request", exc.message, field=exc.field or None) from None
+        return self.get_faults(query)
+
+    def delete_faults(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self._no_query(query)
+        self.server.faults.clear()
+        return self.get_faults(query)
+
+
+ROUTES: dict[str, dict[str, Callable[..., tuple[int, dict[str, Any], dict[str, str]]]]] = {
+    "/healthz": {"GET": Handler.get_health},
+    "/v1/emails": {"GET": Handler.get_emails, "POST": Handler.post_email},
+    "/v1/tickets": {"GET": Handler.get_tickets, "POST": Handler.post_ticket},
+    "/v1/effects": {"GET": Handler.get_effects},
+    "/admin/faults": {"GET": Handler.get_faults, "POST": Handler.post_faults, "DELETE": Handler.delete_faults},
+}
+
+
+# -- process -------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
+def _address_family(host: str) -> int:
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+
+
+def _env_port(env: Mapping[str, str]) -> int | None:
+    """PROVIDER_PORT, the default when unset, or None when it is not a number."""
+    raw = env.get("PROVIDER_PORT", "").strip()
+    if not raw:
+        return DEFAULT_PORT
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m provider",
+        description="Local stand-in for the external email and ticket APIs; honours Idempotency-Key.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; loopback only unless PROVIDER_ALLOW_REMOTE=1)")
+    parser.add_argument("--port", type=int, default=None, help=f"port (env PROVIDER_PORT, default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--db", default=None, help=f"SQLite file (env PROVIDER_DB, default {DEFAULT_DB})")
+    parser.add_argument("--verbose", action="store_true", help="write an access log to stderr")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    port = args.port if args.port is not None else _env_port(os.environ)
+    if port is None:
+        print(f"provider: PROVIDER_PORT={os.environ['PROVIDER_PORT']!r} is not a port number; give 0 to 65535", file=sys.stderr)
+        return 2
+    if not 0 <= port <= 65535:
+        print(f"provider: port {port} is out of range; give 0 to 65535 (0 picks a free port)", file=sys.stderr)
+        return 2
+    db = Path(args.db or os.environ.get("PROVIDER_DB") or DEFAULT_DB)
+    host = args.host
+    if not is_loopback(host) and os.environ.get("PROVIDER_ALLOW_REMOTE") != "1":
+        print(
+            f"provider: refusing to listen on {host!r}: the provider has no authentication and its /admin "
+            "endpoints inject faults on demand. Use --host 127.0.0.1, or set PROVIDER_ALLOW_REMOTE=1 "
+            "where the network is private (e.g. inside a container).",
+            file=sys.stderr,
+        )
+        return 2
+
+    try:
+        store = Store(db)
+    except (OSError, RuntimeError, sqlite3.Error) as exc:
+        print(f"provider: cannot open the store at {db}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        server = ProviderServer((host, port), _address_family(host), store, Faults(), verbose=args.verbose)
+    except OSError as exc:
+        print(
+            f"provider: cannot listen on {host}:{port}: {exc.strerror or exc}. "
+            "Stop the other process on that port, or pass --port 0 to pick a free one.",
+            file=sys.stderr,
+        )
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="provider-http")
+    serving.start()
+    bound_host, bound_port = server.server_address[:2]
+    shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+    print(f"provider listening on http://{shown_host}:{bound_port}", flush=True)
+    try:
+        stop.wait()  # a signal handler sets it; the wait is interruptible on POSIX
+    finally:
+        server.stopping.set()  # wakes requests sleeping in an injected hang
+        server.shutdown()
+        serving.join()
+        if not server.wait_idle(SHUTDOWN_DRAIN_SECONDS):
+            print("provider: requests still running at exit; SQLite rolls back any unfinished one", file=sys.stderr)
+        server.server_close()
+    return 0
