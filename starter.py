@@ -54,7 +54,7 @@ def execution_timeout() -> timedelta:
 
 async def start_run(
     client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
-    queue: str | None = None,
+    queue: str | None = None, timeouts: str = "tuned",
 ) -> tuple[bool, dict | None]:
     """Start the run, or attach to the existing one. Returns (created, existing status).
 
@@ -64,10 +64,12 @@ async def start_run(
     try:
         await client.start_workflow(
             WORKFLOW_NAME,
-            FlowInput(run_id=run_id, task=task, email=email, conversation_id=conversation_id or run_id),
+            FlowInput(run_id=run_id, task=task, email=email,
+                      conversation_id=conversation_id or run_id, timeouts=timeouts),
             id=run_id,
             task_queue=queue or task_queue(),
-            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            # "defaults" exists for bench/bench_resume.py: Temporal's 10 s task timeout.
+            task_timeout=WORKFLOW_TASK_TIMEOUT if timeouts == "tuned" else timedelta(seconds=10),
             execution_timeout=execution_timeout(),
             # One run per RUN_ID, ever: the idempotency keys derive from it.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -10,8 +10,15 @@ model when unset); conversation memory from MEMORY_DB.
 Tuned for a fast resume after SIGKILL (``--defaults`` turns this off, for the
 benchmark that measures what it buys):
 
-- sticky schedule-to-start 1 s instead of 10 s: a workflow task parked on the
-  dead worker's sticky queue moves to the shared queue after 1 s;
+- no workflow cache (``max_cached_workflows=0``), hence no sticky queue. With
+  a cache, the workflow task that follows an activity completion is put on
+  the sticky queue of the worker that last ran the workflow; if that worker
+  was killed, the task waits there for the sticky schedule-to-start timeout
+  (10 s by default; measured here: even at 0.3 s it cost ~0.9 s, because the
+  server fires that timeout late). Without a cache every workflow task goes to
+  the shared queue and any live worker takes it at once. The cost is a replay
+  of the history on every workflow task: ~25 events for this flow, nothing
+  measurable; reconsider for long histories.
 - the activities' 1 s heartbeat timeout and the starter's 2 s workflow task
   timeout are set where those calls are made (workflows/, starter.py).
 
@@ -32,36 +39,21 @@ from temporalio.worker import Worker
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, task_queue
-from llm import model_from_env
-from provider.client import ProviderClient, provider_url_from_env
 from steps import crashpoints
-from steps.flow import StepDeps
+from steps.deps import deps_from_env
 from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
 
-TUNED_STICKY_TIMEOUT = timedelta(seconds=1)
-
-
-def build_deps(env=os.environ) -> StepDeps:
-    pace = float(env.get("LAB_STEP_SECONDS") or 0)
-    return StepDeps(
-        provider=ProviderClient(provider_url_from_env(env)),
-        llm=model_from_env(env),
-        context=_memory_context(env),
-        pace_seconds=pace,
-    )
-
-
-def _memory_context(env):
-    return lambda conversation_id: []
+# See the module docstring: no cache, no sticky queue, no wait on a dead worker's queue.
+TUNED_OPTIONS = {"max_cached_workflows": 0}
 
 
 async def run_worker(queue: str, *, defaults: bool) -> None:
+    deps = deps_from_env()  # configuration errors first, before any connection
     client = await connect()
-    deps = build_deps()
     activities = FlowActivities(deps)
-    options = {} if defaults else {"sticky_queue_schedule_to_start_timeout": TUNED_STICKY_TIMEOUT}
+    options = {} if defaults else TUNED_OPTIONS
     worker = Worker(
         client,
         task_queue=queue,
@@ -98,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults))
-    except ConnectionError as err:
+    except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

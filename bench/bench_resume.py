@@ -1,0 +1,134 @@
+"""Resume latency after SIGKILL: the tuned settings against Temporal's defaults.
+
+    .venv/bin/python bench/bench_resume.py [--trials 5] [--points draft:before,...]
+
+For each crash point and each setting, a worker armed with CRASH_AT kills
+itself (SIGKILL) at that point; a replacement worker is started; the figure is
+the time from the replacement printing "worker ready" to the run's
+WorkflowExecutionCompleted event (server clock, same machine). Both settings
+run in the same invocation against the same dev server, interleaved, so the
+ratio compares like with like.
+
+tuned:    heartbeat timeout 1 s, sticky schedule-to-start 1 s, workflow task timeout 2 s
+defaults: no heartbeat timeout (start-to-close 10 s), sticky 10 s, workflow task timeout 10 s
+
+Not a test: it reports, it does not assert. Goal (issue 2): tuned median < 1 s,
+worst < 2 s, and at least 5x better than the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+
+from flowclient.connect import connect, exit_now  # noqa: E402
+from flowclient.status import run_status  # noqa: E402
+from lab.processes import DevServer, start_provider, start_worker  # noqa: E402
+from starter import start_run  # noqa: E402
+
+POINTS = ["draft:before", "send_confirmation:before", "send_confirmation:after_effect",
+          "record_outcome:before", "record_outcome:after_effect"]
+
+
+async def completed_at(client, run_id: str, deadline: float) -> float:
+    while time.monotonic() < deadline:
+        status = await run_status(client, run_id)
+        if status["status"] == "completed":
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            for ev in history.events:
+                if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+                    return ev.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp()
+        if status["status"] == "failed":
+            raise RuntimeError(f"run {run_id} failed: {status['error']}")
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"run {run_id} did not complete")
+
+
+async def one(server, provider_url, point: str, mode: str) -> float:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    run_id = f"bench-{mode}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
+    client = await connect({"TEMPORAL_ADDRESS": server.address})
+    args = ["--defaults"] if mode == "defaults" else []
+    first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point}, args)
+    await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
+                    queue=queue, timeouts=mode)
+    deadline = time.monotonic() + 60
+    while first.alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if first.alive():
+        first.kill()
+        raise RuntimeError(f"worker did not reach {point}")
+    second = start_worker(server.address, provider_url, queue, {}, args)
+    ready = time.time()
+    try:
+        done = await completed_at(client, run_id, time.monotonic() + 120)
+    finally:
+        second.kill()
+    return done - ready
+
+
+async def main_async(trials: int, points: list[str]) -> dict:
+    results: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer().start()
+        provider, url = start_provider(Path(tmp) / "provider.db")
+        try:
+            for trial in range(trials):
+                for point in points:
+                    for mode in ("tuned", "defaults"):
+                        seconds = await one(server, url, point, mode)
+                        results.setdefault((point, mode), []).append(seconds)
+                        print(f"  trial {trial + 1} {point:<32} {mode:<8} {seconds:6.2f} s", flush=True)
+        finally:
+            provider.stop()
+            server.stop()
+    return results
+
+
+def report(results: dict, trials: int) -> None:
+    print(f"\nmachine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
+    print(f"trials per cell: {trials}\n")
+    print(f"{'crash point':<32} {'tuned median':>12} {'tuned worst':>12} {'defaults median':>16} {'ratio':>6}")
+    tuned_all, default_all = [], []
+    points = sorted({p for p, _ in results}, key=POINTS.index)
+    for point in points:
+        t, d = results[(point, "tuned")], results[(point, "defaults")]
+        tuned_all += t
+        default_all += d
+        ratio = statistics.median(d) / max(statistics.median(t), 1e-3)
+        print(f"{point:<32} {statistics.median(t):>11.2f}s {max(t):>11.2f}s {statistics.median(d):>15.2f}s {ratio:>5.1f}x")
+    ratio = statistics.median(default_all) / max(statistics.median(tuned_all), 1e-3)
+    print(f"{'all points':<32} {statistics.median(tuned_all):>11.2f}s {max(tuned_all):>11.2f}s "
+          f"{statistics.median(default_all):>15.2f}s {ratio:>5.1f}x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--points", default=",".join(POINTS))
+    args = parser.parse_args()
+    points = [p for p in args.points.split(",") if p]
+    unknown = set(points) - set(POINTS)
+    if unknown:
+        print(f"error: unknown crash points {sorted(unknown)}; choose from {POINTS}", file=sys.stderr)
+        return 2
+    results = asyncio.run(main_async(args.trials, points))
+    report(results, args.trials)
+    return 0
+
+
+if __name__ == "__main__":
+    exit_now(main())
