@@ -38,6 +38,8 @@ from starter import render_table, start_run
 from steps.models import STEP_NAMES
 
 console = Console(highlight=False)
+if not console.is_terminal:  # piped or logged: don't wrap at 80 columns
+    console = Console(highlight=False, width=120)
 STATE = REPO / ".state"
 
 
@@ -115,8 +117,9 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str) ->
     console.print(table)
 
     ran_1, ran_2 = executed(first), executed(second)
-    console.print(f"    worker 1 executed: {', '.join(ran_1) or 'nothing'}")
-    console.print(f"    worker 2 executed: {', '.join(ran_2) or 'nothing'}")
+    console.print(f"    worker 1 started: {', '.join(ran_1) or 'nothing'}"
+                  + (" (killed inside the last one, before its effect)" if "record_outcome" in ran_1 else ""))
+    console.print(f"    worker 2 started: {', '.join(ran_2) or 'nothing'}")
     console.print(f"    worker 2 ready -> run completed: {elapsed:.1f} s (includes {pace} s of demo pacing)")
 
     checks = [
@@ -127,10 +130,6 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str) ->
     ]
     for label, ok in checks:
         console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {label}")
-    console.print(
-        f"\n    Inspect it yourself while the dev server runs: "
-        f"python starter.py status {run_id}   (TEMPORAL_ADDRESS={server.address})"
-    )
     return 0 if all(ok for _, ok in checks) else 1
 
 
@@ -138,24 +137,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Kill a worker mid-run and watch the run resume.")
     parser.add_argument("--pace", default=os.environ.get("LAB_STEP_SECONDS", "1.5"),
                         help="seconds each step waits before working (default 1.5)")
+    parser.add_argument("--state-dir", type=Path, default=STATE,
+                        help="where the dev server's and provider's databases go (default .state/)")
+    parser.add_argument("--port", type=int, default=7233,
+                        help="dev server port (UI on port+1000); 0 picks free ports (default 7233)")
     parser.add_argument("--keep-server", action="store_true",
                         help="leave the dev server and provider running at the end (Ctrl-C to stop)")
     args = parser.parse_args(argv)
 
-    STATE.mkdir(exist_ok=True)
-    port = 7233 if _port_free(7233) and _port_free(8233) else free_port()
-    server = DevServer(db_file=STATE / "temporal.db", port=port, ui_port=port + 1000, headless=False)
+    state: Path = args.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    port = args.port
+    if port == 0 or not (_port_free(port) and _port_free(port + 1000)):
+        if port:
+            console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
+        port = free_port()
+    server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False)
     provider: Proc | None = None
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
-            f"history in .state/temporal.db)")
+            f"history in {state / 'temporal.db'})")
         server.start()
         say("starting the provider (stand-in email + ticket APIs; counts effects per idempotency key)")
-        provider, provider_url = start_provider(STATE / "provider.db")
+        provider, provider_url = start_provider(state / "provider.db")
         console.print(f"    provider at {provider_url}, pid {provider.pid}")
         code = asyncio.run(story(server, provider_url, args.pace, run_id))
-        if args.keep_server:
+        if not args.keep_server:
+            console.print("\n    To browse the run in the Temporal UI, run again with --keep-server "
+                          "(.venv/bin/python -m lab.demo --keep-server).")
+        else:
+            console.print(f"\n    python starter.py status {run_id}   (with TEMPORAL_ADDRESS={server.address})")
             say(f"leaving the dev server up: UI http://127.0.0.1:{port + 1000}/namespaces/default/workflows/{run_id}"
                 " (Ctrl-C to stop)")
             try:
