@@ -1,0 +1,65 @@
+"""The agent flow on a hand-rolled SQLite run record: the sibling of the
+Temporal path, driving THE SAME step functions (``steps.flow``) so the two
+records can be compared (``python -m runrecord compare``).
+
+Contract
+========
+
+- A run record holds the task, the current step, the status (running |
+  completed | failed) and every completed step's result, with attempts and
+  timestamps (``runrecord.store`` has the schema). A step's result and the
+  advance to the next step are committed in ONE transaction.
+- Each effectful attempt records an *intent* (idempotency key, request)
+  before the request can be sent, and its outcome with the step's result. A
+  crash between the two leaves the intent ``in_doubt``, visible in
+  ``status``; resume settles it by repeating the request with the same key
+  (``steps.keys.idempotency_key``), and the provider replays its first answer.
+  At-least-once execution plus an idempotent receiver: each effect once.
+- The step name at each position is recorded and checked on resume: a
+  changed flow is refused (``FlowChanged``), never resumed at the wrong step.
+- Attempts are persisted and bounded (draft 4, effects 6, as on Temporal);
+  non-retryable errors or exhaustion end the run failed, naming the step and
+  the reason. Failed is terminal: resume refuses it.
+- One process drives a run at a time: a lease with an expiry, renewed by
+  every commit and a heartbeat (``runrecord.runner``).
+- SQLite in WAL mode with synchronous=FULL: see ``runrecord.store`` for why.
+
+Crash points (``CRASH_AT``, see ``steps.crashpoints``; the steps' own points
+work here too), for each step name S:
+
+=======================================  ==========================================
+``runrecord:S:after_start``              (draft) attempt n recorded as started;
+                                         the step function not yet called
+``runrecord:S:after_intent``             (send_confirmation, record_outcome)
+                                         attempt n and its intent committed;
+                                         the request not yet sent
+``runrecord:S:after_record``             S's result, its intent's outcome and
+                                         the advance (with the next step's
+                                         first attempt and intent) committed
+=======================================  ==========================================
+
+What resume does after each: after_start / after_intent: a new attempt
+(n+1) of S, its intent in doubt until then is settled by the repeated,
+same-key request; S:after_record: continues at the next step, S is not
+run again; ``send_confirmation:after_effect`` (a steps point): the email went
+out, its intent is in doubt; resume repeats it, the provider replays.
+"""
+
+from runrecord.definition import DEFAULT_FLOW, FlowStep, RetryPolicy, RunInputs
+from runrecord.runner import FlowChanged, Runner, RunTerminal
+from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord
+
+__all__ = [
+    "DEFAULT_FLOW",
+    "FlowChanged",
+    "FlowStep",
+    "LeaseHeld",
+    "LeaseLost",
+    "RetryPolicy",
+    "RunExists",
+    "RunInputs",
+    "RunNotFound",
+    "RunRecord",
+    "RunTerminal",
+    "Runner",
+]

@@ -1,0 +1,197 @@
+"""``python -m runrecord``: start, resume, inspect and compare runs on the
+hand-rolled SQLite run record.
+
+    python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID]
+    python -m runrecord resume RUN_ID
+    python -m runrecord status RUN_ID [--json]
+    python -m runrecord list
+    python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--json]
+
+Every command takes ``--db PATH`` (default ``$RUNRECORD_DB`` or
+``.state/runrecord.db``); start and resume take ``--lease-seconds`` (default
+``$RUNRECORD_LEASE_SECONDS`` or 10). ``start`` and ``resume`` are the runner:
+they drive the run to its end in this process, printing a line per step.
+
+Exit codes:
+
+==  =====================================================================
+0   completed (start, resume, status); status of a running run; list; compare
+1   the run failed (start, resume, or status of a failed run)
+2   bad input, unknown run id, or Temporal/provider unreachable (compare)
+3   start: RUN_ID already exists; nothing was started (resume it instead)
+4   resume: the run failed earlier; failed is terminal, refused with the reason
+5   resume: another live process holds the run's lease (named, with expiry)
+6   resume: the flow's step list differs from the one the run was started with
+7   the lease was lost mid-run (another process took it after it expired)
+==  =====================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+
+from runrecord import status as status_mod
+from runrecord.runner import FlowChanged, Runner, RunTerminal, check_lease_seconds, lease_seconds_from_env
+from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord, SchemaError, db_path_from
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED, EXIT_LEASE_LOST = range(8)
+
+
+def _lease(args) -> float:
+    return check_lease_seconds(args.lease_seconds) if args.lease_seconds is not None else lease_seconds_from_env()
+
+
+def _finish(run, record: RunRecord) -> int:
+    print(status_mod.render(run, record.intents(run.run_id)), flush=True)
+    return EXIT_FAILED if run.status == "failed" else EXIT_OK
+
+
+def _runner(args) -> Runner:
+    from steps.deps import deps_from_env
+
+    try:
+        deps = deps_from_env()
+    except ValueError as err:  # a model setting the environment got wrong
+        raise InputError(str(err)) from err
+    return Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+
+
+async def _cmd_start(args) -> int:
+    run_id = check_run_id(args.run_id)
+    task = check_task(args.task)
+    email = check_email(args.email)
+    conversation = check_conversation_id(args.conversation) if args.conversation else None
+    runner = _runner(args)
+    try:
+        run = await runner.start(run_id, task, email, conversation)
+        return _finish(run, runner.record)
+    finally:
+        await runner.deps.provider.aclose()
+        runner.close()
+
+
+async def _cmd_resume(args) -> int:
+    run_id = check_run_id(args.run_id)
+    runner = _runner(args)
+    try:
+        before = runner.record.load(run_id)
+        if before.status == "completed":
+            print(f"run {run_id} is already completed; nothing to do. Its result:", flush=True)
+            return _finish(before, runner.record)
+        run = await runner.resume(run_id)
+        return _finish(run, runner.record)
+    finally:
+        await runner.deps.provider.aclose()
+        runner.close()
+
+
+def _cmd_status(args) -> int:
+    run_id = check_run_id(args.run_id)
+    with RunRecord(db_path_from(args.db)) as record:
+        run = record.load(run_id)
+        if args.json:
+            print(status_mod.dumps(status_mod.status_of(run)), flush=True)
+        else:
+            print(status_mod.render(run, record.intents(run_id)), flush=True)
+    return EXIT_FAILED if run.status == "failed" else EXIT_OK
+
+
+def _cmd_list(args) -> int:
+    with RunRecord(db_path_from(args.db)) as record:
+        runs = record.list_runs()
+        if not runs:
+            print(f"no runs in {record.path}")
+            return EXIT_OK
+        print(f"  {'run id':<40} {'status':<10} {'step':<18} {'updated (UTC)':<24} lease")
+        for run in runs:
+            names = [s.name for s in record.load(run.run_id).steps]
+            step = names[run.position] if run.position < len(names) else "-"
+            print(f"  {run.run_id:<40} {run.status:<10} {step:<18} {status_mod.iso(run.updated_at):<24} "
+                  f"{run.lease_holder or ''}")
+    return EXIT_OK
+
+
+async def _cmd_compare(args) -> int:
+    from flowclient.connect import connect
+    from flowclient.status import RunNotFound as TemporalRunNotFound
+    from provider.client import provider_url_from_env
+    from runrecord.compare import compare, render
+
+    record_id = check_run_id(args.run_id)
+    temporal_id = check_run_id(args.temporal)
+    with RunRecord(db_path_from(args.db)) as record:
+        record.load(record_id)  # unknown id: say so before connecting anywhere
+        client = await connect()
+        try:
+            report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ))
+        except TemporalRunNotFound as err:
+            raise RunNotFound(str(err)) from err
+    print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=None, help="the record's SQLite file (default: $RUNRECORD_DB or .state/runrecord.db)")
+    running = argparse.ArgumentParser(add_help=False)
+    running.add_argument("--lease-seconds", default=None,
+                         help="lease duration (default: $RUNRECORD_LEASE_SECONDS or 10); renewed every third of it")
+    parser = argparse.ArgumentParser(prog="python -m runrecord", description="The agent flow on a SQLite run record.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("start", parents=[common, running], help="create a run and drive it to the end")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--email", required=True, help="where the confirmation email goes")
+    p.add_argument("--conversation", default=None, help="conversation id for memory (default: RUN_ID)")
+    p.set_defaults(func=_cmd_start)
+    p = sub.add_parser("resume", parents=[common, running], help="continue a run at its recorded step")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(func=_cmd_resume)
+    p = sub.add_parser("status", parents=[common], help="the run's steps, attempts, results, intents and lease")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
+    p.set_defaults(func=_cmd_status)
+    p = sub.add_parser("list", parents=[common], help="every run in the record")
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("compare", parents=[common], help="this record's run beside a Temporal run of the same task")
+    p.add_argument("run_id", metavar="RECORD_RUN_ID")
+    p.add_argument("--temporal", required=True, metavar="TEMPORAL_RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # SIGTERM behaves like Ctrl-C: the runner hands its lease back before exiting.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        result = args.func(args)
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result
+    except (InputError, RunNotFound, SchemaError, ConnectionError) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    except RunExists as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_EXISTS
+    except RunTerminal as err:
+        print(f"refused: {err}", file=sys.stderr, flush=True)
+        return EXIT_TERMINAL
+    except LeaseHeld as err:
+        print(f"refused: {err}", file=sys.stderr, flush=True)
+        return EXIT_LEASE_HELD
+    except FlowChanged as err:
+        print(f"refused: {err}", file=sys.stderr, flush=True)
+        return EXIT_FLOW_CHANGED
+    except LeaseLost as err:
+        print(f"stopped: {err}", file=sys.stderr, flush=True)
+        return EXIT_LEASE_LOST
+    except KeyboardInterrupt:
+        print("interrupted; the lease was released: resume to continue", file=sys.stderr, flush=True)
+        return 130

@@ -1,0 +1,277 @@
+"""Side by side: what Temporal's event history recorded for one run, and what
+the run record holds for another run of the same task, with the provider's
+own counts for both runs' idempotency keys.
+
+Two run ids, because the keys derive from the run id: the same id on both
+engines would make the second engine's email a replay of the first's.
+
+``compare(...)`` returns a dict (``--json`` prints it); ``render`` makes the
+table. Figures:
+
+- per step, Temporal: the activity's events, attempts, scheduled / started /
+  closed times and result; the record: its rows (the step row plus one intent
+  per attempt of an effect step), attempts, times, result and intents;
+- totals: Temporal's events and history bytes (the serialized
+  ``History`` protobuf, as the server stores and ships it); the record's rows
+  and bytes (sum of the stored values' lengths across its three tables;
+  SQLite's page and index overhead not counted, as the history's storage
+  overhead is not);
+- what only one side records: Temporal's workflow-task events, timer events,
+  worker identities and bookkeeping events; the record's intents (including
+  any in doubt) and its lease;
+- checks: for each effect step, attempts against the provider's request count
+  for its key, and effects applied once per completed step. An attempt killed
+  before it sent anything is counted by the engine and not by the provider,
+  so after such a crash the two may differ by design; the check says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History
+
+from flowclient.status import activity_traces, read_history
+from flowclient.status import run_status as temporal_status
+from provider.client import fetch_effects
+from runrecord.status import iso, status_of
+from runrecord.store import RunRecord
+from steps.keys import idempotency_key
+
+EFFECT_STEPS = ("send_confirmation", "record_outcome")
+
+
+def _camel(event_type: int) -> str:
+    name = EventType.Name(event_type).removeprefix("EVENT_TYPE_")
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _dt(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _seconds(a: datetime | None, b: datetime | None) -> float | None:
+    return None if a is None or b is None else round((b - a).total_seconds(), 3)
+
+
+def _identities(history) -> list[str]:
+    seen: list[str] = []
+    for ev in history.events:
+        which = ev.WhichOneof("attributes")
+        attrs = getattr(ev, which) if which else None
+        if attrs is not None and "identity" in attrs.DESCRIPTOR.fields_by_name and attrs.identity:
+            if attrs.identity not in seen:
+                seen.append(attrs.identity)
+    return seen
+
+
+async def temporal_side(client, run_id: str) -> dict[str, Any]:
+    _, history = await read_history(client, run_id)
+    status = await temporal_status(client, run_id)
+    traces = {t.step: t for t in (await activity_traces(client, history)).values()}
+    counts: dict[str, int] = {}
+    for ev in history.events:
+        name = _camel(ev.event_type)
+        counts[name] = counts.get(name, 0) + 1
+    steps = []
+    for s in status["steps"]:
+        t = traces.get(s["name"])
+        steps.append(
+            {
+                "name": s["name"],
+                "status": s["status"],
+                "events": t.events if t else [],
+                "attempts": s["attempts"],
+                "scheduled_at": _dt(t.scheduled_time) if t else None,
+                "started_at": _dt(t.started_time) if t else None,
+                "closed_at": _dt(t.closed_time) if t else None,
+                "seconds": _seconds(t.scheduled_time, t.closed_time) if t else None,
+                "result": s["result"],
+            }
+        )
+    wft = sum(v for k, v in counts.items() if k.startswith("WorkflowTask"))
+    timers = sum(v for k, v in counts.items() if k.startswith("Timer"))
+    activity = sum(v for k, v in counts.items() if k.startswith("ActivityTask"))
+    return {
+        "run_id": run_id,
+        "status": status["status"],
+        "error": status["error"],
+        "steps": steps,
+        "totals": {
+            "events": len(history.events),
+            "bytes": History(events=list(history.events)).ByteSize(),
+            "activity_events": activity,
+            "workflow_task_events": wft,
+            "timer_events": timers,
+            "other_events": len(history.events) - activity - wft - timers,
+        },
+        "only_here": {
+            "workflow_task_events": wft,
+            "timer_events": timers,
+            "worker_identities": _identities(history),
+            "event_types": counts,
+        },
+    }
+
+
+def record_side(record: RunRecord, run_id: str) -> dict[str, Any]:
+    run = record.load(run_id)
+    status = status_of(run)
+    intents = record.intents(run_id)
+    steps = []
+    for row in run.steps:
+        mine = [i for i in intents if i.position == row.position]
+        steps.append(
+            {
+                "name": row.name,
+                "status": row.status,
+                "rows": 1 + len(mine),
+                "attempts": row.attempts,
+                "started_at": iso(row.started_at),
+                "completed_at": iso(row.completed_at),
+                "seconds": None
+                if row.started_at is None or row.completed_at is None
+                else round(row.completed_at - row.started_at, 3),
+                "result": status["steps"][row.position]["result"],
+                "intents": [
+                    {"attempt": i.attempt, "key": i.idempotency_key, "state": i.state,
+                     "recorded_at": iso(i.recorded_at), "settled_at": iso(i.settled_at)}
+                    for i in mine
+                ],
+            }
+        )
+    return {
+        "run_id": run_id,
+        "status": run.status,
+        "error": run.error,
+        "steps": steps,
+        "totals": record.footprint(run_id),
+        "only_here": {
+            "intents": len(intents),
+            "in_doubt": sum(i.state == "in_doubt" for i in intents),
+            "settled_after_doubt": sum(i.state == "settled" for i in intents),
+            "lease": {"holder": run.lease_holder, "expires_at": iso(run.lease_expires_at)},
+        },
+    }
+
+
+def provider_side(url: str, run_id: str) -> dict[str, dict[str, int]]:
+    return {
+        e.key: {"requests": e.requests, "effects_applied": e.effects_applied}
+        for e in fetch_effects(url, run_id=run_id)
+    }
+
+
+def _checks(side: dict[str, Any], effects: dict[str, dict[str, int]], engine: str) -> list[dict[str, Any]]:
+    checks = []
+    for step in side["steps"]:
+        if step["name"] not in EFFECT_STEPS:
+            continue
+        key = idempotency_key(side["run_id"], step["name"])
+        counted = effects.get(key, {"requests": 0, "effects_applied": 0})
+        checks.append(
+            {
+                "engine": engine,
+                "step": step["name"],
+                "what": "attempts == provider requests",
+                "engine_value": step["attempts"],
+                "provider_value": counted["requests"],
+                "ok": step["attempts"] == counted["requests"],
+            }
+        )
+        want = 1 if step["status"] == "completed" else None
+        if want is not None:
+            checks.append(
+                {
+                    "engine": engine,
+                    "step": step["name"],
+                    "what": "completed step's effect applied exactly once",
+                    "engine_value": 1,
+                    "provider_value": counted["effects_applied"],
+                    "ok": counted["effects_applied"] == 1,
+                }
+            )
+    return checks
+
+
+async def compare(record: RunRecord, record_run_id: str, client, temporal_run_id: str,
+                  provider_url: str | None) -> dict[str, Any]:
+    """The whole comparison as a dict; see the module docstring for each figure."""
+    rec = record_side(record, record_run_id)
+    tmp = await temporal_side(client, temporal_run_id)
+    out: dict[str, Any] = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
+    if provider_url:
+        effects = {"record": provider_side(provider_url, record_run_id),
+                   "temporal": provider_side(provider_url, temporal_run_id)}
+        out["provider"] = {"url": provider_url, **effects}
+        out["checks"] = _checks(rec, effects["record"], "record") + _checks(tmp, effects["temporal"], "temporal")
+    return out
+
+
+def _short(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "" if value is None else str(value)
+    for k in ("message_id", "ticket_id", "subject"):
+        if k in value:
+            return f"{k}={value[k]}" + (" (replayed)" if value.get("replayed") else "")
+    return ""
+
+
+def render(report: dict[str, Any]) -> str:
+    rec, tmp = report["record"], report["temporal"]
+    prov = report.get("provider") or {}
+    lines = [
+        f"Temporal run {tmp['run_id']}: {tmp['status']}    run record run {rec['run_id']}: {rec['status']}",
+        "",
+        f"  {'step':<18} {'engine':<9} {'status':<10} {'att':>3} {'rows/ev':>7} {'secs':>6}  recorded",
+    ]
+    for t, r in zip(tmp["steps"], rec["steps"]):
+        key_t = idempotency_key(tmp["run_id"], t["name"])
+        key_r = idempotency_key(rec["run_id"], r["name"])
+        pt = prov.get("temporal", {}).get(key_t)
+        pr = prov.get("record", {}).get(key_r)
+        lines.append(
+            f"  {t['name']:<18} {'temporal':<9} {t['status']:<10} {t['attempts']:>3} {len(t['events']):>7} "
+            f"{'' if t['seconds'] is None else t['seconds']:>6}  {', '.join(t['events'])}  {_short(t['result'])}"
+        )
+        if pt:
+            lines.append(f"  {'':<18} {'provider':<9} requests {pt['requests']}, effects applied {pt['effects_applied']}")
+        intents = ", ".join(f"#{i['attempt']} {i['state']}" for i in r["intents"]) or "no intents (no effect)"
+        lines.append(
+            f"  {'':<18} {'record':<9} {r['status']:<10} {r['attempts']:>3} {r['rows']:>7} "
+            f"{'' if r['seconds'] is None else r['seconds']:>6}  step row; intents: {intents}  {_short(r['result'])}"
+        )
+        if pr:
+            lines.append(f"  {'':<18} {'provider':<9} requests {pr['requests']}, effects applied {pr['effects_applied']}")
+    tt, rt = tmp["totals"], rec["totals"]
+    lines += [
+        "",
+        f"  totals   temporal: {tt['events']} events, {tt['bytes']} bytes of history "
+        f"({tt['activity_events']} activity, {tt['workflow_task_events']} workflow-task, "
+        f"{tt['timer_events']} timer, {tt['other_events']} other)",
+        f"           record:   {rt['rows']} rows, {rt['bytes']} bytes "
+        f"(runs {rt['runs_rows']}, steps {rt['steps_rows']}, intents {rt['intents_rows']})",
+        "",
+        "  only in Temporal's history:",
+        f"    workflow-task events: {tmp['only_here']['workflow_task_events']}; timer events: "
+        f"{tmp['only_here']['timer_events']}",
+        f"    identities (starter client, workers): {', '.join(tmp['only_here']['worker_identities']) or 'none'}",
+        "  only in the run record:",
+        f"    intents: {rec['only_here']['intents']} ({rec['only_here']['in_doubt']} in doubt now, "
+        f"{rec['only_here']['settled_after_doubt']} settled after a crash left them in doubt)",
+        f"    lease: {rec['only_here']['lease']['holder'] or 'free'}",
+    ]
+    if report.get("checks"):
+        lines += ["", "  checks against the provider:"]
+        for c in report["checks"]:
+            lines.append(
+                f"    {'ok  ' if c['ok'] else 'DIFF'} {c['engine']:<8} {c['step']:<18} {c['what']}: "
+                f"{c['engine_value']} vs {c['provider_value']}"
+            )
+    return "\n".join(lines)

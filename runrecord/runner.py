@@ -1,0 +1,310 @@
+"""The runner: drives a run's steps in order against the run record.
+
+One loop, whatever brought us here (start, or resume after a SIGKILL):
+
+1. read the run; take (or hold) its lease; check the recorded step names
+   against the flow's;
+2. at the current position, start an attempt: its number and, for an
+   effectful step, its *intent* (idempotency key and request) are committed
+   before the step function can send anything. On the happy path this commit
+   is the previous step's commit (see ``RunRecord.complete_step``); after a
+   crash, a new attempt is committed first. Every attempt is counted, crashed
+   ones included, so crash-and-resume is bounded by the same policy as errors;
+3. call the step function (``steps.flow``, shared with Temporal), logging
+   ``step <name> started: run <id> attempt <n>``;
+4. success: result + intent outcome + advance (+ next attempt and intent) in
+   ONE transaction. Retryable failure: record it, wait (backoff, or the other
+   side's ``retry_after``), next attempt. Non-retryable (``PermanentError``,
+   ``InputError``) or attempts exhausted: the run becomes failed, naming the
+   step, the attempts and the reason. Nothing loops.
+
+At-least-once, plus the provider's idempotency, gives each effect exactly
+once: an intent left ``in_doubt`` by a crash is settled by repeating the
+request with the same key; the provider replays its first answer.
+
+The lease (``RunRecord.acquire_lease``) keeps two processes from driving one
+run: holder ``host:pid:random``, an expiry renewed by every commit and by a
+heartbeat thread every third of the lease. It is a liveness device, not a
+fence for the provider: a process paused longer than its lease can have its
+in-flight request overlap the new holder's; the idempotency key keeps that to
+one effect, and the holder check on every commit keeps the stale process from
+writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
+from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, RunRecord, RunRow
+from steps.crashpoints import crash_point
+from steps.errors import PermanentError, StepError
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.models import to_jsonable
+
+DEFAULT_LEASE_SECONDS = 10.0
+
+
+class FlowChanged(RecordError):
+    """The record was written by a different flow definition than the code's."""
+
+
+class RunTerminal(RecordError):
+    """The run failed; failed is terminal, so it is not resumed."""
+
+    def __init__(self, run_id: str, error: str | None) -> None:
+        super().__init__(
+            f"run {run_id} failed and failed is terminal, so it is not resumed: {error}. "
+            "Start a new run id to try the task again."
+        )
+        self.error = error
+
+
+def lease_seconds_from_env(env: Mapping[str, str] | None = None) -> float:
+    env = os.environ if env is None else env
+    raw = env.get("RUNRECORD_LEASE_SECONDS") or str(DEFAULT_LEASE_SECONDS)
+    return check_lease_seconds(raw, "RUNRECORD_LEASE_SECONDS")
+
+
+def check_lease_seconds(raw: Any, name: str = "--lease-seconds") -> float:
+    try:
+        value = float(raw)
+        if not 0.2 <= value <= 3600:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InputError(f"{name}={raw!r} must be a number of seconds between 0.2 and 3600") from None
+    return value
+
+
+def new_holder_id() -> str:
+    """host:pid:random. The random part tells apart two holders that reuse a pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
+    recorded = [s.name for s in run.steps]
+    code = [s.name for s in flow]
+    if recorded == code:
+        return
+    where = next((i for i, (a, b) in enumerate(zip(recorded, code)) if a != b), min(len(recorded), len(code)))
+    at = (
+        f"position {where + 1} is {recorded[where] if where < len(recorded) else 'absent'!r} in the record "
+        f"but {code[where] if where < len(code) else 'absent'!r} in the code"
+    )
+    raise FlowChanged(
+        f"run {run.run_id} was started with steps {recorded}, but this code's flow is {code} ({at}). "
+        "Resuming would run the wrong step, so nothing was done. Resume it with the code that started it, "
+        "or start a new run id with this code."
+    )
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the lease every third of its duration, on its own connection."""
+
+    def __init__(self, path: Path, run_id: str, holder: str, lease_seconds: float) -> None:
+        super().__init__(name=f"lease-heartbeat-{run_id}", daemon=True)
+        self.path, self.run_id, self.holder, self.lease_seconds = path, run_id, holder, lease_seconds
+        self.lost = False
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        record = RunRecord(self.path)
+        try:
+            while not self._halt.wait(self.lease_seconds / 3):
+                try:
+                    if not record.renew_lease(self.run_id, self.holder, self.lease_seconds):
+                        self.lost = True
+                        return
+                except sqlite3.OperationalError:
+                    continue  # busy for 5 s: the runner is committing, which renews too
+        finally:
+            record.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+class Runner:
+    """Drives runs of ``flow`` recorded in the SQLite file at ``path``.
+
+    ``deps`` is the steps' ``StepDeps`` (``steps.deps.deps_from_env()``).
+    ``say`` receives one line per event (default: print, flushed).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        deps: Any,
+        *,
+        flow: Sequence[FlowStep] = DEFAULT_FLOW,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        holder: str | None = None,
+        say: Callable[[str], None] | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        heartbeat: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.deps = deps
+        self.flow = tuple(flow)
+        self.lease_seconds = lease_seconds
+        self.holder = holder or new_holder_id()
+        self.say = say or (lambda line: print(line, flush=True))
+        self.sleep = sleep
+        self.heartbeat = heartbeat
+        self.record = RunRecord(self.path)
+
+    def close(self) -> None:
+        self.record.close()
+
+    # ------------------------------------------------------------ entry points
+
+    async def start(self, run_id: str, task: str, email: str, conversation_id: str | None = None) -> RunRow:
+        """Create the run (``RunExists`` if the id is taken) and drive it to the end."""
+        run_id = check_run_id(run_id)
+        inputs = RunInputs(
+            run_id=run_id,
+            task=check_task(task),
+            email=check_email(email),
+            conversation_id=check_conversation_id(conversation_id or run_id),
+        )
+        first = self.flow[0]
+        request = first.request(inputs, {})
+        nxt = NextAttempt(0, 1, self._intent(first, request))
+        self.record.create_run(
+            run_id, inputs.task, inputs.email, inputs.conversation_id,
+            [s.name for s in self.flow], self.holder, self.lease_seconds, nxt,
+        )
+        self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
+        return await self._drive(run_id, armed=(0, 1, request))
+
+    async def resume(self, run_id: str) -> RunRow:
+        """Continue a run at its recorded step. A completed run is returned as is.
+
+        Raises ``RunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
+        ``LeaseHeld`` (another live process runs it) or ``LeaseLost``.
+        """
+        run = self.record.load(check_run_id(run_id))
+        if run.status == "completed":
+            return run
+        if run.status == "failed":
+            raise RunTerminal(run_id, run.error)
+        check_flow(run, self.flow)
+        self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
+        for intent in self.record.intents(run_id):
+            if intent.state == "in_doubt":
+                self.say(
+                    f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
+                    f"{intent.idempotency_key}) has no recorded answer; repeating it with the same key"
+                )
+        return await self._drive(run_id, armed=None)
+
+    # ------------------------------------------------------------ the loop
+
+    @staticmethod
+    def _intent(step: FlowStep, request: Any) -> tuple[str, Any] | None:
+        return (request.idempotency_key, to_jsonable(request)) if step.effect else None
+
+    async def _drive(self, run_id: str, armed: tuple[int, int, Any] | None) -> RunRow:
+        beat = _Heartbeat(self.path, run_id, self.holder, self.lease_seconds) if self.heartbeat else None
+        if beat:
+            beat.start()
+        try:
+            while True:
+                run = self.record.load(run_id)
+                if run.status != "running":
+                    return run
+                armed = await self._one_step(run, armed, beat)
+        except BaseException as err:
+            # Graceful exits (Ctrl-C, SIGTERM, a bug) hand the lease back at once;
+            # SIGKILL cannot, and the lease then frees itself at expiry.
+            if not isinstance(err, LeaseLost):
+                try:
+                    self.record.release_lease(run_id, self.holder)
+                except sqlite3.Error:
+                    pass
+            raise
+        finally:
+            if beat:
+                beat.stop()
+
+    async def _one_step(self, run: RunRow, armed, beat: _Heartbeat | None):
+        rec, run_id, pos = self.record, run.run_id, run.position
+        step, row = self.flow[pos], run.steps[pos]
+        inputs = RunInputs(run.run_id, run.task, run.email, run.conversation_id)
+        policy = step.policy
+        if armed is not None and armed[0] == pos and armed[1] == row.attempts and row.status == "running":
+            attempt, request = armed[1], armed[2]
+        else:
+            request = step.request(inputs, run.results())
+            attempt = row.attempts + 1
+            if attempt > policy.maximum_attempts:
+                reason = (row.last_error or "the process running it stopped before recording an outcome") + (
+                    " (the last attempt did not finish: no attempts left)"
+                )
+                self._fail(run_id, step, pos, row.attempts, reason, answered=False)
+                return None
+            rec.begin_attempt(run_id, step.name, NextAttempt(pos, attempt, self._intent(step, request)),
+                              self.holder, self.lease_seconds)
+        if beat is not None and beat.lost:
+            raise LeaseLost(run_id, self.holder)
+        crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
+        self.say(f"step {step.name} started: run {run_id} attempt {attempt}")
+        try:
+            result = await step.run(request, self.deps)
+        except (PermanentError, InputError) as err:
+            self._fail(run_id, step, pos, attempt, str(err))
+            return None
+        except Exception as err:  # TransientError, and anything unexpected: retried within the policy
+            reason = err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
+            if attempt >= policy.maximum_attempts:
+                self._fail(run_id, step, pos, attempt, reason)
+                return None
+            rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds)
+            delay = policy.delay(attempt, getattr(err, "retry_after", None))
+            self.say(f"  {_clock()} {step.name}: attempt {attempt} failed ({reason}); retrying in {delay:.2f} s")
+            await self.sleep(delay)
+            return None
+        value = to_jsonable(result)
+        nxt, next_name, armed_next = None, None, None
+        if pos + 1 < len(self.flow):
+            following = self.flow[pos + 1]
+            next_request = following.request(inputs, {**run.results(), step.name: value})
+            next_attempt = run.steps[pos + 1].attempts + 1
+            nxt = NextAttempt(pos + 1, next_attempt, self._intent(following, next_request))
+            next_name, armed_next = following.name, (pos + 1, next_attempt, next_request)
+        rec.complete_step(run_id, pos, attempt, value, self.holder, self.lease_seconds,
+                          effect=step.effect, next_name=next_name, nxt=nxt)
+        self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
+        crash_point(f"runrecord:{step.name}:after_record")
+        return armed_next
+
+    def _fail(self, run_id: str, step: FlowStep, pos: int, attempts: int, reason: str, answered: bool = True) -> None:
+        error = f"step {step.name} failed after {attempts} attempt(s): {reason}"
+        self.record.fail_run(run_id, pos, attempts, error, reason, self.holder, self.lease_seconds, answered=answered)
+        self.say(f"  {_clock()} {step.name}: failed (attempt {attempts}): {reason}")
+
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "FlowChanged",
+    "Runner",
+    "RunNotFound",
+    "RunTerminal",
+    "check_flow",
+    "lease_seconds_from_env",
+    "new_holder_id",
+]

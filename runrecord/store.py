@@ -1,0 +1,579 @@
+"""The run record in SQLite: schema, migrations, and every write the runner makes.
+
+Durability settings, and why
+============================
+
+- ``journal_mode=WAL``: readers (``status``, ``compare``, a second resumer
+  asking for the lease) never block the writer, and a commit is one append
+  plus one fsync of the write-ahead log.
+- ``synchronous=FULL``: the WAL is fsynced at every commit. WAL's usual
+  companion, ``NORMAL``, fsyncs only at checkpoints, so the last commits can
+  be lost on power loss (not on a process crash). Here a lost commit is not
+  a lost cache entry: a lost "step completed" row means the step runs again
+  after the reboot, and a lost "intent" row hides that a request may have
+  been sent. FULL is what makes "recorded" mean "on disk".
+- ``busy_timeout``: the heartbeat thread, a second resumer and the runner may
+  want the write lock at once; they wait for it (5 s) instead of failing.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken
+at the start, so a read-check-write (the lease) cannot interleave with
+another process's.
+
+Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; ``migrate`` creates or
+upgrades it and refuses a database written by a newer version):
+
+``runs``
+    one row per run: the inputs (task, email, conversation id), ``status``
+    (running | completed | failed), ``position`` (index of the current step;
+    the number of steps once completed), ``error`` (the failed step and the
+    reason), the lease (``lease_holder``, ``lease_expires_at``) and times.
+``steps``
+    one row per (run, position), created with the run: the step ``name`` at
+    that position (checked on resume), ``status`` (pending | running |
+    completed | failed), ``attempts``, the JSON ``result``, ``last_error`` and
+    times of the first attempt, the latest attempt and completion.
+``intents``
+    one row per attempt of an effectful step: the idempotency key and the JSON
+    request, written *before* the request can be sent, and its ``state``:
+    ``in_doubt`` (no answer recorded: it may or may not have reached the
+    provider), ``answered`` (a success, recorded with the step's result),
+    ``error`` (an error answer, or no answer, recorded), ``settled`` (was in
+    doubt; a later attempt with the same key got the answer).
+
+All times are Unix seconds (REAL), UTC by construction. The tables are
+``WITHOUT ROWID`` (clustered on their primary keys) and carry no secondary
+index: a step commit then touches one page per table, which keeps the WAL
+frames fsynced per commit, and so the cost per step, close to a bare insert's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = ".state/runrecord.db"
+BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA_V1 = """
+CREATE TABLE runs (
+    run_id            TEXT PRIMARY KEY,
+    task              TEXT NOT NULL,
+    email             TEXT NOT NULL,
+    conversation_id   TEXT NOT NULL,
+    status            TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
+    position          INTEGER NOT NULL,
+    error             TEXT,
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    lease_holder      TEXT,
+    lease_expires_at  REAL
+) WITHOUT ROWID;
+CREATE TABLE steps (
+    run_id              TEXT NOT NULL REFERENCES runs (run_id),
+    position            INTEGER NOT NULL,
+    name                TEXT NOT NULL,
+    status              TEXT NOT NULL CHECK (status IN ('pending', 'running', 'completed', 'failed')),
+    attempts            INTEGER NOT NULL DEFAULT 0,
+    result              TEXT,
+    last_error          TEXT,
+    started_at          REAL,
+    attempt_started_at  REAL,
+    completed_at        REAL,
+    PRIMARY KEY (run_id, position)
+) WITHOUT ROWID;
+CREATE TABLE intents (
+    run_id           TEXT NOT NULL,
+    position         INTEGER NOT NULL,
+    attempt          INTEGER NOT NULL,
+    step             TEXT NOT NULL,
+    idempotency_key  TEXT NOT NULL,
+    request          TEXT NOT NULL,
+    state            TEXT NOT NULL CHECK (state IN ('in_doubt', 'answered', 'error', 'settled')),
+    outcome          TEXT,
+    recorded_at      REAL NOT NULL,
+    settled_at       REAL,
+    PRIMARY KEY (run_id, position, attempt),
+    FOREIGN KEY (run_id, position) REFERENCES steps (run_id, position)
+) WITHOUT ROWID;
+"""
+
+# Index = the version a script upgrades *from*. Add new scripts at the end;
+# never edit a released one.
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+# ---------------------------------------------------------------- errors
+
+
+class RecordError(Exception):
+    """Base class for run-record refusals; the message says what to do."""
+
+
+class RunNotFound(RecordError, LookupError):
+    pass
+
+
+class RunExists(RecordError):
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id} already exists ({status}); it was not started again. The task and email "
+            f"given now were not used: resume it with `python -m runrecord resume {run_id}`, "
+            "or pick a new RUN_ID for a new run."
+        )
+        self.run_id = run_id
+        self.status = status
+
+
+class LeaseHeld(RecordError):
+    """Another live process holds the run's lease."""
+
+    def __init__(self, run_id: str, holder: str, expires_at: float, now: float) -> None:
+        when = time.strftime("%H:%M:%S", time.localtime(expires_at))
+        super().__init__(
+            f"run {run_id} is being run by {holder}; its lease expires at {when} "
+            f"(in {max(0.0, expires_at - now):.1f} s). If that process is dead, resume again after then; "
+            "if it is alive, let it finish."
+        )
+        self.run_id = run_id
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class LeaseLost(RecordError):
+    """This process's lease expired and was taken (or released) by someone else."""
+
+    def __init__(self, run_id: str, holder: str) -> None:
+        super().__init__(
+            f"lost the lease on run {run_id} (held as {holder}): another process took it over after it "
+            "expired. Stopping without writing; the other process continues the run."
+        )
+
+
+class SchemaError(RecordError):
+    pass
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass
+class StepRow:
+    position: int
+    name: str
+    status: str
+    attempts: int
+    result: Any
+    last_error: str | None
+    started_at: float | None
+    attempt_started_at: float | None
+    completed_at: float | None
+
+
+@dataclass
+class IntentRow:
+    position: int
+    attempt: int
+    step: str
+    idempotency_key: str
+    request: Any
+    state: str
+    outcome: Any
+    recorded_at: float
+    settled_at: float | None
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    task: str
+    email: str
+    conversation_id: str
+    status: str
+    position: int
+    error: str | None
+    created_at: float
+    updated_at: float
+    lease_holder: str | None
+    lease_expires_at: float | None
+    steps: list[StepRow] = field(default_factory=list)
+
+    def results(self) -> dict[str, Any]:
+        """Recorded results of the completed steps, by name: the truth on resume."""
+        return {s.name: s.result for s in self.steps if s.status == "completed"}
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """The attempt the same transaction records as started (see ``complete_step``)."""
+
+    position: int
+    attempt: int
+    intent: tuple[str, Any] | None  # (idempotency key, JSON request) for an effectful step
+
+
+# ---------------------------------------------------------------- connection
+
+
+def db_path_from(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(flag or env.get("RUNRECORD_DB") or DEFAULT_DB)
+
+
+def connect(path: str | os.PathLike) -> sqlite3.Connection:
+    """A connection with the record's durability settings, schema migrated."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Autocommit mode: transactions are explicit BEGIN IMMEDIATE ... COMMIT.
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode.lower() != "wal":
+        raise SchemaError(f"cannot put {path} in WAL mode (got {mode!r}); is it on a network file system?")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    migrate(conn, path)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: Path | str = "the database") -> int:
+    """Bring the schema to SCHEMA_VERSION; returns the version found before."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path} has run-record schema version {found}; this code knows versions up to "
+            f"{SCHEMA_VERSION}. Use the newer code that wrote it."
+        )
+    if found == SCHEMA_VERSION:
+        return found
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Re-read under the write lock: another process may have migrated meanwhile.
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version in range(current, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[version].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return found
+
+
+_SQL_ADVANCE = (
+    "UPDATE runs SET position = ?, updated_at = ?, lease_expires_at = ? WHERE run_id = ? AND lease_holder = ?"
+)
+_SQL_ADVANCE_LAST = (
+    "UPDATE runs SET position = ?, status = 'completed', updated_at = ?, lease_holder = NULL, "
+    "lease_expires_at = NULL WHERE run_id = ? AND lease_holder = ?"
+)
+_SQL_STEP_DONE = (
+    "UPDATE steps SET status = 'completed', result = ?, completed_at = ?, attempts = ? WHERE run_id = ? AND position = ?"
+)
+_SQL_INTENT_ANSWERED = (
+    "UPDATE intents SET state = 'answered', outcome = ?, settled_at = ? WHERE run_id = ? AND position = ? AND attempt = ?"
+)
+_SQL_STEP_START = (
+    "UPDATE steps SET status = 'running', attempts = ?, attempt_started_at = ?, started_at = coalesce(started_at, ?) "
+    "WHERE run_id = ? AND position = ?"
+)
+_SQL_INTENT = (
+    "INSERT INTO intents (run_id, position, attempt, step, idempotency_key, request, state, recorded_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'in_doubt', ?)"
+)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# ---------------------------------------------------------------- the record
+
+
+class RunRecord:
+    """All reads and writes of the run record, on one connection (one thread).
+
+    Writers pass their lease ``holder``: every write transaction first renews
+    the lease with ``WHERE lease_holder = holder`` and raises ``LeaseLost``
+    (writing nothing) when that matches no row, so a process that lost its
+    lease cannot overwrite the new holder's progress.
+    """
+
+    def __init__(self, path: str | os.PathLike, clock=time.time) -> None:
+        self.path = Path(path)
+        self.conn = connect(self.path)
+        self.clock = clock
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> RunRecord:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def _renew(self, run_id: str, holder: str, lease_seconds: float, now: float, **changes: Any) -> None:
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        sql = (
+            "UPDATE runs SET updated_at = :now, lease_expires_at = :exp"
+            + (", " + sets if sets else "")
+            + " WHERE run_id = :run_id AND lease_holder = :holder"
+        )
+        cur = self.conn.execute(
+            sql, {"now": now, "exp": now + lease_seconds, "run_id": run_id, "holder": holder, **changes}
+        )
+        if cur.rowcount != 1:
+            raise LeaseLost(run_id, holder)
+
+    # ------------------------------------------------------------ reads
+
+    def load(self, run_id: str) -> RunRow:
+        row = self.conn.execute(
+            "SELECT run_id, task, email, conversation_id, status, position, error, created_at, updated_at, "
+            "lease_holder, lease_expires_at FROM runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise RunNotFound(
+                f"no run with id {run_id!r} in {self.path}. Start one with: "
+                f'python -m runrecord start {run_id} "TASK" --email ADDR'
+            )
+        run = RunRow(*row)
+        run.steps = [
+            StepRow(p, n, s, a, _load(r), e, t0, t1, t2)
+            for p, n, s, a, r, e, t0, t1, t2 in self.conn.execute(
+                "SELECT position, name, status, attempts, result, last_error, started_at, attempt_started_at, "
+                "completed_at FROM steps WHERE run_id = ? ORDER BY position",
+                (run_id,),
+            )
+        ]
+        return run
+
+    def intents(self, run_id: str) -> list[IntentRow]:
+        return [
+            IntentRow(p, a, s, k, _load(req), st, _load(out), t0, t1)
+            for p, a, s, k, req, st, out, t0, t1 in self.conn.execute(
+                "SELECT position, attempt, step, idempotency_key, request, state, outcome, recorded_at, "
+                "settled_at FROM intents WHERE run_id = ? ORDER BY position, attempt",
+                (run_id,),
+            )
+        ]
+
+    def list_runs(self) -> list[RunRow]:
+        return [
+            RunRow(*row)
+            for row in self.conn.execute(
+                "SELECT run_id, task, email, conversation_id, status, position, error, created_at, updated_at, "
+                "lease_holder, lease_expires_at FROM runs ORDER BY created_at, run_id"
+            )
+        ]
+
+    def footprint(self, run_id: str) -> dict[str, int]:
+        """Rows and bytes the record holds for one run (bytes: sum of the stored values' lengths)."""
+        out: dict[str, int] = {}
+        for table in ("runs", "steps", "intents"):
+            cols = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+            size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
+            count, total = self.conn.execute(
+                f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            out[f"{table}_rows"] = count
+            out[f"{table}_bytes"] = total
+        out["rows"] = sum(v for k, v in out.items() if k.endswith("_rows"))
+        out["bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
+        return out
+
+    # ------------------------------------------------------------ writes
+
+    def create_run(
+        self,
+        run_id: str,
+        task: str,
+        email: str,
+        conversation_id: str,
+        step_names: list[str],
+        holder: str,
+        lease_seconds: float,
+        first: NextAttempt,
+    ) -> None:
+        """Create the run, holding its lease, with step 0's first attempt started: one commit.
+
+        Raises ``RunExists`` if the id is taken, whatever that run's state: a run
+        id names one run for ever (the idempotency keys derive from it).
+        """
+        now = self.clock()
+        with self._write() as c:
+            existing = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if existing is not None:
+                raise RunExists(run_id, existing[0])
+            c.execute(
+                "INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, "
+                "updated_at, lease_holder, lease_expires_at) VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?)",
+                (run_id, task, email, conversation_id, now, now, holder, now + lease_seconds),
+            )
+            c.executemany(
+                "INSERT INTO steps (run_id, position, name, status) VALUES (?, ?, ?, 'pending')",
+                [(run_id, i, name) for i, name in enumerate(step_names)],
+            )
+            self._start_attempt(run_id, step_names[first.position], first, now)
+
+    def _start_attempt(self, run_id: str, name: str, nxt: NextAttempt, now: float) -> None:
+        self.conn.execute(_SQL_STEP_START, (nxt.attempt, now, now, run_id, nxt.position))
+        if nxt.intent is not None:
+            key, request = nxt.intent
+            self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, key, _dump(request), now))
+
+    def acquire_lease(self, run_id: str, holder: str, lease_seconds: float) -> None:
+        """Take the run's lease if it is free, expired or already ours; else ``LeaseHeld``."""
+        now = self.clock()
+        with self._write() as c:
+            row = c.execute("SELECT lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+            current, expires = row
+            if current is not None and current != holder and expires is not None and expires > now:
+                raise LeaseHeld(run_id, current, expires, now)
+            c.execute(
+                "UPDATE runs SET lease_holder = ?, lease_expires_at = ? WHERE run_id = ?",
+                (holder, now + lease_seconds, run_id),
+            )
+
+    def renew_lease(self, run_id: str, holder: str, lease_seconds: float) -> bool:
+        """Extend our lease; False if it is no longer ours. One statement, so no BEGIN needed."""
+        now = self.clock()
+        cur = self.conn.execute(
+            "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_holder = ?",
+            (now + lease_seconds, run_id, holder),
+        )
+        return cur.rowcount == 1
+
+    def release_lease(self, run_id: str, holder: str) -> None:
+        self.conn.execute(
+            "UPDATE runs SET lease_holder = NULL, lease_expires_at = NULL WHERE run_id = ? AND lease_holder = ?",
+            (run_id, holder),
+        )
+
+    def begin_attempt(self, run_id: str, name: str, nxt: NextAttempt, holder: str, lease_seconds: float) -> None:
+        """Record that attempt ``nxt.attempt`` of a step starts (and its intent): one commit."""
+        now = self.clock()
+        with self._write():
+            self._renew(run_id, holder, lease_seconds, now)
+            self._start_attempt(run_id, name, nxt, now)
+
+    def complete_step(
+        self,
+        run_id: str,
+        position: int,
+        attempt: int,
+        result: Any,
+        holder: str,
+        lease_seconds: float,
+        *,
+        effect: bool,
+        next_name: str | None = None,
+        nxt: NextAttempt | None = None,
+    ) -> None:
+        """The step's result, its intent's outcome, and the advance: ONE transaction.
+
+        The advance also starts the next step's first attempt and records its
+        intent, so the happy path costs one commit per step. When the last
+        step completes, the run completes and the lease is released in the same
+        transaction.
+        """
+        now = self.clock()
+        payload = _dump(result)
+        c = self.conn
+        # The hot path: fixed statements and positional parameters (the
+        # sqlite3 statement cache then skips re-parsing); see bench/.
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            if nxt is None:  # the run completes, and the lease is handed back
+                cur = c.execute(_SQL_ADVANCE_LAST, (position + 1, now, run_id, holder))
+            else:
+                cur = c.execute(_SQL_ADVANCE, (nxt.position, now, now + lease_seconds, run_id, holder))
+            if cur.rowcount != 1:
+                raise LeaseLost(run_id, holder)
+            c.execute(_SQL_STEP_DONE, (payload, now, attempt, run_id, position))
+            if effect:
+                c.execute(_SQL_INTENT_ANSWERED, (payload, now, run_id, position, attempt))
+                if attempt > 1:
+                    # Earlier attempts left in doubt by a crash: this answer, to the same key, settles them.
+                    c.execute(
+                        "UPDATE intents SET state = 'settled', outcome = ?, settled_at = ? "
+                        "WHERE run_id = ? AND position = ? AND attempt < ? AND state = 'in_doubt'",
+                        (_dump({"settled_by_attempt": attempt, "result": result}), now, run_id, position, attempt),
+                    )
+            if nxt is not None:
+                assert next_name is not None
+                self._start_attempt(run_id, next_name, nxt, now)
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+
+    def record_attempt_error(
+        self, run_id: str, position: int, attempt: int, error: str, holder: str, lease_seconds: float
+    ) -> None:
+        """A retryable failure of one attempt: the step stays running, the run goes on."""
+        now = self.clock()
+        with self._write() as c:
+            self._renew(run_id, holder, lease_seconds, now)
+            c.execute(
+                "UPDATE steps SET last_error = ? WHERE run_id = ? AND position = ?", (error, run_id, position)
+            )
+            c.execute(
+                "UPDATE intents SET state = 'error', outcome = ?, settled_at = ? "
+                "WHERE run_id = ? AND position = ? AND attempt = ?",
+                (_dump({"error": error}), now, run_id, position, attempt),
+            )
+
+    def fail_run(
+        self, run_id: str, position: int, attempts: int, error: str, reason: str, holder: str, lease_seconds: float,
+        *, answered: bool = True,
+    ) -> None:
+        """Terminal: the step and the run become failed, naming the step and the reason; lease released.
+
+        ``answered``: the failing attempt got an answer (an error), so its intent
+        is no longer in doubt. False when the run fails because a crashed
+        attempt used the last try: that intent stays in doubt, visibly.
+        """
+        now = self.clock()
+        with self._write() as c:
+            self._renew(run_id, holder, lease_seconds, now, status="failed", error=error)
+            c.execute(
+                "UPDATE runs SET lease_holder = NULL, lease_expires_at = NULL WHERE run_id = ?", (run_id,)
+            )
+            c.execute(
+                "UPDATE steps SET status = 'failed', attempts = ?, last_error = ? WHERE run_id = ? AND position = ?",
+                (attempts, reason, run_id, position),
+            )
+            if answered:
+                c.execute(
+                    "UPDATE intents SET state = 'error', outcome = ?, settled_at = ? "
+                    "WHERE run_id = ? AND position = ? AND attempt = ? AND state = 'in_doubt'",
+                    (_dump({"error": reason}), now, run_id, position, attempts),
+                )
