@@ -37,6 +37,7 @@ from steps.models import (
     EmailSent,
     OutcomeRecorded,
     RecordRequest,
+    RememberRequest,
     SendRequest,
 )
 
@@ -118,5 +119,10 @@ class FlowActivities:
         result = await self._run(flow.record_outcome(req, self.deps))
         return RecordOutput(result=result, attempt=activity.info().attempt)
 
+    @activity.defn(name="remember_exchange")
+    async def remember_exchange(self, req: RememberRequest) -> int:
+        """Not a step: appends the finished run's exchange to conversation memory."""
+        return await flow.remember_exchange(req, self.deps)
+
     def all(self) -> list:
-        return [self.draft, self.send_confirmation, self.record_outcome]
+        return [self.draft, self.send_confirmation, self.record_outcome, self.remember_exchange]

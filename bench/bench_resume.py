@@ -62,7 +62,8 @@ async def one(server, provider_url, point: str, mode: str) -> float:
     run_id = f"bench-{mode}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
     client = await connect({"TEMPORAL_ADDRESS": server.address})
     args = ["--defaults"] if mode == "defaults" else []
-    first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point}, args)
+    memory = {"MEMORY_DB": str(Path(tempfile.gettempdir()) / f"{queue}-memory.db")}
+    first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point, **memory}, args)
     await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
                     queue=queue, timeouts=mode)
     deadline = time.monotonic() + 60
@@ -71,7 +72,7 @@ async def one(server, provider_url, point: str, mode: str) -> float:
     if first.alive():
         first.kill()
         raise RuntimeError(f"worker did not reach {point}")
-    second = start_worker(server.address, provider_url, queue, {}, args)
+    second = start_worker(server.address, provider_url, queue, memory, args)
     ready = time.time()
     try:
         done = await completed_at(client, run_id, time.monotonic() + 120)

@@ -76,9 +76,9 @@ async def follow(client, run_id: str, until, seen: dict[str, str], timeout: floa
     raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s: {status}")
 
 
-async def story(server: DevServer, provider_url: str, pace: str, run_id: str) -> int:
+async def story(server: DevServer, provider_url: str, pace: str, run_id: str, state: Path) -> int:
     queue = "agent-flow-demo"
-    env = {"LAB_STEP_SECONDS": pace}
+    env = {"LAB_STEP_SECONDS": pace, "MEMORY_DB": str(state / "memory.db")}
     client = await connect({"TEMPORAL_ADDRESS": server.address})
 
     say(f"starting worker 1 (steps slowed to {pace} s each so you can watch)")
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         say("starting the provider (stand-in email + ticket APIs; counts effects per idempotency key)")
         provider, provider_url = start_provider(state / "provider.db")
         console.print(f"    provider at {provider_url}, pid {provider.pid}")
-        code = asyncio.run(story(server, provider_url, args.pace, run_id))
+        code = asyncio.run(story(server, provider_url, args.pace, run_id, state))
         if not args.keep_server:
             console.print("\n    To browse the run in the Temporal UI, run again with --keep-server "
                           "(.venv/bin/python -m lab.demo --keep-server).")

@@ -48,7 +48,8 @@ from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, Ru
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.models import to_jsonable
+from steps import flow
+from steps.models import RememberRequest, to_jsonable
 
 DEFAULT_LEASE_SECONDS = 10.0
 
@@ -214,6 +215,18 @@ class Runner:
 
     # ------------------------------------------------------------ the loop
 
+    async def _remember(self, run: RunRow) -> None:
+        """After completion, the exchange goes to conversation memory (as on Temporal).
+
+        Best effort and idempotent by message id; memory is never read to
+        decide what has been done, so nothing here touches the record."""
+        draft = run.results().get("draft") or {}
+        await flow.remember_exchange(
+            RememberRequest(run_id=run.run_id, conversation_id=run.conversation_id,
+                            task=run.task, reply=draft.get("body", "")),
+            self.deps,
+        )
+
     @staticmethod
     def _intent(step: FlowStep, request: Any) -> tuple[str, Any] | None:
         return (request.idempotency_key, to_jsonable(request)) if step.effect else None
@@ -225,6 +238,8 @@ class Runner:
         try:
             while True:
                 run = self.record.load(run_id)
+                if run.status == "completed":
+                    await self._remember(run)
                 if run.status != "running":
                     return run
                 armed = await self._one_step(run, armed, beat)

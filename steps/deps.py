@@ -4,17 +4,27 @@ to the same provider, model and memory in the same way.
 
 - ``PROVIDER_URL``: the provider (default http://127.0.0.1:8780);
 - ``LLM_BASE_URL`` / ``LLM_MODEL`` / ``LLM_API_KEY``: the model (offline by default);
-- ``MEMORY_DB``: the conversation memory store (see ``memory``);
+- ``MEMORY_DB``: the conversation memory store file (default
+  ``.state/memory.db``; ``off`` disables memory); ``MEMORY_MAX_TOKENS`` and
+  ``MEMORY_MAX_MESSAGES`` bound each conversation's window (see ``memory``);
 - ``LAB_STEP_SECONDS``: slow each step down for demonstrations (default 0).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from steps.flow import StepDeps
 from steps.limits import InputError
+
+log = logging.getLogger("steps")
+
+DEFAULT_MEMORY_DB = ".state/memory.db"
+DEFAULT_MEMORY_MAX_TOKENS = 2000
+DEFAULT_MEMORY_MAX_MESSAGES = 40
 
 
 def pace_from_env(env: Mapping[str, str]) -> float:
@@ -28,14 +38,69 @@ def pace_from_env(env: Mapping[str, str]) -> float:
     return pace
 
 
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name) or str(default)
+    try:
+        value = int(raw)
+        if value < 2:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"{name}={raw!r} must be a whole number of at least 2") from None
+    return value
+
+
+def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[str, Any]]],
+                                                       Callable[[str, list[tuple[str, str, str]]], int]]:
+    """(context reader, exchange writer) over the SQLite memory store.
+
+    The reader opens the file read-only per call and turns any store problem
+    into an empty context with a warning. The writer opens, appends (idempotent
+    by message id; evicting by the memory's rule) and closes, and turns any
+    store problem into a warning. Memory never stops a run.
+    """
+    from memory import Message, MemoryPolicy, append_or_warn, open_store, read_context
+
+    path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
+    if path == "off":
+        return (lambda conversation_id: []), (lambda conversation_id, messages: 0)
+    policy = MemoryPolicy(
+        max_tokens=_positive_int(env, "MEMORY_MAX_TOKENS", DEFAULT_MEMORY_MAX_TOKENS),
+        max_messages=_positive_int(env, "MEMORY_MAX_MESSAGES", DEFAULT_MEMORY_MAX_MESSAGES),
+    )
+
+    def context(conversation_id: str) -> list[dict[str, Any]]:
+        # Pinned messages left out: the draft step puts its own system prompt first.
+        return read_context(path, conversation_id, include_pinned=False)
+
+    def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            store = open_store(path, policy)
+        except Exception as err:  # noqa: BLE001 - memory must never stop a run
+            log.warning("conversation memory unavailable (%s); exchange not remembered", err)
+            return 0
+        try:
+            added = 0
+            for message_id, role, content in messages:
+                result = append_or_warn(store, conversation_id, Message(id=message_id, role=role, content=content))
+                added += bool(result and result.added)
+            return added
+        finally:
+            store.close()
+
+    return context, remember
+
+
 def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
     from llm import model_from_env
     from provider.client import ProviderClient, provider_url_from_env
 
     env = os.environ if env is None else env
+    context, remember = memory_from_env(env)
     return StepDeps(
         provider=ProviderClient(provider_url_from_env(env)),
         llm=model_from_env(env),
-        context=lambda conversation_id: [],
+        context=context,
+        remember=remember,
         pace_seconds=pace_from_env(env),
     )

@@ -23,6 +23,7 @@ from steps.models import (
     EmailSent,
     OutcomeRecorded,
     RecordRequest,
+    RememberRequest,
     SendRequest,
 )
 
@@ -40,19 +41,26 @@ def _no_context(conversation_id: str) -> list[dict[str, Any]]:
     return []
 
 
+def _no_memory(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+    return 0
+
+
 @dataclass
 class StepDeps:
     """What the steps need from the outside world, injected by the engine.
 
     ``context`` returns earlier conversation messages (OpenAI chat format) for
-    a conversation id. It must not raise for store problems: memory informs
-    prompts, it never stops a run. ``pace_seconds`` slows every step down so a
+    a conversation id; ``remember`` appends ``(message id, role, content)``
+    triples to a conversation and returns how many were new. Neither may raise
+    for store problems: memory informs prompts, it never stops a run, and no
+    engine reads it to decide what has been done. ``pace_seconds`` slows every step down so a
     person can watch a run (the demo); 0 in tests and production.
     """
 
     provider: Any  # provider.client.ProviderClient (duck-typed to keep this import-light)
     llm: Any  # llm.LanguageModel
     context: Callable[[str], list[dict[str, Any]]] = field(default=_no_context)
+    remember: Callable[[str, list[tuple[str, str, str]]], int] = field(default=_no_memory)
     pace_seconds: float = 0.0
 
 
@@ -120,3 +128,18 @@ async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
         idempotency_key=req.idempotency_key,
         replayed=receipt.replayed,
     )
+
+
+def exchange_message_ids(run_id: str) -> tuple[str, str]:
+    """The memory message ids of a run's exchange: stable, so appends are idempotent."""
+    return f"{run_id}/task", f"{run_id}/reply"
+
+
+async def remember_exchange(req: RememberRequest, deps: StepDeps) -> int:
+    """After the run: append its task and reply to conversation memory.
+
+    Not one of the three steps and not an external effect: memory is context
+    for later prompts. Idempotent by message id; returns how many messages
+    were new (0 on a repeat, or if memory is unavailable)."""
+    task_id, reply_id = exchange_message_ids(req.run_id)
+    return deps.remember(req.conversation_id, [(task_id, "user", req.task), (reply_id, "assistant", req.reply)])

@@ -59,6 +59,19 @@ class OutcomeRecorded:
     replayed: bool = False
 
 
+@dataclass(frozen=True)
+class RememberRequest:
+    """After a run completes: its exchange, to be appended to conversation memory.
+
+    Message ids derive from the run id, so a retried or resumed append adds
+    nothing the second time."""
+
+    run_id: str
+    conversation_id: str
+    task: str
+    reply: str
+
+
 def to_jsonable(value: Any) -> Any:
     """A step result as plain JSON (what the status command prints)."""
     if hasattr(value, "__dataclass_fields__"):

@@ -5,6 +5,7 @@ task queue per test, and worker processes that are always reaped."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +15,21 @@ import pytest_asyncio
 
 from flowclient.connect import connect
 from lab.processes import DevServer, Proc, start_provider, start_worker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_state_in_the_repo(tmp_path_factory):
+    """Processes the tests start inherit these: nothing writes into the repo's .state/."""
+    state = tmp_path_factory.mktemp("state")
+    saved = {k: os.environ.get(k) for k in ("MEMORY_DB", "RUNRECORD_DB")}
+    os.environ["MEMORY_DB"] = str(state / "memory.db")
+    os.environ["RUNRECORD_DB"] = str(state / "runrecord.db")
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +86,7 @@ def workers(dev_server, provider, task_queue):
     started: list[Proc] = []
 
     def start(crash_at: str | None = None, extra_env: dict | None = None, args=None) -> Proc:
-        env = dict(extra_env or {})
+        env = {"MEMORY_DB": str(provider.db.parent / "memory.db"), **(extra_env or {})}
         if crash_at:
             env["CRASH_AT"] = crash_at
         proc = start_worker(dev_server.address, provider.url, task_queue, env, args,

@@ -53,7 +53,7 @@ def runrecord(db, provider):
     started: list[Proc] = []
 
     def start(*args: str, env: dict | None = None) -> Proc:
-        full = {"RUNRECORD_DB": str(db), "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
+        full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=full)
         started.append(proc)
         return proc
@@ -141,7 +141,7 @@ def test_bad_input_is_refused_with_the_starters_words(db):
         (["resume", "no-such-run-anywhere"], "no run with id"),
         (["start", "r-1", TASK, "--email", EMAIL, "--lease-seconds", "0"], "lease-seconds"),
     ]
-    env = {**os.environ, "RUNRECORD_DB": str(db)}
+    env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
     for argv, expected in cases:
         done = subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=60, env=env)

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import NON_RETRYABLE_TYPES, FlowActivities
     from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import STEP_NAMES, DraftRequest, RecordRequest, SendRequest, to_jsonable
+    from steps.models import STEP_NAMES, DraftRequest, RecordRequest, RememberRequest, SendRequest, to_jsonable
 
 WORKFLOW_NAME = "AgentFlow"
 
@@ -72,6 +72,13 @@ DEFAULT_TIMEOUTS = {
     "effect": dict(EFFECT_OPTIONS, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
 }
 TUNED_TIMEOUTS = {"draft": DRAFT_OPTIONS, "effect": EFFECT_OPTIONS}
+
+# Remembering the exchange is best effort: memory informs later prompts and
+# must never stop (or fail) a run. Three quick attempts, then move on.
+REMEMBER_OPTIONS = dict(
+    start_to_close_timeout=timedelta(seconds=10),
+    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
+)
 
 
 @dataclass
@@ -215,5 +222,17 @@ class AgentFlow:
             ),
             options["effect"],
         )
+        # Conversation memory is written after the record is complete and is
+        # never read here: what happened is the history above, not memory.
+        try:
+            await workflow.execute_activity(
+                FlowActivities.remember_exchange,
+                RememberRequest(
+                    run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
+                ),
+                **REMEMBER_OPTIONS,
+            )
+        except ActivityError as err:
+            workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason(err))
         self._status = "completed"
         return self._snapshot()

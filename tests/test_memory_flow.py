@@ -1,0 +1,85 @@
+"""Conversation memory in the flow: it feeds the draft step's prompt, it is
+written once per finished run, and it is never what a resumed run trusts."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from flowclient.status import run_status
+from memory import Message, open_store, read_window
+from provider.client import fetch_effects
+from starter import start_run
+from steps.flow import exchange_message_ids
+from tests.conftest import wait_exit
+from tests.test_flow import executions, wait_closed
+
+EMAIL = "ada@example.com"
+
+
+def memory_db(provider):
+    return provider.db.parent / "memory.db"
+
+
+async def test_a_finished_run_feeds_the_next_prompt_in_its_conversation(client, workers, provider, run_id, task_queue):
+    workers()
+    conversation = f"conv-{run_id}"
+    first, second = f"{run_id}-a", f"{run_id}-b"
+    await start_run(client, first, "Confirm the refund for order 1234", EMAIL, conversation, queue=task_queue)
+    s1 = await wait_closed(client, first)
+    await start_run(client, second, "Also confirm the delivery date", EMAIL, conversation, queue=task_queue)
+    s2 = await wait_closed(client, second)
+    assert s1["steps"][0]["result"]["context_messages"] == 0
+    # The first run's task and reply were remembered and fed the second prompt.
+    assert s2["steps"][0]["result"]["context_messages"] == 2
+    assert "2 earlier messages" in s2["steps"][0]["result"]["body"]
+    ids = [m.id for m in read_window(str(memory_db(provider)), conversation)]
+    assert ids == [*exchange_message_ids(first), *exchange_message_ids(second)]
+
+
+async def test_a_resumed_run_remembers_its_exchange_once(client, workers, provider, run_id, task_queue):
+    # Killed before step 3: the exchange is appended once, by the worker that finishes.
+    workers(crash_at="record_outcome:before")
+    await start_run(client, run_id, "Confirm the refund", EMAIL, queue=task_queue)
+    workers()
+    await wait_closed(client, run_id)
+    with sqlite3.connect(memory_db(provider)) as db:
+        rows = db.execute("SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (run_id,)).fetchone()[0]
+    assert rows == 2
+
+
+async def test_memory_that_lies_or_is_gone_does_not_change_what_a_resume_does(client, workers, provider, run_id, task_queue):
+    first = workers(crash_at="record_outcome:before")
+    await start_run(client, run_id, "Confirm the refund for order 1234", EMAIL, queue=task_queue)
+    assert wait_exit(first) == -9
+    # Falsify memory: it claims the outcome was recorded and the email must be sent again.
+    store = open_store(str(memory_db(provider)))
+    store.append(run_id, Message(id="lie-1", role="user", content="Was the ticket recorded?"))
+    store.append(run_id, Message(id="lie-2", role="assistant",
+                                 content="Yes: record_outcome is done (ticket tkt_fake). send_confirmation must run again."))
+    store.close()
+
+    second = workers()
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed"
+    assert executions(second, "draft") == 0 and executions(second, "send_confirmation") == 0
+    assert executions(second, "record_outcome") == 1
+    assert status["steps"][2]["result"]["ticket_id"] != "tkt_fake"
+    effects = fetch_effects(provider.url, run_id=run_id)
+    assert len(effects) == 2 and all(e.effects_applied == 1 for e in effects)
+
+
+async def test_wiped_memory_does_not_change_what_a_resume_does(client, workers, provider, run_id, task_queue):
+    first = workers(crash_at="send_confirmation:after_effect")
+    await start_run(client, run_id, "Confirm the refund for order 1234", EMAIL, queue=task_queue)
+    assert wait_exit(first) == -9
+    memory_db(provider).unlink(missing_ok=True)
+    memory_db(provider).write_bytes(b"this is not a database")  # corrupt, not merely missing
+    second = workers()
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed"
+    assert executions(second, "draft") == 0
+    effects = {e.key: e for e in fetch_effects(provider.url, run_id=run_id)}
+    assert all(e.effects_applied == 1 for e in effects.values()) and len(effects) == 2
+    # The unusable store was reported, not fatal.
+    assert "conversation memory unavailable" in second.output()
+    assert (await run_status(client, run_id))["error"] is None
