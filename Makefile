@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo scenario test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
+## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal); one table
+scenario: $(STAMP)
+	$(PY) -m lesson.scenario
+
 ## test: the whole suite against real processes (dev server, provider, workers)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect
+chaos: $(STAMP)
+	$(PY) -m lab.chaos
 
 clean:
 	rm -rf .state

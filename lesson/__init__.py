@@ -1,0 +1,15 @@
+"""The lesson's runnable pieces (see LAB.md for the guided path).
+
+- ``lesson.in_memory``: the "before": the three-step flow held only in process
+  memory, with a fresh random idempotency key per execution. A restart between
+  step 2 and step 3 runs steps 1 and 2 again and sends the email twice.
+- ``lesson.scenario``: the same restart on all three engines (in memory, the
+  SQLite run record, Temporal), in one table (``make scenario``).
+- ``lesson.memory_vs_record``: falsify or wipe conversation memory between a
+  crash and a resume; the resume follows the run record anyway.
+- ``lesson.memory_demo``: the bounded memory's eviction rule, on a long
+  conversation with tool calls.
+- ``lesson.effects``: the provider's own count of effects for a run id.
+
+Nothing in here is used by the durable engines; it only drives them.
+"""

@@ -1,0 +1,66 @@
+"""The provider's own count of effects for a run: what actually happened outside.
+
+    python -m lesson.effects RUN_ID [--json]
+
+One line per idempotency key (requests that carried it, effects applied: 0 or
+1), then per step the totals: the email is ``send_confirmation``, the ticket
+``record_outcome``. Reads ``PROVIDER_URL`` (default http://127.0.0.1:8780).
+Exit 0, or 2 if the provider cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Iterable
+
+from provider.client import EffectRecord, fetch_effects, provider_url_from_env
+
+STEP_OF_KIND = {"email": "send_confirmation", "ticket": "record_outcome"}
+
+
+def per_step(effects: Iterable[EffectRecord]) -> dict[str, dict[str, int]]:
+    """Per effectful step: how many keys, requests and effects applied the provider saw."""
+    out = {step: {"keys": 0, "requests": 0, "applied": 0} for step in STEP_OF_KIND.values()}
+    for e in effects:
+        row = out[STEP_OF_KIND[e.kind]]
+        row["keys"] += 1
+        row["requests"] += e.requests
+        row["applied"] += e.effects_applied
+    return out
+
+
+def describe(counts: dict[str, int]) -> str:
+    def n(value: int, word: str) -> str:
+        return f"{value} {word}{'' if value == 1 else 's'}"
+    return f"{n(counts['keys'], 'key')}, {n(counts['requests'], 'request')}, {counts['applied']} applied"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lesson.effects", description=__doc__.splitlines()[0])
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        effects = fetch_effects(provider_url_from_env(os.environ), run_id=args.run_id)
+    except Exception as err:  # noqa: BLE001 - a CLI: say what went wrong and stop
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    steps = per_step(effects)
+    if args.json:
+        report: dict[str, Any] = {"run_id": args.run_id, "keys": [e.__dict__ for e in effects], "steps": steps}
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"effects at the provider for run {args.run_id}:")
+    print(f"  {'idempotency key':<64} {'kind':<7} {'requests':>8} {'applied':>8}")
+    for e in effects:
+        print(f"  {e.key:<64} {e.kind:<7} {e.requests:>8} {e.effects_applied:>8}")
+    for step, counts in steps.items():
+        print(f"  {step}: {describe(counts)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

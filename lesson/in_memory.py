@@ -1,0 +1,160 @@
+"""THE "BEFORE": the three-step agent flow held entirely in process memory.
+
+    python -m lesson.in_memory RUN_ID "TASK" --email ADDR [--keys random|stable]
+
+This is where the lesson starts, and it is deliberately wrong. It calls the
+same step functions (``steps.flow``) against the same provider as the durable
+engines, but:
+
+- **no run record**: which steps are done lives in local variables. Kill the
+  process and that knowledge is gone; start it again with the same RUN_ID and
+  it begins at step 1 (and reports ``attempt 1``: it cannot know better);
+- **no stable idempotency keys**: by default every execution of an effectful
+  step sends a fresh random key (``inmem/<run id>/<step>/<random hex>``), so
+  the provider cannot tell a repeat from a new request and applies it again;
+- conversation memory is a ``memory.InMemoryStore`` in this process: also lost.
+
+Crash points (``CRASH_AT``, see ``steps.crashpoints``; any name is accepted):
+``in_memory:after_draft``, ``in_memory:after_send_confirmation`` and
+``in_memory:after_record_outcome``, reached right after each step returns.
+
+``CRASH_AT=in_memory:after_send_confirmation`` then a second start of the same
+command: steps 1 and 2 run again, and the provider shows two email keys with
+one effect each: the confirmation email went out twice.
+
+``--keys stable`` uses the durable engines' keys (``steps.keys``): the steps
+still run again (no record), but the provider replays the email instead of
+sending a second one. Keys make the *effect* idempotent; only a record stops
+the *work* from being redone.
+
+It prints ``step <name> started: run <id> attempt <n>`` per execution (like
+the worker and the run record, so executions can be counted) and ``step
+<name> completed: run <id>`` after each step. Exit codes: 0 completed, 1 a step
+failed (no retries, nothing recorded: a new start begins again at step 1),
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+from typing import Any, Callable
+
+from memory import InMemoryStore, Message, MemoryPolicy
+from steps import flow
+from steps.crashpoints import crash_point
+from steps.errors import StepError
+from steps.keys import idempotency_key
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.models import DraftRequest, RecordRequest, RememberRequest, SendRequest
+
+KEY_MODES = ("random", "stable")
+
+
+def make_key(run_id: str, step: str, mode: str) -> str:
+    """``random``: a new key per execution (the bug). ``stable``: ``steps.keys``."""
+    if mode == "stable":
+        return idempotency_key(run_id, step)
+    return f"inmem/{run_id}/{step}/{secrets.token_hex(8)}"
+
+
+def in_process_memory(deps: Any) -> InMemoryStore:
+    """Point the steps' memory at a store that lives (and dies) with this process."""
+    store = InMemoryStore(MemoryPolicy(max_tokens=2000, max_messages=40))
+
+    def context(conversation_id: str) -> list[dict[str, Any]]:
+        return [m.to_chat() for m in store.window(conversation_id, include_pinned=False)]
+
+    def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+        return sum(store.append(conversation_id, Message(id=i, role=r, content=c)).added for i, r, c in messages)
+
+    deps.context, deps.remember = context, remember
+    return store
+
+
+async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversation_id: str | None = None,
+                   keys: str = "random", say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the three steps in order, holding their results only in ``done``."""
+    done: dict[str, Any] = {}  # the whole "record": gone when the process is
+    conversation_id = conversation_id or run_id
+
+    def started(step: str) -> None:
+        # Always attempt 1: nothing tells this process that an earlier one ran the step.
+        say(f"step {step} started: run {run_id} attempt 1")
+
+    def completed(step: str, result: Any) -> None:
+        done[step] = result
+        say(f"step {step} completed: run {run_id}")
+        crash_point(f"in_memory:after_{step}")
+
+    started("draft")
+    drafted = await flow.draft(DraftRequest(run_id=run_id, task=task, conversation_id=conversation_id), deps)
+    completed("draft", drafted)
+
+    started("send_confirmation")
+    sent = await flow.send_confirmation(SendRequest(
+        run_id=run_id, to=email, subject=drafted.subject, body=drafted.body,
+        idempotency_key=make_key(run_id, "send_confirmation", keys)), deps)
+    completed("send_confirmation", sent)
+
+    started("record_outcome")
+    recorded = await flow.record_outcome(RecordRequest(
+        run_id=run_id, summary=drafted.summary, email_message_id=sent.message_id,
+        idempotency_key=make_key(run_id, "record_outcome", keys)), deps)
+    completed("record_outcome", recorded)
+
+    await flow.remember_exchange(RememberRequest(run_id=run_id, conversation_id=conversation_id,
+                                                 task=task, reply=drafted.body), deps)
+    return done
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from steps.deps import deps_from_env
+
+    run_id = check_run_id(args.run_id)
+    task, email = check_task(args.task), check_email(args.email)
+    conversation = check_conversation_id(args.conversation) if args.conversation else None
+    try:
+        deps = deps_from_env({**os.environ, "MEMORY_DB": "off"})
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    in_process_memory(deps)
+    print(f"in-memory run {run_id} (the 'before': no run record, {args.keys} idempotency keys)", flush=True)
+    try:
+        done = await run_flow(run_id, task, email, deps, conversation_id=conversation, keys=args.keys,
+                              say=lambda line: print(line, flush=True))
+    except StepError as err:
+        print(f"step failed: {err}. Nothing was recorded: starting again begins at step 1.", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        await deps.provider.aclose()
+    sent, recorded = done["send_confirmation"], done["record_outcome"]
+    print(f"run {run_id} completed: email {sent.message_id} (key {sent.idempotency_key}"
+          f"{', replayed' if sent.replayed else ''}), ticket {recorded.ticket_id}", flush=True)
+    print("nothing of this run survives this process: starting it again starts again at step 1", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lesson.in_memory",
+        description="The 'before': the agent flow held only in memory (no run record, random idempotency keys).")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("task", metavar="TASK")
+    parser.add_argument("--email", required=True)
+    parser.add_argument("--conversation", default=None, help="conversation id for memory (default: RUN_ID)")
+    parser.add_argument("--keys", choices=KEY_MODES, default="random",
+                        help="random: a fresh key per execution (default, the bug); stable: steps.keys")
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(_main(args))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

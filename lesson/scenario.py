@@ -1,0 +1,355 @@
+"""The failure on purpose, on every engine: "the process is restarted between
+step two and step three".
+
+    make scenario        (or: python -m lesson.scenario [--json] [--state-dir DIR])
+
+Starts what it needs (one provider process with its own database, a Temporal
+dev server in memory on free ports, workers), stops all of it at the end, and
+plays the same restart on three engines, each under its own run id:
+
+==============  =========================================  =================================
+engine          killed (SIGKILL, by a crash point)         restarted with
+==============  =========================================  =================================
+in memory       ``in_memory:after_send_confirmation``      the same ``python -m lesson.in_memory`` command
+run record      ``runrecord:send_confirmation:after_record``  ``python -m runrecord resume RUN_ID``
+Temporal        worker with ``record_outcome:before``      a new worker process
+==============  =========================================  =================================
+
+Then one table: per engine, where the run resumed (the first step the
+restarted process executed, from its ``step <name> started`` lines), which
+steps executed again (executed by the restarted process although they had
+completed before the restart: per the run record / Temporal history, or, for
+the in-memory engine which has none, per its own log), and the effects per
+step as the provider counted them (keys, requests, effects applied).
+
+Expected: the in-memory engine resumes at step 1, runs steps 1 and 2 again and
+the email is applied twice (two random keys, one effect each); the run record
+and Temporal resume at step 3, run nothing again, and apply every effect once.
+Exit code 0 if the observed table is the expected one, 1 if not, 2 if the
+scenario could not be played (a process did not start or die as planned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.processes import REPO, DevServer, Proc, start_provider, start_worker
+from lesson.effects import describe, per_step
+from provider.client import fetch_effects
+from steps.models import STEP_NAMES
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+ENGINES = ("in_memory", "runrecord", "temporal")
+LABELS = {
+    "in_memory": "in memory (the before)",
+    "runrecord": "run record (SQLite)",
+    "temporal": "Temporal",
+}
+CRASH = {
+    "in_memory": "in_memory:after_send_confirmation",
+    "runrecord": "runrecord:send_confirmation:after_record",
+    "temporal": "record_outcome:before",
+}
+EXPECTED: dict[str, dict[str, Any]] = {
+    "in_memory": {"resumed_at": "draft", "executed_again": ["draft", "send_confirmation"],
+                  "applied": {"send_confirmation": 2, "record_outcome": 1}},
+    "runrecord": {"resumed_at": "record_outcome", "executed_again": [],
+                  "applied": {"send_confirmation": 1, "record_outcome": 1}},
+    "temporal": {"resumed_at": "record_outcome", "executed_again": [],
+                 "applied": {"send_confirmation": 1, "record_outcome": 1}},
+}
+PROCESS_TIMEOUT = 120.0  # generous: a busy 2-core machine; a healthy run takes seconds
+
+
+class ScenarioError(RuntimeError):
+    """The scenario could not be played as planned (not: the table differs)."""
+
+
+@dataclass
+class Observed:
+    engine: str
+    run_id: str
+    completed_before: list[str] = field(default_factory=list)
+    restarted_executed: list[str] = field(default_factory=list)
+    final_status: str = ""
+    effects: dict[str, dict[str, int]] = field(default_factory=dict)
+    keys: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def resumed_at(self) -> str | None:
+        return self.restarted_executed[0] if self.restarted_executed else None
+
+    @property
+    def executed_again(self) -> list[str]:
+        return [s for s in STEP_NAMES if s in self.completed_before and s in self.restarted_executed]
+
+    def comparable(self) -> dict[str, Any]:
+        return {"resumed_at": self.resumed_at, "executed_again": self.executed_again,
+                "applied": {step: counts["applied"] for step, counts in self.effects.items()}}
+
+    @property
+    def ok(self) -> bool:
+        return self.comparable() == EXPECTED[self.engine] and self.final_status == "completed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine, "label": LABELS[self.engine], "run_id": self.run_id,
+            "crash_at": CRASH[self.engine], "completed_before_restart": self.completed_before,
+            "resumed_at": self.resumed_at,
+            "resumed_at_position": STEP_NAMES.index(self.resumed_at) + 1 if self.resumed_at else None,
+            "restarted_process_executed": self.restarted_executed, "executed_again": self.executed_again,
+            "final_status": self.final_status, "effects": self.effects, "keys": self.keys,
+            "expected": EXPECTED[self.engine], "ok": self.ok,
+        }
+
+
+def executed(text: str) -> list[str]:
+    """Steps in the order a process began executing them (its ``step <name> started`` lines)."""
+    out = []
+    for line in text.splitlines():
+        for step in STEP_NAMES:
+            if f"step {step} started:" in line:
+                out.append(step)
+    return out
+
+
+def wait_exit(proc: Proc, timeout: float = PROCESS_TIMEOUT) -> int:
+    try:
+        return proc.popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise ScenarioError(f"{proc.name} did not exit within {timeout:.0f} s. Its output:\n{proc.output()}") from None
+
+
+def expect_killed(proc: Proc) -> None:
+    code = wait_exit(proc)
+    if code != -9:
+        raise ScenarioError(f"{proc.name} was to die by SIGKILL at its crash point but exited with {code}. "
+                            f"Its output:\n{proc.output()}")
+
+
+def expect_exit(proc: Proc, wanted: int = 0) -> None:
+    code = wait_exit(proc)
+    if code != wanted:
+        raise ScenarioError(f"{proc.name} exited with {code}, not {wanted}. Its output:\n{proc.output()}")
+
+
+class Scenario:
+    def __init__(self, state: Path, say: Callable[[str], None], stamp: str) -> None:
+        self.state = state
+        self.say = say
+        self.stamp = stamp
+        self.procs: list[Proc] = []
+        self.provider_url = ""
+        self.env: dict[str, str] = {}
+
+    def run_id(self, engine: str) -> str:
+        return f"scenario-{engine.replace('_', '-')}-{self.stamp}"
+
+    def spawn(self, name: str, args: list[str], crash_at: str = "") -> Proc:
+        proc = Proc(name, [sys.executable, *args], env={**self.env, "CRASH_AT": crash_at})
+        self.procs.append(proc)
+        return proc
+
+    def observe_effects(self, obs: Observed) -> None:
+        effects = fetch_effects(self.provider_url, run_id=obs.run_id)
+        obs.effects = per_step(effects)
+        obs.keys = [{"key": e.key, "kind": e.kind, "requests": e.requests, "applied": e.effects_applied}
+                    for e in effects]
+
+    # -- the three engines ---------------------------------------------------
+
+    def in_memory(self) -> Observed:
+        obs = Observed("in_memory", self.run_id("in_memory"))
+        argv = ["-m", "lesson.in_memory", obs.run_id, TASK, "--email", EMAIL]
+        self.say(f"in memory: python -m lesson.in_memory {obs.run_id} ... with CRASH_AT={CRASH['in_memory']}")
+        first = self.spawn("in-memory-1", argv, CRASH["in_memory"])
+        expect_killed(first)
+        # No record survives: the only witness of what was done is the dead process's own log.
+        obs.completed_before = [s for s in STEP_NAMES if f"step {s} completed:" in first.output()]
+        self.say(f"  killed after {', '.join(obs.completed_before)}; starting the same command again")
+        second = self.spawn("in-memory-2", argv)
+        expect_exit(second, 0)
+        obs.restarted_executed = executed(second.output())
+        obs.final_status = "completed"
+        return obs
+
+    def runrecord(self) -> Observed:
+        obs = Observed("runrecord", self.run_id("runrecord"))
+        self.say(f"run record: python -m runrecord start {obs.run_id} ... with CRASH_AT={CRASH['runrecord']}")
+        # A short lease, so the resume below need not wait out the default 10 s after the SIGKILL.
+        first = self.spawn("runrecord-start", ["-m", "runrecord", "start", obs.run_id, TASK, "--email", EMAIL,
+                                               "--lease-seconds", "1"], CRASH["runrecord"])
+        expect_killed(first)
+        status = self._record_status(obs.run_id)
+        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
+        self.say(f"  killed; the record says completed: {', '.join(obs.completed_before)}; "
+                 f"python -m runrecord resume {obs.run_id}")
+        deadline = time.monotonic() + PROCESS_TIMEOUT
+        while True:
+            resumer = self.spawn("runrecord-resume", ["-m", "runrecord", "resume", obs.run_id])
+            code = wait_exit(resumer)
+            if code != 5 or time.monotonic() > deadline:  # 5: the dead process's lease has not expired yet
+                break
+            time.sleep(0.2)
+        if code != 0:
+            raise ScenarioError(f"runrecord resume exited with {code}. Its output:\n{resumer.output()}")
+        obs.restarted_executed = executed(resumer.output())
+        obs.final_status = self._record_status(obs.run_id)["status"]
+        return obs
+
+    def _record_status(self, run_id: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-m", "runrecord", "status", run_id, "--json"], cwd=REPO,
+                              env={**os.environ, **self.env}, capture_output=True, text=True,
+                              timeout=PROCESS_TIMEOUT)
+        if done.returncode not in (0, 1):
+            raise ScenarioError(f"runrecord status exited with {done.returncode}: {done.stderr}")
+        return json.loads(done.stdout)
+
+    async def temporal(self, server: DevServer) -> Observed:
+        from flowclient.connect import connect
+        from flowclient.status import run_status
+        from starter import start_run
+
+        obs = Observed("temporal", self.run_id("temporal"))
+        queue = f"lesson-scenario-{self.stamp}"
+        env = {**self.env, "CRASH_AT": CRASH["temporal"]}
+        self.say(f"Temporal: worker 1 with CRASH_AT={CRASH['temporal']}; starting run {obs.run_id}")
+        first = start_worker(server.address, self.provider_url, queue, env, name="worker1")
+        self.procs.append(first)
+        client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
+        await start_run(client, obs.run_id, TASK, EMAIL, queue=queue)
+        expect_killed(first)
+        status = await run_status(client, obs.run_id)
+        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
+        self.say(f"  worker 1 killed; history says completed: {', '.join(obs.completed_before)}; starting worker 2")
+        second = start_worker(server.address, self.provider_url, queue, {**self.env, "CRASH_AT": ""}, name="worker2")
+        self.procs.append(second)
+        deadline = time.monotonic() + PROCESS_TIMEOUT
+        while status["status"] == "running":
+            if time.monotonic() > deadline:
+                raise ScenarioError(f"run {obs.run_id} still running after {PROCESS_TIMEOUT:.0f} s: {status}\n"
+                                    f"worker 2 output:\n{second.output()}")
+            await asyncio.sleep(0.1)
+            status = await run_status(client, obs.run_id)
+        second.stop()
+        obs.restarted_executed = executed(second.output())
+        obs.final_status = status["status"]
+        return obs
+
+    # -- all of it -------------------------------------------------------------
+
+    def play(self) -> list[Observed]:
+        server = DevServer()  # in memory, free ports
+        # The dev server takes a few seconds to come up: start it while the first two engines play.
+        failure: list[BaseException] = []
+
+        def start_server() -> None:
+            try:
+                server.start()
+            except BaseException as err:  # handed to the main thread below
+                failure.append(err)
+
+        starter = threading.Thread(target=start_server, daemon=True)
+        try:
+            self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
+            starter.start()
+            provider, self.provider_url = start_provider(self.state / "provider.db")
+            self.procs.append(provider)
+            self.env = {
+                "PROVIDER_URL": self.provider_url,
+                "MEMORY_DB": str(self.state / "memory.db"),
+                "RUNRECORD_DB": str(self.state / "runrecord.db"),
+                "PYTHONUNBUFFERED": "1",
+            }
+            results = [self.in_memory(), self.runrecord()]
+            starter.join()
+            if failure:
+                raise ScenarioError(f"the Temporal dev server did not start: {failure[0]}")
+            results.append(asyncio.run(self.temporal(server)))
+            for obs in results:
+                self.observe_effects(obs)
+            return results
+        finally:
+            starter.join()
+            for proc in reversed(self.procs):
+                if proc.alive():
+                    proc.kill()  # workers and runners: nothing to hand back
+            server.stop()
+
+
+def render(results: list[Observed]) -> str:
+    head = (f"{'engine':<24} {'resumed at':<22} {'executed again':<26} "
+            f"{'email (send_confirmation)':<31} {'ticket (record_outcome)':<31} check")
+    lines = [head, "-" * len(head)]
+    for obs in results:
+        where = f"step {STEP_NAMES.index(obs.resumed_at) + 1} {obs.resumed_at}" if obs.resumed_at else "-"
+        again = ", ".join(obs.executed_again) or "none"
+        email, ticket = (describe(obs.effects[s]) for s in ("send_confirmation", "record_outcome"))
+        lines.append(f"{LABELS[obs.engine]:<24} {where:<22} {again:<26} {email:<31} {ticket:<31} "
+                     f"{'as expected' if obs.ok else 'NOT AS EXPECTED'}")
+    lines.append("")
+    lines.append("expected: in memory resumes at step 1 and the email is applied twice (a fresh random key per")
+    lines.append("execution, so the provider cannot tell the repeat); the run record and Temporal resume at step 3,")
+    lines.append("run nothing again and apply every effect once.")
+    for obs in results:
+        if not obs.ok:
+            lines.append(f"{obs.engine}: observed {obs.comparable()} (run {obs.final_status}), "
+                         f"expected {EXPECTED[obs.engine]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lesson.scenario",
+                                     description="Restart between step 2 and step 3 on every engine; one table.")
+    parser.add_argument("--json", action="store_true", help="print the observations as JSON (progress goes to stderr)")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="keep the provider's, record's and memory's files here (default: a temp dir, removed)")
+    args = parser.parse_args(argv)
+
+    out = sys.stderr if args.json else sys.stdout
+
+    def say(text: str) -> None:
+        print(f"==> {text}", file=out, flush=True)
+
+    state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-scenario-"))
+    state.mkdir(parents=True, exist_ok=True)
+    stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    try:
+        results = Scenario(state, say, stamp).play()
+    except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
+        print(f"error: the scenario could not be played: {err}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; everything the scenario started was stopped", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        if args.state_dir is None:
+            shutil.rmtree(state, ignore_errors=True)
+    ok = all(obs.ok for obs in results)
+    if args.json:
+        print(json.dumps({"engines": [obs.to_json() for obs in results], "ok": ok}, indent=2), flush=True)
+    else:
+        print("", flush=True)
+        print(render(results), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    from flowclient.connect import exit_now
+
+    exit_now(main())

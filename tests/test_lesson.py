@@ -1,0 +1,160 @@
+"""The lesson's runnable path keeps working: the scenario's table on all three
+engines (real provider, dev server and workers, started and stopped by the
+scenario itself), and every command LAB.md marks with ``lab-check``, run in
+order against a real provider with its expected exit code and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.processes import REPO
+from lesson.scenario import EXPECTED, Observed
+from steps.models import STEP_NAMES
+
+LAB = REPO / "LAB.md"
+CHECK = re.compile(r"<!-- lab-check(?P<attrs>(?:(?!-->).)*)-->\s*\n```sh\n(?P<body>.*?)\n```", re.S)
+ATTR = re.compile(r'([a-z][a-z-]*)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def lab_checks() -> list[dict]:
+    """The marked blocks of LAB.md, in order: one command each, with its expectations."""
+    checks = []
+    for match in CHECK.finditer(LAB.read_text()):
+        spec: dict = {"command": match["body"].strip(), "exit": 0, "expect": [], "absent": [], "retry": None}
+        assert "\n" not in spec["command"], f"one command per lab-check block: {spec['command']!r}"
+        for name, raw in ATTR.findall(match["attrs"]):
+            value = raw[1:-1].replace('\\"', '"') if raw.startswith('"') else raw
+            if name == "exit":
+                spec["exit"] = int(value)
+            elif name in ("expect", "absent"):
+                spec[name].append(value)
+            elif name == "retry-while-exit":
+                spec["retry"] = int(value)
+            else:
+                raise AssertionError(f"unknown lab-check attribute {name!r} in LAB.md")
+        checks.append(spec)
+    # A marker the pattern did not pair with its block would be skipped silently: refuse that.
+    assert len(checks) == LAB.read_text().count("<!-- lab-check"), "a lab-check marker is not followed by a sh block"
+    return checks
+
+
+def test_lab_md_marks_enough_commands_and_follows_the_lesson_order():
+    checks = lab_checks()
+    assert len(checks) >= 20, [c["command"] for c in checks]
+    text = LAB.read_text()
+    headings = [
+        "## The starting point: a flow held in memory",
+        "## Lab step 1: model the run record",
+        "## Lab step 2: record each effect before advancing",
+        "## Lab step 3: resume by run id",
+        "## Lab step 4: bounded conversation memory",
+        "## Lab step 5: the terminal failure state",
+        "## Exercises",
+    ]
+    positions = [text.index(h) for h in headings]
+    assert positions == sorted(positions)
+    # Commands not run by lab_checks (they start their own servers): covered by the scenario test below.
+    for command in ("make scenario", "python -m lesson.scenario", "python -m provider --db .state/provider.db"):
+        assert command in text
+    assert "A four-step job crashes after step two" in text and "same idempotency" in text
+
+
+def test_lab_md_points_at_code_that_exists():
+    text = LAB.read_text()
+    paths = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", text))
+    assert len(paths) >= 10, paths
+    missing = [p for p in paths if not (REPO / p).exists()]
+    assert not missing, missing
+    # Functions and classes named next to their files.
+    sources = {
+        "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail"),
+        "runrecord/store.py": ("def begin_attempt", "def complete_step", "def migrate"),
+        "runrecord/definition.py": ("DEFAULT_FLOW", "def _send_request", "DRAFT_POLICY", "EFFECT_POLICY"),
+        "lesson/in_memory.py": ("def run_flow", "def make_key"),
+        "steps/deps.py": ("def memory_from_env",),
+        "steps/flow.py": ("def build_prompt",),
+    }
+    for path, names in sources.items():
+        source = (REPO / path).read_text()
+        for name in names:
+            assert name in source, f"LAB.md names {name} in {path}, which no longer has it"
+            assert name.replace("def ", "") in text
+
+
+def test_lab_md_commands_run_and_show_what_it_says(provider, tmp_path):
+    """Each lab-check command, in order, in one shell environment: a real provider,
+    the record and memory in tmp_path, the project's python first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k != "CRASH_AT"}
+    env.update({
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        "PROVIDER_URL": provider.url,
+        "RUNRECORD_DB": str(tmp_path / "runrecord.db"),
+        "MEMORY_DB": str(tmp_path / "memory.db"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    for check in lab_checks():
+        deadline = time.monotonic() + 60
+        while True:
+            done = subprocess.run(["bash", "-c", check["command"]], cwd=REPO, env=env,
+                                  capture_output=True, text=True, timeout=180)
+            if check["retry"] is None or done.returncode != check["retry"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # a killed runner's lease (1 s) has not expired yet: poll again
+        out = done.stdout + done.stderr
+        # bash execs a lone command, so a SIGKILL shows as -9 here; a shell's $? says 137 (128 + 9).
+        code = 128 - done.returncode if done.returncode < 0 else done.returncode
+        shown = f"$ {check['command']}\nexit {code}\n{out}"
+        assert code == check["exit"], shown
+        for needle in check["expect"]:
+            assert needle in out, f"expected {needle!r} in:\n{shown}"
+        for needle in check["absent"]:
+            assert needle not in out, f"did not expect {needle!r} in:\n{shown}"
+
+
+def test_observed_table_is_compared_with_the_expected_one():
+    good = Observed("runrecord", "r", completed_before=["draft", "send_confirmation"],
+                    restarted_executed=["record_outcome"], final_status="completed",
+                    effects={"send_confirmation": {"keys": 1, "requests": 1, "applied": 1},
+                             "record_outcome": {"keys": 1, "requests": 1, "applied": 1}})
+    assert good.ok and good.comparable() == EXPECTED["runrecord"]
+    rerun = Observed("runrecord", "r", completed_before=["draft", "send_confirmation"],
+                     restarted_executed=list(STEP_NAMES), final_status="completed", effects=good.effects)
+    assert not rerun.ok and rerun.resumed_at == "draft" and rerun.executed_again == ["draft", "send_confirmation"]
+    twice = Observed("temporal", "t", completed_before=["draft", "send_confirmation"],
+                     restarted_executed=["record_outcome"], final_status="completed",
+                     effects={**good.effects, "send_confirmation": {"keys": 1, "requests": 2, "applied": 2}})
+    assert not twice.ok
+
+
+def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--json", "--state-dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    engines = {e["engine"]: e for e in report["engines"]}
+    assert list(engines) == ["in_memory", "runrecord", "temporal"] and report["ok"] is True
+
+    before = engines["in_memory"]
+    assert before["resumed_at"] == "draft" and before["resumed_at_position"] == 1
+    assert before["executed_again"] == ["draft", "send_confirmation"]
+    emails = [k for k in before["keys"] if k["kind"] == "email"]
+    assert len(emails) == 2 and all(k["applied"] == 1 and k["requests"] == 1 for k in emails), before["keys"]
+    assert before["effects"]["send_confirmation"]["applied"] == 2
+    assert before["effects"]["record_outcome"] == {"keys": 1, "requests": 1, "applied": 1}
+
+    for name in ("runrecord", "temporal"):
+        durable = engines[name]
+        assert durable["completed_before_restart"] == ["draft", "send_confirmation"], durable
+        assert durable["resumed_at"] == "record_outcome" and durable["resumed_at_position"] == 3, durable
+        assert durable["restarted_process_executed"] == ["record_outcome"], durable
+        assert durable["executed_again"] == [] and durable["final_status"] == "completed", durable
+        assert len(durable["keys"]) == 2 and all(k["applied"] == 1 for k in durable["keys"]), durable
+    # Everything the scenario started is gone.
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout == "", leftovers.stdout
