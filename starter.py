@@ -3,6 +3,7 @@
     python starter.py start RUN_ID "TASK" --email ADDR [--conversation ID] [--wait] [--json]
     python starter.py status RUN_ID [--json] [--live]
     python starter.py watch RUN_ID
+    (every command also takes --verbose)
 
 RUN_ID is yours to choose and is the run's identity for ever: it is the
 Temporal workflow id and the root of the idempotency keys. Starting an
@@ -12,6 +13,12 @@ existing RUN_ID attaches to that run and never creates a second one.
 works while no worker is running. ``--live`` asks the workflow itself instead
 (a query; needs a worker). Exit codes: 0 completed or running, 1 failed,
 2 bad input or not found.
+
+In a terminal, ``start --wait`` and ``watch`` show the steps ticking through
+in a live table (rich); piped or with ``--json`` they print plain lines, the
+same in a log as on screen. Every human-readable output ends with a link to
+the run in the Temporal UI: ``TEMPORAL_UI_URL`` if set, Temporal Cloud's UI
+for a ``*.tmprl.cloud`` address, else the dev server's http://localhost:8233.
 """
 
 from __future__ import annotations
@@ -19,16 +26,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
 from datetime import timedelta
+from urllib.parse import quote
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from flowclient.connect import connect, exit_now, task_queue
+from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
 from flowclient.status import RunNotFound, run_status
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
@@ -121,8 +130,65 @@ def _short(result: dict) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
+DEV_SERVER_UI = "http://localhost:8233"
+CLOUD_UI = "https://cloud.temporal.io"
+
+
+def ui_url(run_id: str, env=None) -> str:
+    """The run's page in the Temporal UI (see the module docstring for the base URL)."""
+    env = os.environ if env is None else env
+    config = connect_config(env)
+    base = (env.get("TEMPORAL_UI_URL") or "").strip().rstrip("/")
+    if not base:
+        host = config["target_host"].rsplit(":", 1)[0]
+        base = CLOUD_UI if host.endswith(".tmprl.cloud") else DEV_SERVER_UI
+    namespace = config.get("namespace") or "default"
+    return f"{base}/namespaces/{quote(namespace, safe='')}/workflows/{quote(run_id, safe='')}"
+
+
 def _print_status(status: dict, as_json: bool) -> None:
-    print(json.dumps(status, indent=2) if as_json else render_table(status), flush=True)
+    if as_json:
+        print(json.dumps(status, indent=2), flush=True)
+    else:
+        print(render_table(status), flush=True)
+        print(f"  ui: {ui_url(status['run_id'])}", flush=True)
+
+
+def _interactive(args) -> bool:
+    return not getattr(args, "json", False) and sys.stdout.isatty()
+
+
+_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "completed": "green", "failed": "bold red"}
+
+
+def rich_table(status: dict):
+    """The same table as ``render_table``, for a terminal: rich, updated in place."""
+    from rich.table import Table
+
+    title = f"run {status['run_id']}: {status['status']}"
+    table = Table(title=title, title_justify="left", caption=ui_url(status["run_id"]), caption_justify="left")
+    for column, justify in (("#", "right"), ("step", "left"), ("status", "left"),
+                            ("attempts", "right"), ("result", "left")):
+        table.add_column(column, justify=justify)
+    for i, step in enumerate(status["steps"], 1):
+        style = _STEP_STYLE.get(step["status"], "")
+        mark = {"running": "> ", "completed": "ok ", "failed": "x "}.get(step["status"], "  ")
+        result = "" if step["result"] is None else _short(step["result"])
+        table.add_row(str(i), step["name"], f"[{style}]{mark}{step['status']}[/]",
+                      str(step["attempts"]), result)
+    if status.get("error"):
+        table.add_row("", "", "[bold red]error[/]", "", status["error"])
+    return table
+
+
+async def follow_live(client: Client, run_id: str) -> dict:
+    """Follow the run in a live rich table until it closes."""
+    from rich.console import Console
+    from rich.live import Live
+
+    first = await run_status(client, run_id)
+    with Live(rich_table(first), console=Console(), refresh_per_second=8, transient=False) as live:
+        return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s)))
 
 
 def _exit_code(status: dict) -> int:
@@ -148,6 +214,8 @@ async def _cmd_start(args) -> int:
     if not args.wait:
         if args.json:
             _print_status(await run_status(client, run_id), True)
+        else:
+            print(f"  ui: {ui_url(run_id)}", flush=True)
         return 0
     seen: dict[str, str] = {}
 
@@ -161,6 +229,10 @@ async def _cmd_start(args) -> int:
                     print(f"  {time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
                           f" (attempt {step['attempts']})", flush=True)
 
+    if _interactive(args):
+        print(f"  ui: {ui_url(run_id)}", flush=True)
+        final = await follow_live(client, run_id)
+        return _exit_code(final)
     final = await wait_for_close(client, run_id, progress)
     _print_status(final, args.json)
     return _exit_code(final)
@@ -180,14 +252,25 @@ async def _cmd_status(args) -> int:
 async def _cmd_watch(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
+    if _interactive(args):
+        final = await follow_live(client, run_id)
+        return _exit_code(final)
+    if args.json:
+        final = await wait_for_close(client, run_id)
+        _print_status(final, True)
+        return _exit_code(final)
     final = await wait_for_close(client, run_id, lambda s: print(render_table(s), "\n", flush=True))
+    print(f"  ui: {ui_url(run_id)}", flush=True)
     return _exit_code(final)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="starter.py", description="Start and inspect agent-flow runs.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="log the SDK's and the lab's debug messages to stderr")
+    parser = argparse.ArgumentParser(prog="starter.py", description="Start and inspect agent-flow runs.",
+                                     parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("start", help="start a run, or attach to an existing RUN_ID")
+    p = sub.add_parser("start", help="start a run, or attach to an existing RUN_ID", parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("task", metavar="TASK")
     p.add_argument("--email", required=True, help="where the confirmation email goes")
@@ -195,15 +278,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="follow the run until it completes or fails")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_start)
-    p = sub.add_parser("status", help="show a run's steps, attempts and results")
+    p = sub.add_parser("status", help="show a run's steps, attempts and results", parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")
     p.add_argument("--live", action="store_true", help="ask the workflow (a query; needs a worker)")
     p.set_defaults(func=_cmd_status)
-    p = sub.add_parser("watch", help="print the run's table each time it changes, until it ends")
+    p = sub.add_parser("watch", help="print the run's table each time it changes, until it ends",
+                       parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON (no live table)")
     p.set_defaults(func=_cmd_watch)
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return asyncio.run(args.func(args))
     except InputError as err:
@@ -212,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     except RunNotFound as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except ConnectionError as err:
+    except (ConnectionError, ValueError) as err:  # unreachable server; bad configuration (e.g. LAB_CODEC_KEY)
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        flush_tracing()
 
 
 if __name__ == "__main__":

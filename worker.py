@@ -5,7 +5,10 @@
 Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
 PROVIDER_URL; the model from LLM_BASE_URL / LLM_MODEL / LLM_API_KEY (offline
-model when unset); conversation memory from MEMORY_DB.
+model when unset); conversation memory from MEMORY_DB; payload encryption
+from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL. Several
+worker processes may poll the same task queue, on one machine or many: each
+takes whatever task comes next, and a dead one's work moves to the others.
 
 Tuned for a fast resume after SIGKILL (``--defaults`` turns this off, for the
 benchmark that measures what it buys):
@@ -38,7 +41,7 @@ from datetime import timedelta
 from temporalio.worker import Worker
 
 from activities import FlowActivities
-from flowclient.connect import connect, exit_now, task_queue
+from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from steps import crashpoints
 from steps.deps import deps_from_env
 from workflows.agent_flow import AgentFlow
@@ -68,9 +71,13 @@ async def run_worker(queue: str, *, defaults: bool) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
+        codec = client.data_converter.payload_codec
+        # Names only: never a key, an API key or a payload.
+        encrypted = f"encrypted with key id {codec.key_id!r}" if codec is not None else "not encrypted"
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
-            f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}",
+            f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "
+            f"payloads {encrypted}",
             flush=True,
         )
         await stop.wait()
@@ -90,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults))
-    except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration
+    except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        flush_tracing()
     return 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Awaitable, TypeVar
@@ -74,10 +75,13 @@ class FlowActivities:
         self.deps = deps
         self.heartbeat_every = heartbeat_every
 
-    async def _run(self, step: Awaitable[T]) -> T:
+    async def _run_logged(self, step: Awaitable[T]) -> T:
         info = activity.info()
         # One line per execution: tests count these to prove a step did not run again.
+        # Run id, step and attempt on every line; never payload values (the task,
+        # the address) and never configuration secrets.
         log.info("step %s started: run %s attempt %d", info.activity_type, info.workflow_id, info.attempt)
+        began = time.monotonic()
         task = asyncio.ensure_future(step)
         try:
             while True:
@@ -85,7 +89,22 @@ class FlowActivities:
                 if done:
                     break
                 activity.heartbeat()
-            return task.result()
+            result = task.result()
+            log.info("step %s completed: run %s attempt %d in %.3f s",
+                     info.activity_type, info.workflow_id, info.attempt, time.monotonic() - began)
+            return result
+        except BaseException as err:
+            log.warning("step %s failed: run %s attempt %d after %.3f s: %s",
+                        info.activity_type, info.workflow_id, info.attempt, time.monotonic() - began,
+                        type(err).__name__)
+            raise
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _run(self, step: Awaitable[T]) -> T:
+        try:
+            return await self._run_logged(step)
         except TransientError as err:
             raise ApplicationError(
                 err.message,
@@ -100,9 +119,6 @@ class FlowActivities:
                 type=type(err).__name__,
                 non_retryable=True,
             ) from err
-        finally:
-            if not task.done():
-                task.cancel()
 
     @activity.defn(name="draft")
     async def draft(self, req: DraftRequest) -> DraftOutput:
