@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # One line per provider request drowns the step lines; --verbose brings them back.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)

@@ -69,6 +69,8 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
     )
 
     def context(conversation_id: str) -> list[dict[str, Any]]:
+        if not Path(path).exists():
+            return []  # nothing remembered yet: the first run creates the file; not worth a warning
         # Pinned messages left out: the draft step puts its own system prompt first.
         return read_context(path, conversation_id, include_pinned=False)
 
