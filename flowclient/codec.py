@@ -34,10 +34,13 @@ decode, so a process with the codec on still reads runs started before it was
 turned on. The key itself never goes into a payload, a log line or an error
 message. Sizes: each payload grows by 28 bytes plus the metadata.
 
+Failure messages and stack traces are encrypted too: with the codec on, the
+converter uses the SDK's failure converter with encoded attributes, which
+moves them into an encoded payload (some errors quote a value, e.g. a refused
+email address). Readers decode them (``flowclient.status``).
+
 What it does not hide: workflow and activity type names, the workflow id (the
-run id), task queue names, timestamps, failure messages (unless a failure
-converter encodes them too: by default Temporal keeps error messages in clear;
-the lab's messages name fields and limits, not their values).
+run id), task queue names, timestamps and the failures' error types.
 """
 
 from __future__ import annotations
@@ -208,7 +211,13 @@ def data_converter_from_env(env: Mapping[str, str] | None = None) -> DataConvert
     """The SDK's default converter, with the codec when the environment enables it."""
     codec = codec_from_env(env)
     default = temporalio.converter.default()
-    return default if codec is None else dataclasses.replace(default, payload_codec=codec)
+    if codec is None:
+        return default
+    return dataclasses.replace(
+        default,
+        payload_codec=codec,
+        failure_converter_class=temporalio.converter.DefaultFailureConverterWithEncodedAttributes,
+    )
 
 
 def new_key() -> str:

@@ -57,6 +57,15 @@ async def _decode(client: Client, payloads) -> Any:
     return values[0] if values else None
 
 
+async def failure_text(client: Client, failure) -> str:
+    """A failure's message, decoded: with the payload codec on, messages are
+    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure"."""
+    copy = type(failure)()
+    copy.CopyFrom(failure)  # decoding works in place; leave the history as it was read
+    error = await client.data_converter.decode_failure(copy)
+    return getattr(error, "message", None) or str(error)
+
+
 async def read_history(client: Client, run_id: str):
     """(description, history) for a run, or RunNotFound with a useful message."""
     handle = client.get_workflow_handle(run_id)
@@ -101,23 +110,23 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t = traces[a.scheduled_event_id]
             t.outcome = "failed"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = a.failure.message
+            t.failure = await failure_text(client, a.failure)
             t.events.append("ActivityTaskFailed")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             a = ev.activity_task_timed_out_event_attributes
             t = traces[a.scheduled_event_id]
             t.outcome = "timed_out"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = a.failure.message
+            t.failure = await failure_text(client, a.failure)
             t.events.append("ActivityTaskTimedOut")
     return traces
 
 
-def _close_error(history) -> str | None:
+async def _close_error(client: Client, history) -> str | None:
     for ev in reversed(history.events):
         et = ev.event_type
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-            return ev.workflow_execution_failed_event_attributes.failure.message
+            return await failure_text(client, ev.workflow_execution_failed_event_attributes.failure)
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
             return "the run timed out (execution timeout reached)"
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
@@ -167,7 +176,7 @@ async def run_status(client: Client, run_id: str) -> dict:
     if wf_status == WorkflowExecutionStatus.COMPLETED:
         status, error = "completed", None
     elif wf_status in _CLOSED_AS_FAILED:
-        status, error = "failed", _close_error(history)
+        status, error = "failed", await _close_error(client, history)
         # A step that was in flight when the run was closed did not finish.
         for s in steps:
             if s["status"] == "running":

@@ -170,3 +170,27 @@ async def test_history_holds_no_personal_data_and_tools_still_read_it(
     assert EMAIL in compared.stdout
     # The worker's own output carries neither the address nor the task.
     assert EMAIL not in worker.output() and TASK not in worker.output()
+
+
+async def test_failure_messages_are_encrypted_too_and_status_decodes_them(
+    dev_server, workers, provider, run_id, task_queue
+):
+    """A refused address is quoted in the error; with the codec on, not in clear."""
+    codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
+    workers(extra_env=codec_env)
+    sealed = await connect({"TEMPORAL_ADDRESS": dev_server.address, **codec_env})
+    bounced = "grace.hopper@mailbox.invalid"
+    await start_run(sealed, run_id, TASK, bounced, queue=task_queue)
+
+    async def done():
+        from flowclient.status import run_status
+        s = await run_status(sealed, run_id)
+        return s if s["status"] != "running" else None
+
+    status = await poll_until(done, timeout=90, what=f"run {run_id} to fail")
+    assert status["status"] == "failed"
+    assert bounced in status["error"] and "send_confirmation" in status["error"]
+    plain = await connect({"TEMPORAL_ADDRESS": dev_server.address})
+    history = await plain.get_workflow_handle(run_id).fetch_history()
+    raw = History(events=list(history.events)).SerializeToString()
+    assert bounced.encode() not in raw and b"grace.hopper" not in raw
