@@ -21,6 +21,22 @@ Points reached by the step functions (both engines):
 ``record_outcome:after_effect``        the provider created the ticket; the
                                        step's completion is not yet recorded
 =====================================  ============================================
+
+Points reached by one engine only, for each step S (``ENGINE_POINTS``):
+
+==========================================  =======================================
+``temporal:S:after_record``                 workflow code, never on replay: S's
+                                            ActivityTaskCompleted is in history,
+                                            the next activity not yet scheduled
+``runrecord:draft:after_start``             the draft attempt is committed as
+                                            started, the step not yet called
+``runrecord:S:after_intent`` (S an effect)  the attempt and its intent are
+                                            committed, no request sent
+``runrecord:S:after_record``                S's result and the advance committed
+==========================================  =======================================
+
+docs/crashpoints.md has the full table: every point on both engines and what
+resume must do at each. tests/test_crash_matrix.py kills a run at each one.
 """
 
 from __future__ import annotations
@@ -37,6 +53,20 @@ POINTS = (
     "record_outcome:before",
     "record_outcome:after_effect",
 )
+
+_STEPS = ("draft", "send_confirmation", "record_outcome")
+
+ENGINE_POINTS = {
+    "temporal": tuple(f"temporal:{s}:after_record" for s in _STEPS),
+    "runrecord": (
+        "runrecord:draft:after_start",
+        "runrecord:draft:after_record",
+        "runrecord:send_confirmation:after_intent",
+        "runrecord:send_confirmation:after_record",
+        "runrecord:record_outcome:after_intent",
+        "runrecord:record_outcome:after_record",
+    ),
+}
 
 
 def _parse(value: str | None) -> frozenset[str]:

@@ -32,6 +32,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError 
 
 with workflow.unsafe.imports_passed_through():
     from activities import NON_RETRYABLE_TYPES, FlowActivities
+    from steps.crashpoints import crash_point
     from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
     from steps.models import STEP_NAMES, DraftRequest, RecordRequest, RememberRequest, SendRequest, to_jsonable
@@ -169,6 +170,11 @@ class AgentFlow:
         state.status = "completed"
         state.attempts = output.attempt
         state.result = to_jsonable(output.result)
+        # Crash point (tests only, docs/crashpoints.md): the completion is in history, the next
+        # activity not yet scheduled. Never on replay, so a resuming worker passes through.
+        if not workflow.unsafe.is_replaying():
+            with workflow.unsafe.sandbox_unrestricted():
+                crash_point(f"temporal:{state.name}:after_record")
         return output.result
 
     @workflow.run

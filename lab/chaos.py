@@ -1,0 +1,382 @@
+"""Chaos: many concurrent runs on Temporal while workers are SIGKILLed at
+random moments and the provider fails and loses responses; then check that
+no effect was duplicated or lost.
+
+    .venv/bin/python -m lab.chaos [--runs 50] [--kills 10] [--seed 1] [--max-seconds 300]
+    make chaos
+
+What it does, all seeded (``--seed``) and bounded (``--max-seconds``; it stops
+by itself and kills every process it started):
+
+1. starts a dev server (in memory; or uses ``--temporal-address``), a provider
+   on a temporary store, and worker A, then starts ``--runs`` runs at once (a
+   wave; when a wave has closed before the kills are done, another starts);
+2. the kill phase: 0.5-2.5 s (random) after some worker is ready it
+   SIGKILLs a random ready worker and starts its replacement at once, until
+   ``--kills`` kills have landed while runs were in flight. A second worker B on the same task queue comes
+   and goes (started with probability 0.6 when absent, replaced after a kill
+   with probability 0.6), so part of the time two workers share the queue. At random it tells
+   the provider (``POST /admin/faults``) to answer the next 1-3 effect requests
+   with 503, or to apply the next 1-2 and then lose the response (503);
+3. the drain: faults cleared, one worker left, until every run is closed;
+4. the checks, from Temporal's history and the provider's own store:
+   every run closed, completed or failed with a stated reason; no duplicate
+   effect (per key effects_applied <= 1, and per run at most one email and one
+   ticket); no lost effect (every completed run has its email and its ticket
+   applied, with the ids its history recorded).
+
+Steps are paced (``--pace``, LAB_STEP_SECONDS, default 1 s) so that runs are
+in flight when the kills land. The exit code is 0 only if every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowclient.connect import connect
+from flowclient.status import run_status
+from lab.processes import REPO, DevServer, Proc, start_provider
+from provider.client import ProviderClient, fetch_effects
+from steps.keys import idempotency_key
+from steps.models import STEP_NAMES
+
+TASKS = [
+    "Confirm the refund for order {n}",
+    "Tell the customer their replacement for order {n} has shipped",
+    "Confirm the address change on account {n}",
+]
+
+
+@dataclass
+class ChaosConfig:
+    runs: int = 50
+    kills: int = 10
+    seed: int = 1
+    max_seconds: float = 300.0
+    pace: float = 1.0
+    temporal_address: str | None = None  # None: start a dev server of our own
+    workdir: Path | None = None  # None: a temporary directory
+    echo: bool = False
+    say: object = print
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    task_queue: str = ""
+    duration: float = 0.0
+    kill_phase: float = 0.0
+    runs: dict[str, dict] = field(default_factory=dict)  # run id -> final status
+    waves: int = 0
+    kills: int = 0
+    kills_with_two_workers: int = 0
+    kills_with_runs_in_flight: int = 0
+    workers_started: int = 0
+    faults_503: int = 0
+    faults_lost: int = 0
+    retries: Counter = field(default_factory=Counter)
+    requests: int = 0
+    effects_applied: int = 0
+    emails: int = 0
+    tickets: int = 0
+    failures: list[str] = field(default_factory=list)  # check failures, human readable
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def by_status(self) -> Counter:
+        return Counter(s["status"] for s in self.runs.values())
+
+    def summary(self) -> str:
+        c = self.config
+        st = self.by_status()
+        reasons = Counter(s["error"] for s in self.runs.values() if s["status"] == "failed")
+        lines = [
+            f"chaos: seed {c.seed}, task queue {self.task_queue}, {os.cpu_count()} cores, pace {c.pace:g} s/step",
+            f"  duration     {self.duration:.1f} s (kill phase {self.kill_phase:.1f} s, drain {self.duration - self.kill_phase:.1f} s)",
+            f"  runs         {len(self.runs)} in {self.waves} wave(s) of {c.runs} started at once: "
+            f"{st['completed']} completed, {st['failed']} failed, "
+            f"{st['running']} still open",
+            *(f"    failed: {n} x {reason}" for reason, n in reasons.items()),
+            f"  kills        {self.kills} SIGKILLs of a ready worker ({self.kills_with_two_workers} while two workers "
+            f"shared the queue, {self.kills_with_runs_in_flight} with runs in flight); {self.workers_started} worker "
+            "processes started",
+            f"  faults       {self.faults_503} requests answered 503, {self.faults_lost} applied with the response lost",
+            f"  retries      {sum(self.retries.values())} attempts beyond the first ("
+            + ", ".join(f"{s} {self.retries[s]}" for s in STEP_NAMES) + ")",
+            f"  provider     {self.requests} effect requests, {self.effects_applied} effects applied "
+            f"({self.emails} emails, {self.tickets} tickets)",
+        ]
+        checks = ["every run closed (completed, or failed with a reason)", "no duplicate effect", "no lost effect"]
+        failed_checks = {f.split(":", 1)[0] for f in self.failures}
+        for name in checks:
+            lines.append(f"  {'FAIL' if name in failed_checks else 'PASS'}  {name}")
+        for failure in self.failures[:20]:
+            lines.append(f"    {failure}")
+        return "\n".join(lines)
+
+
+class _Workers:
+    """Worker processes in named slots; every one ever started is reaped at the end."""
+
+    def __init__(self, address: str, provider_url: str, queue: str, env: dict[str, str], echo: bool) -> None:
+        self.env = {
+            "TEMPORAL_ADDRESS": address,
+            "TEMPORAL_NAMESPACE": "default",
+            "TASK_QUEUE": queue,
+            "PROVIDER_URL": provider_url,
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.echo = echo
+        self.slots: dict[str, Proc] = {}
+        self.all: list[Proc] = []
+
+    def spawn(self, slot: str) -> Proc:
+        proc = Proc(f"worker-{slot}{len(self.all) + 1}", [sys.executable, "worker.py"], env=self.env,
+                    cwd=REPO, echo=self.echo)
+        self.slots[slot] = proc
+        self.all.append(proc)
+        return proc
+
+    @staticmethod
+    def is_ready(proc: Proc) -> bool:
+        return proc.alive() and "worker ready" in proc.output()
+
+    def ready(self) -> dict[str, Proc]:
+        return {slot: p for slot, p in self.slots.items() if self.is_ready(p)}
+
+    def reap(self) -> None:
+        for proc in self.all:
+            proc.kill()
+
+
+async def _wait(check, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"chaos: timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+
+
+async def _faults(pc: ProviderClient) -> dict:
+    response = await pc._request("GET", "/admin/faults", action="read faults")
+    return response.json()["faults"]
+
+
+async def run_chaos(config: ChaosConfig) -> ChaosReport:
+    from starter import start_run  # the starter's own start: id policies, timeouts
+
+    say = config.say
+    rng = random.Random(config.seed)
+    report = ChaosReport(config=config, task_queue=f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}")
+    began = time.monotonic()
+    deadline = began + config.max_seconds
+    tmp = tempfile.TemporaryDirectory(prefix="chaos-", dir=config.workdir)
+    work = Path(tmp.name)
+    server = None
+    provider = None
+    workers = None
+    try:
+        if config.temporal_address is None:
+            server = DevServer().start()
+            address = server.address
+        else:
+            address = config.temporal_address
+        provider, url = start_provider(work / "provider.db")
+        workers = _Workers(address, url, report.task_queue,
+                           {"MEMORY_DB": str(work / "memory.db"), "LAB_STEP_SECONDS": str(config.pace)}, config.echo)
+        client = await connect({"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
+        workers.spawn("A")
+        await _wait(lambda: workers.ready().get("A"), 60, "worker A to be ready")
+
+        run_ids: list[str] = []
+        open_runs: set[str] = set()
+
+        async def start_wave() -> None:
+            wave = report.waves = report.waves + 1
+            ids = [f"chaos-{config.seed}-w{wave}-{i:03d}-{uuid.uuid4().hex[:6]}" for i in range(config.runs)]
+            await asyncio.gather(*(
+                start_run(client, rid, TASKS[i % len(TASKS)].format(n=1000 * wave + i), f"user{i}@example.com",
+                          queue=report.task_queue)
+                for i, rid in enumerate(ids)
+            ))
+            run_ids.extend(ids)
+            open_runs.update(ids)
+            say(f"  {time.monotonic() - began:6.1f} s  wave {wave}: {config.runs} runs started at once "
+                f"on {report.task_queue}")
+
+        say(f"chaos: seed {config.seed}; {config.kills} SIGKILLs of a worker while runs are in flight")
+        await start_wave()
+
+        async def refresh_open() -> None:
+            for rid in list(open_runs):
+                desc = await client.get_workflow_handle(rid).describe()
+                if desc.status is not None and desc.status.name != "RUNNING":
+                    open_runs.discard(rid)
+
+        # ------------------------------------------------------------ kill phase
+        async with ProviderClient(url) as pc:
+            while report.kills_with_runs_in_flight < config.kills and time.monotonic() < deadline:
+                # A worker lives at least this long after some worker is ready: kills
+                # faster than a step can finish would only prove the retry bound.
+                await _wait(workers.ready, max(1.0, deadline - time.monotonic()), "a ready worker")
+                await asyncio.sleep(rng.uniform(0.5, 2.5))
+                # A new countdown replaces what is left of the old one: count only what fired.
+                if rng.random() < 0.6:
+                    n = rng.randint(1, 3)
+                    report.faults_503 -= (await _faults(pc))["fail"]["remaining"]
+                    await pc.set_faults(fail_next=n, status=503)
+                    report.faults_503 += n
+                elif rng.random() < 0.6:
+                    n = rng.randint(1, 2)
+                    report.faults_lost -= (await _faults(pc))["lose_response"]["remaining"]
+                    await pc.set_faults(lose_response_next=n)
+                    report.faults_lost += n
+                if "B" not in workers.slots and rng.random() < 0.6:
+                    workers.spawn("B")
+                ready = workers.ready()
+                if not ready:
+                    continue
+                slot = rng.choice(sorted(ready))
+                await refresh_open()
+                if not open_runs:  # everything finished before enough kills landed mid-run
+                    await start_wave()
+                report.kills_with_two_workers += len(ready) >= 2
+                report.kills_with_runs_in_flight += bool(open_runs)
+                ready[slot].kill()
+                report.kills += 1
+                say(f"  {time.monotonic() - began:6.1f} s  SIGKILL worker {slot} (pid {ready[slot].pid}): "
+                    f"kill {report.kills_with_runs_in_flight}/{config.kills} mid-run, {len(ready)} worker(s) "
+                    f"ready, {len(open_runs)} runs open")
+                if slot == "A" or rng.random() < 0.6:
+                    workers.spawn(slot)
+                else:
+                    del workers.slots[slot]
+            report.kill_phase = time.monotonic() - began
+            # ------------------------------------------------------------ drain
+            left = await _faults(pc)
+            report.faults_503 -= left["fail"]["remaining"]
+            report.faults_lost -= left["lose_response"]["remaining"]
+            await pc.clear_faults()
+        if "A" not in workers.slots or not workers.slots["A"].alive():
+            workers.spawn("A")
+
+        async def all_closed():
+            await refresh_open()
+            return not open_runs
+
+        try:
+            await _wait(all_closed, max(1.0, deadline - time.monotonic()), "every run to close", interval=0.5)
+        except TimeoutError:
+            pass  # reported below, run by run
+
+        for rid in run_ids:
+            report.runs[rid] = await run_status(client, rid)
+        for rid in open_runs:  # bounded: end what is still open, and say so
+            try:
+                await client.get_workflow_handle(rid).terminate("chaos: --max-seconds reached")
+            except Exception:  # noqa: BLE001 - already closed between the check and here
+                pass
+        _check(report, url)
+        report.workers_started = len(workers.all)
+    finally:
+        report.duration = time.monotonic() - began
+        if workers is not None:
+            workers.reap()
+        if provider is not None:
+            provider.kill()
+        if server is not None:
+            server.stop()
+        tmp.cleanup()
+    return report
+
+
+def _check(report: ChaosReport, url: str) -> None:
+    fail = report.failures.append
+    for rid, s in report.runs.items():
+        for step in s["steps"]:
+            report.retries[step["name"]] += max(0, step["attempts"] - 1)
+        if s["status"] == "running":
+            fail(f"every run closed (completed, or failed with a reason): {rid} still open at --max-seconds")
+        elif s["status"] == "failed" and not s["error"]:
+            fail(f"every run closed (completed, or failed with a reason): {rid} failed with no reason")
+
+    effects = fetch_effects(url)
+    report.requests = sum(e.requests for e in effects)
+    report.effects_applied = sum(e.effects_applied for e in effects)
+    by_key = {e.key: e for e in effects}
+    for e in effects:
+        if e.effects_applied > 1:
+            fail(f"no duplicate effect: key {e.key} applied {e.effects_applied} times")
+
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=10) as http:
+        emails = http.get("/v1/emails").json()["emails"]
+        tickets = http.get("/v1/tickets").json()["tickets"]
+    report.emails, report.tickets = len(emails), len(tickets)
+    email_runs = Counter(e["run_id"] for e in emails)
+    ticket_runs = Counter(t["run_id"] for t in tickets)
+    for rid, n in (email_runs + ticket_runs).items():
+        if email_runs[rid] > 1 or ticket_runs[rid] > 1:
+            fail(f"no duplicate effect: run {rid} has {email_runs[rid]} emails and {ticket_runs[rid]} tickets")
+
+    emails_by_run = {e["run_id"]: e for e in emails}
+    tickets_by_run = {t["run_id"]: t for t in tickets}
+    for rid, s in report.runs.items():
+        if s["status"] != "completed":
+            continue
+        for step in ("send_confirmation", "record_outcome"):
+            e = by_key.get(idempotency_key(rid, step))
+            if e is None or e.effects_applied != 1:
+                fail(f"no lost effect: completed run {rid} has {step} applied "
+                     f"{0 if e is None else e.effects_applied} times")
+        sent, recorded = s["steps"][1]["result"] or {}, s["steps"][2]["result"] or {}
+        if emails_by_run.get(rid, {}).get("message_id") != sent.get("message_id"):
+            fail(f"no lost effect: run {rid} recorded email {sent.get('message_id')}, the provider holds "
+                 f"{emails_by_run.get(rid, {}).get('message_id')}")
+        if tickets_by_run.get(rid, {}).get("ticket_id") != recorded.get("ticket_id"):
+            fail(f"no lost effect: run {rid} recorded ticket {recorded.get('ticket_id')}, the provider holds "
+                 f"{tickets_by_run.get(rid, {}).get('ticket_id')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="runs started at once (default 50)")
+    parser.add_argument("--kills", type=int, default=10, help="SIGKILLs of a worker while runs are in flight (default 10)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-seconds", type=float, default=300.0, help="hard bound on the whole thing")
+    parser.add_argument("--pace", type=float, default=1.0, help="LAB_STEP_SECONDS for the workers")
+    parser.add_argument("--temporal-address", default=None, help="use this server instead of starting a dev server")
+    parser.add_argument("--echo", action="store_true", help="show the workers' output")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.kills < 0 or args.max_seconds <= 0 or args.pace < 0:
+        parser.error("--runs >= 1, --kills >= 0, --max-seconds > 0 and --pace >= 0")
+    config = ChaosConfig(runs=args.runs, kills=args.kills, seed=args.seed, max_seconds=args.max_seconds,
+                         pace=args.pace, temporal_address=args.temporal_address, echo=args.echo)
+    report = asyncio.run(run_chaos(config))
+    print(report.summary(), flush=True)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    from flowclient.connect import exit_now
+
+    exit_now(main())

@@ -1,0 +1,204 @@
+"""The crash matrix: every named crash point (docs/crashpoints.md), on both
+engines. For each: a process armed with CRASH_AT dies there by SIGKILL; a
+fresh process (a new Temporal worker, or ``python -m runrecord resume``)
+finishes the run. Asserted, from the processes' own output and the
+provider's own counts:
+
+- the run completes;
+- it resumed at the right step: a step whose completion was recorded before
+  the crash is not executed again, every later step runs exactly once in the
+  second process (counted from the ``step <name> started:`` lines both
+  engines print);
+- each effect is applied exactly once at the provider; the effect that was
+  accepted just before the crash is requested twice (at-least-once execution,
+  idempotent receiver), every other one once.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from lab.processes import Proc
+from provider.client import fetch_effects
+from runrecord import RunRecord
+from runrecord.status import run_status as record_status
+from steps.crashpoints import ENGINE_POINTS, POINTS
+from steps.keys import idempotency_key
+from tests.conftest import poll_until, wait_exit
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+STEPS = ("draft", "send_confirmation", "record_outcome")
+EFFECT_STEPS = ("send_confirmation", "record_outcome")
+
+
+@dataclass(frozen=True)
+class Case:
+    engine: str  # "temporal" | "runrecord"
+    point: str
+
+    @property
+    def step(self) -> str:
+        """The step during (or after) which the process dies."""
+        return next(s for s in STEPS if f"{s}:" in self.point)
+
+    @property
+    def index(self) -> int:
+        return STEPS.index(self.step)
+
+    @property
+    def recorded(self) -> bool:
+        """The dying step's completion was recorded: resume must not run it again."""
+        return self.point.endswith(":after_record")
+
+    @property
+    def effect_sent(self) -> bool:
+        """The provider accepted the dying step's request: resume repeats it, same key."""
+        return self.point.endswith(":after_effect")
+
+    @property
+    def started_line_before_death(self) -> bool:
+        # Temporal's activity wrapper logs before calling the step; the runner
+        # logs after committing the attempt and its intent (its own points).
+        return not (self.point.endswith(":after_start") or self.point.endswith(":after_intent"))
+
+    def expected_first(self, step: str) -> int:
+        i = STEPS.index(step)
+        if i < self.index:
+            return 1
+        if i == self.index:
+            return int(self.started_line_before_death)
+        return 0
+
+    def expected_second(self, step: str) -> int:
+        i = STEPS.index(step)
+        if i < self.index:
+            return 0
+        if i == self.index:
+            return 0 if self.recorded else 1
+        return 1
+
+
+CASES = [Case(engine, point) for engine in ("temporal", "runrecord") for point in (*POINTS, *ENGINE_POINTS[engine])]
+
+
+def executions(proc: Proc, step: str) -> int:
+    return proc.output().count(f"step {step} started:")
+
+
+def new_run_id(case: Case) -> str:
+    return f"cm-{case.engine[:4]}-{case.point.replace(':', '.')}-{uuid.uuid4().hex[:6]}"
+
+
+def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_url: str, run_id: str) -> None:
+    where = f"{case.engine} at {case.point}"
+    assert status["status"] == "completed", (where, status, second.output())
+    for step in STEPS:
+        assert executions(first, step) == case.expected_first(step), (where, step, first.output())
+        assert executions(second, step) == case.expected_second(step), (where, step, second.output())
+    # The dying step's crashed attempt counts; a recorded step keeps its attempt 1.
+    attempts = {s["name"]: s["attempts"] for s in status["steps"]}
+    assert attempts[case.step] == (1 if case.recorded else 2), (where, status)
+    for step in STEPS[: case.index]:
+        assert attempts[step] == 1, (where, status)
+    effects = {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
+    assert len(effects) == 2, (where, effects)
+    for step in EFFECT_STEPS:
+        effect = effects[idempotency_key(run_id, step)]
+        requests = 2 if (step == case.step and case.effect_sent) else 1
+        assert (effect.requests, effect.effects_applied) == (requests, 1), (where, step, effect)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "temporal"],
+                         ids=lambda c: c.point.replace(":", "."))
+async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, provider, task_queue):
+    from flowclient.status import run_status
+    from starter import start_run
+
+    run_id = new_run_id(case)
+    first = workers(crash_at=case.point)
+    created, _ = await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
+    assert created
+    assert wait_exit(first, timeout=90) == -9, first.output()
+    assert f"CRASH_AT={case.point}" in first.output()
+
+    before = await run_status(client, run_id)
+    assert before["status"] == "running", before
+    completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
+    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+
+    second = workers()
+
+    async def closed():
+        s = await run_status(client, run_id)
+        return s if s["status"] != "running" else None
+
+    status = await poll_until(closed, timeout=120, interval=0.1, what=f"run {run_id} to close after resume")
+    check_resume(case, first, second, status, provider.url, run_id)
+    # Results recorded before the crash are the results the run ends with.
+    for before_step, after_step in zip(before["steps"], status["steps"]):
+        if before_step["status"] == "completed":
+            assert after_step["result"] == before_step["result"]
+
+
+@pytest.fixture
+def runner_procs(provider, tmp_path):
+    """``python -m runrecord`` processes on this test's record and provider; all reaped."""
+    db = tmp_path / "runrecord.db"
+    started: list[Proc] = []
+
+    def start(*args: str, crash_at: str | None = None) -> Proc:
+        env = {
+            "RUNRECORD_DB": str(db),
+            "MEMORY_DB": str(tmp_path / "memory.db"),
+            "PROVIDER_URL": provider.url,
+            "PYTHONUNBUFFERED": "1",
+            # Short, so the resume need not wait 10 s for the dead holder's lease.
+            "RUNRECORD_LEASE_SECONDS": "0.5",
+        }
+        if crash_at:
+            env["CRASH_AT"] = crash_at
+        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=env)
+        started.append(proc)
+        return proc
+
+    start.db = db  # type: ignore[attr-defined]
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "runrecord"],
+                         ids=lambda c: c.point.replace(":", "."))
+async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, provider):
+    run_id = new_run_id(case)
+    first = runner_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point)
+    assert wait_exit(first, timeout=90) == -9, first.output()
+    assert f"CRASH_AT={case.point}" in first.output()
+
+    with RunRecord(runner_procs.db) as record:
+        before = record_status(record, run_id)
+    completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
+    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+
+    def lease_free() -> bool:
+        with RunRecord(runner_procs.db) as record:
+            run = record.load(run_id)
+        return run.lease_holder is None or run.lease_expires_at < time.time()
+
+    await poll_until(lease_free, timeout=30, interval=0.05, what=f"the dead runner's lease on {run_id} to expire")
+    second = runner_procs("resume", run_id)
+    assert wait_exit(second, timeout=120) == 0, second.output()
+    with RunRecord(runner_procs.db) as record:
+        status = record_status(record, run_id)
+    check_resume(case, first, second, status, provider.url, run_id)
+    for before_step, after_step in zip(before["steps"], status["steps"]):
+        if before_step["status"] == "completed":
+            assert after_step["result"] == before_step["result"]

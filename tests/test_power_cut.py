@@ -1,0 +1,153 @@
+"""The power cut: every process of a run is SIGKILLed at once, mid-run, and
+restarted on the same files and ports; the run completes and each effect is
+applied exactly once.
+
+Temporal: the dev server (history in a SQLite file, not the session's
+in-memory server), the worker and the provider die together; the server comes
+back on the same database file and port, the provider on the same store and
+port (so PROVIDER_URL stays valid), then a fresh worker. The hand-rolled
+engine: the runner and the provider die together; the record is a SQLite file
+committed with synchronous=FULL, so it survives by construction.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from flowclient.connect import connect
+from flowclient.status import run_status
+from lab.processes import DevServer, Proc, start_provider, start_worker
+from provider.client import fetch_effects
+from runrecord import RunRecord
+from runrecord.status import run_status as record_status
+from starter import start_run
+from steps.keys import idempotency_key
+from tests.conftest import poll_until, wait_exit
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+# Slow enough that "mid-run" lasts: the cut lands after the email, before the ticket.
+PACE = {"LAB_STEP_SECONDS": "1.0"}
+
+
+def effects(url: str, run_id: str) -> dict:
+    return {e.key: e for e in fetch_effects(url, run_id=run_id)}
+
+
+def email_applied(url: str, run_id: str) -> bool:
+    e = effects(url, run_id).get(idempotency_key(run_id, "send_confirmation"))
+    return bool(e and e.effects_applied == 1)
+
+
+def assert_once_each(url: str, run_id: str) -> None:
+    found = effects(url, run_id)
+    assert set(found) == {idempotency_key(run_id, s) for s in ("send_confirmation", "record_outcome")}, found
+    for effect in found.values():
+        assert effect.effects_applied == 1, effect
+        assert 1 <= effect.requests <= 2, effect  # a repeat after the cut is replayed, not applied
+
+
+def executions(proc: Proc, step: str) -> int:
+    return proc.output().count(f"step {step} started:")
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[-1])
+
+
+async def test_power_cut_temporal(tmp_path):
+    run_id = f"power-cut-temporal-{uuid.uuid4().hex[:8]}"
+    queue = f"tq-{uuid.uuid4().hex[:12]}"
+    env = {"MEMORY_DB": str(tmp_path / "memory.db")}
+    db = tmp_path / "temporal.db"
+    procs: list[Proc] = []
+    try:
+        server = DevServer(db_file=db).start()
+        procs.append(server.proc)
+        provider, url = start_provider(tmp_path / "provider.db")
+        procs.append(provider)
+        first = start_worker(server.address, url, queue, {**env, **PACE}, name="worker1")
+        procs.append(first)
+        client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
+        created, _ = await start_run(client, run_id, TASK, EMAIL, queue=queue)
+        assert created
+
+        await poll_until(lambda: email_applied(url, run_id), timeout=60, interval=0.05,
+                         what="the provider to apply the email")
+        mid_run = idempotency_key(run_id, "record_outcome") not in effects(url, run_id)
+        # The cut: all three at once, no cleanup anywhere.
+        for proc in (first, server.proc, provider):
+            proc.kill()
+        assert mid_run, "the ticket was created before the cut: the cut did not land mid-run"
+
+        # Power back: same database file and port for the server, same store and port for the provider.
+        server = DevServer(db_file=db, port=server.port).start()
+        procs.append(server.proc)
+        provider, url_again = start_provider(tmp_path / "provider.db", port=port_of(url))
+        procs.append(provider)
+        assert url_again == url
+        second = start_worker(server.address, url, queue, env, name="worker2")
+        procs.append(second)
+        client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
+
+        async def closed():
+            s = await run_status(client, run_id)
+            return s if s["status"] != "running" else None
+
+        status = await poll_until(closed, timeout=120, interval=0.2, what=f"run {run_id} to close after the cut")
+        assert status["status"] == "completed", (status, second.output())
+        # The history survived the cut: draft is not run again, the ticket is created once.
+        assert executions(second, "draft") == 0, second.output()
+        assert executions(second, "record_outcome") == 1, second.output()
+        assert_once_each(url, run_id)
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+async def test_power_cut_runrecord(tmp_path):
+    run_id = f"power-cut-record-{uuid.uuid4().hex[:8]}"
+    db = tmp_path / "runrecord.db"
+    procs: list[Proc] = []
+
+    def runner(*args: str, extra: dict | None = None, provider_url: str) -> Proc:
+        env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider_url,
+               "PYTHONUNBUFFERED": "1", "RUNRECORD_LEASE_SECONDS": "0.5", **(extra or {})}
+        proc = Proc(f"runrecord{len(procs)}", [sys.executable, "-m", "runrecord", *args], env=env)
+        procs.append(proc)
+        return proc
+
+    try:
+        provider, url = start_provider(tmp_path / "provider.db")
+        procs.append(provider)
+        first = runner("start", run_id, TASK, "--email", EMAIL, extra=PACE, provider_url=url)
+        await poll_until(lambda: email_applied(url, run_id), timeout=60, interval=0.05,
+                         what="the provider to apply the email")
+        mid_run = idempotency_key(run_id, "record_outcome") not in effects(url, run_id)
+        for proc in (first, provider):
+            proc.kill()
+        assert mid_run, "the ticket was created before the cut: the cut did not land mid-run"
+
+        provider, url_again = start_provider(tmp_path / "provider.db", port=port_of(url))
+        procs.append(provider)
+        assert url_again == url
+
+        def lease_free() -> bool:
+            with RunRecord(db) as record:
+                run = record.load(run_id)
+            return run.lease_holder is None or run.lease_expires_at < time.time()
+
+        await poll_until(lease_free, timeout=30, interval=0.05, what="the dead runner's lease to expire")
+        second = runner("resume", run_id, provider_url=url)
+        assert wait_exit(second, timeout=120) == 0, second.output()
+        with RunRecord(db) as record:
+            status = record_status(record, run_id)
+        assert status["status"] == "completed", status
+        assert executions(second, "draft") == 0, second.output()
+        assert executions(second, "record_outcome") == 1, second.output()
+        assert_once_each(url, run_id)
+    finally:
+        for proc in procs:
+            proc.kill()
