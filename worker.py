@@ -22,6 +22,12 @@ benchmark that measures what it buys):
   the shared queue and any live worker takes it at once. The cost is a replay
   of the history on every workflow task: ~25 events for this flow, nothing
   measurable; reconsider for long histories.
+- at most 8 workflow tasks at a time (default 100). A workflow task costs
+  ~10-20 ms of CPU here (no cache: each one replays the history in the
+  sandbox); 100 taken at once from a burst queue up inside the worker for
+  seconds, overrun the 2 s workflow task timeout and are retried, and a burst
+  of 1,000 runs made no progress for minutes (bench/bench_scale.py). With 8,
+  the rest wait on the server, where the timeout has not started.
 - the activities' 1 s heartbeat timeout and the starter's 2 s workflow task
   timeout are set where those calls are made (workflows/, starter.py).
 
@@ -48,8 +54,11 @@ from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
 
-# See the module docstring: no cache, no sticky queue, no wait on a dead worker's queue.
-TUNED_OPTIONS = {"max_cached_workflows": 0}
+# See the module docstring: no cache, no sticky queue, no wait on a dead worker's
+# queue; and few workflow-task slots, so a burst waits in the server's queue
+# (where no timeout runs) instead of inside this process, where the 2 s
+# workflow task timeout does run.
+TUNED_OPTIONS = {"max_cached_workflows": 0, "max_concurrent_workflow_tasks": 8}
 
 
 async def run_worker(queue: str, *, defaults: bool) -> None:

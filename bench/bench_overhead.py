@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio import activity, workflow  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
 from lab.processes import DevServer, start_provider  # noqa: E402
@@ -57,7 +57,7 @@ from workflows.agent_flow import AgentFlow  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-WORKER_OPTIONS = {"max_cached_workflows": 0}  # as worker.py
+from worker import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
 
 
 @activity.defn(name="noop")
@@ -113,11 +113,17 @@ async def main_async(args) -> dict[str, Kind]:
                                   **WORKER_OPTIONS))
             kinds[f"bare{n}"] = Kind(f"bare{n}", client, f"q-bare{n}", bare(n))
         deps = {}
-        for name, memory in (("flow", str(Path(tmp.name) / "memory.db")), ("flow-nomem", "off")):
+        variants = (
+            ("flow", str(Path(tmp.name) / "memory.db"), {}),
+            ("flow-nomem", "off", {}),
+            # The same flow outside the workflow sandbox: how much of the cost is the sandbox.
+            ("flow-unsandboxed", str(Path(tmp.name) / "memory-u.db"), {"workflow_runner": UnsandboxedWorkflowRunner()}),
+        )
+        for name, memory, extra in variants:
             deps[name] = deps_from_env({"PROVIDER_URL": url, "MEMORY_DB": memory})
             acts = FlowActivities(deps[name])
             workers.append(Worker(client, task_queue=f"q-{name}", workflows=[AgentFlow], activities=acts.all(),
-                                  **WORKER_OPTIONS))
+                                  **WORKER_OPTIONS, **extra))
             kinds[name] = Kind(name, client, f"q-{name}", flow(f"q-{name}"))
         for w in workers:
             await w.__aenter__()

@@ -64,14 +64,16 @@ async def one(server, provider_url, point: str, mode: str) -> float:
     args = ["--defaults"] if mode == "defaults" else []
     memory = {"MEMORY_DB": str(Path(tempfile.gettempdir()) / f"{queue}-memory.db")}
     first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point, **memory}, args)
-    await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
-                    queue=queue, timeouts=mode)
-    deadline = time.monotonic() + 60
-    while first.alive() and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    if first.alive():
-        first.kill()
-        raise RuntimeError(f"worker did not reach {point}")
+    try:
+        await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
+                        queue=queue, timeouts=mode)
+        deadline = time.monotonic() + 60
+        while first.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if first.alive():
+            raise RuntimeError(f"worker did not reach {point}")
+    finally:
+        first.kill()  # reaps it too: a dead child left unreaped stayed a zombie and hung a run
     second = start_worker(server.address, provider_url, queue, memory, args)
     ready = time.time()
     try:

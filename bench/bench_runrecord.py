@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from steps.flow import StepDeps  # noqa: E402
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RetryPolicy  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
@@ -97,11 +98,6 @@ class _StubProvider:
         pass
 
 
-@dataclass
-class _Deps:
-    provider: object
-
-
 async def _noop_draft(req, deps):
     return DraftResult(subject="s", body="b", summary="sum", model="stub")
 
@@ -123,7 +119,7 @@ NOOP_FLOW = (
 
 
 async def runner_runs(path: Path, n: int) -> float:
-    runner = Runner(path, _Deps(_StubProvider()), flow=NOOP_FLOW, say=lambda line: None)
+    runner = Runner(path, StepDeps(provider=_StubProvider(), llm=None), flow=NOOP_FLOW, say=lambda line: None)
     times = []
     try:
         for _ in range(n):

@@ -82,8 +82,8 @@ async def _cmd_resume(args) -> int:
     try:
         before = runner.record.load(run_id)
         if before.status == "completed":
-            print(f"run {run_id} is already completed; nothing to do. Its result:", flush=True)
-            return _finish(before, runner.record)
+            print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
+            return _finish(await runner.resume(run_id), runner.record)  # resume only remembers the exchange
         run = await runner.resume(run_id)
         return _finish(run, runner.record)
     finally:

@@ -199,6 +199,8 @@ class Runner:
         """
         run = self.record.load(check_run_id(run_id))
         if run.status == "completed":
+            # A crash after the last commit may have skipped the memory append; it is idempotent.
+            await self._remember(run)
             return run
         if run.status == "failed":
             raise RunTerminal(run_id, run.error)

@@ -18,6 +18,8 @@ from provider.client import ProviderClient, fetch_effects
 from runrecord import DEFAULT_FLOW, FlowChanged, LeaseHeld, Runner, RunRecord
 from runrecord.definition import DRAFT_POLICY, EFFECT_POLICY, RetryPolicy
 from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
+from memory import read_window
+from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from tests.conftest import poll_until, wait_exit
 
@@ -120,7 +122,7 @@ def test_happy_path_status_shape_and_start_twice(runrecord, provider, db, run_id
 
     resumed = runrecord("resume", run_id)
     assert finished(resumed) == 0
-    assert "already completed; nothing to do" in resumed.output() and "ticket_id=tkt_" in resumed.output()
+    assert "already completed; no step to run" in resumed.output() and "ticket_id=tkt_" in resumed.output()
     assert executions(resumed, "draft") == 0
 
     listed = runrecord("list")
@@ -353,3 +355,15 @@ def test_schema_settings_and_version(db):
     raw.close()
     with pytest.raises(SchemaError, match="newer"):
         RunRecord(db)
+
+
+async def test_crash_after_the_last_commit_resume_only_remembers_the_exchange(runrecord, provider, db, run_id):
+    first = runrecord("start", run_id, TASK, "--email", EMAIL,
+                      env={"CRASH_AT": "runrecord:record_outcome:after_record"})
+    assert finished(first) == -9, first.output()
+    assert not (db.parent / "memory.db").exists() or read_window(str(db.parent / "memory.db"), run_id) == []
+    second = runrecord("resume", run_id)
+    assert finished(second) == 0, second.output()
+    assert all(executions(second, s) == 0 for s in ("draft", "send_confirmation", "record_outcome"))
+    assert [m.id for m in read_window(str(db.parent / "memory.db"), run_id)] == list(exchange_message_ids(run_id))
+    assert counts(provider.url, run_id, "record_outcome") == (1, 1)
