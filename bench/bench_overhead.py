@@ -203,7 +203,6 @@ def report(kinds: dict[str, Kind], breakdown: dict, args) -> None:
           f"{args.latency_runs} latency runs per kind, {args.rounds} x {args.batch} runs for throughput\n")
     print(f"{'kind':<11} {'latency med':>11} {'p90':>8} {'vs bare3':>8} {'vs bare4':>8}   "
           f"{'throughput':>11} {'vs bare3':>8} {'vs bare4':>8}")
-    b3, b4 = kinds["bare3"], kinds["bare4"]
     lat = {k: statistics.median(v.latency) for k, v in kinds.items()}
     thr = {k: statistics.median(v.throughput) for k, v in kinds.items()}
     for name, kind in kinds.items():

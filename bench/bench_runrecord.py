@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from flowclient.connect import connect
 from flowclient.status import run_status
-from lab.processes import REPO, DevServer, Proc, start_provider
+from lab.processes import REPO, DevServer, Proc, start_provider, wait_until
 from provider.client import ProviderClient, fetch_effects
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES
@@ -163,16 +163,7 @@ class _Workers:
 
 
 async def _wait(check, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise TimeoutError(f"chaos: timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+    return await wait_until(check, timeout, f"chaos: {what}", interval)
 
 
 async def _faults(pc: ProviderClient) -> dict:

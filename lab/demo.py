@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from rich.table import Table
 
 from flowclient.connect import connect, exit_now
 from flowclient.status import run_status
-from lab.processes import REPO, DevServer, Proc, free_port, start_provider, start_worker
+from lab.processes import FAST_TIMERS, REPO, DevServer, Proc, free_port, start_provider, start_worker
 from provider.client import fetch_effects
 from starter import render_table, start_run
 from steps.models import STEP_NAMES
@@ -152,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         if port:
             console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
         port = free_port()
-    server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False)
+    # FAST_TIMERS: the resume waits on two server timers (heartbeat timeout, retry
+    # backoff) that a stock dev server fires up to ~1 s late; see lab/processes.py.
+    server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False,
+                       dynamic_config=FAST_TIMERS)
     provider: Proc | None = None
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:

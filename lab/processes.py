@@ -22,6 +22,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+async def wait_until(check, timeout: float, what: str, interval: float = 0.1, error: type[Exception] = TimeoutError):
+    """Call ``check`` (sync or async) until it returns something truthy, and return that.
+
+    Past ``timeout`` seconds, raise ``error`` naming ``what`` and the last value
+    seen: a deadline with a useful message, never a fixed sleep."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise error(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -128,6 +147,14 @@ class Proc:
         self.popen.wait(timeout=10)
 
 
+FAST_TIMERS = {"history.timerProcessorMaxTimeShift": '"100ms"'}
+"""Dynamic config for the dev server: fire timers within ~100 ms instead of up
+to ~1 s late. Activity heartbeat timeouts and retry backoffs are timers, so
+this is most of what a resume after SIGKILL waits for on a stock server
+(measured in bench/bench_resume.py). A server setting: a self-hosted cluster
+can set it; Temporal Cloud cannot."""
+
+
 class DevServer:
     """``temporal server start-dev`` on free loopback ports.
 
@@ -136,8 +163,10 @@ class DevServer:
     """
 
     def __init__(self, db_file: Path | None = None, port: int | None = None,
-                 ui_port: int | None = None, headless: bool = True, echo: bool = False) -> None:
+                 ui_port: int | None = None, headless: bool = True, echo: bool = False,
+                 dynamic_config: dict[str, str] | None = None) -> None:
         self.db_file = db_file
+        self.dynamic_config = dict(dynamic_config or {})
         self.port = port or free_port()
         self.ui_port = ui_port
         self.headless = headless
@@ -161,6 +190,8 @@ class DevServer:
             argv.append("--headless")
         else:
             argv += ["--ui-ip", "127.0.0.1", "--ui-port", str(self.ui_port or self.port + 1000)]
+        for key, value in self.dynamic_config.items():
+            argv += ["--dynamic-config-value", f"{key}={value}"]
         if self.db_file is not None:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
             argv += ["--db-filename", str(self.db_file)]

@@ -6,7 +6,7 @@ A request is built only from the run's inputs and the *recorded* results of
 earlier steps, never from anything held in memory, so a resumed process sends
 exactly what the crashed one would have sent (same idempotency key, same
 body). The retry policies mirror ``workflows/agent_flow.py``: draft 4
-attempts from 0.5 s doubling to at most 10 s; the two effect steps 6 attempts
+attempts from 0.2 s doubling to at most 10 s; the two effect steps 6 attempts
 from 0.2 s doubling to at most 3 s. A ``retry_after`` from the other side
 replaces the computed backoff for that retry (like Temporal's
 ``next_retry_delay``), capped at ``MAX_RETRY_AFTER``.
@@ -49,7 +49,7 @@ class RetryPolicy:
         return min(self.initial_interval * self.backoff_coefficient ** (failed_attempt - 1), self.maximum_interval)
 
 
-DRAFT_POLICY = RetryPolicy(maximum_attempts=4, initial_interval=0.5, maximum_interval=10.0)
+DRAFT_POLICY = RetryPolicy(maximum_attempts=4, initial_interval=0.2, maximum_interval=10.0)
 EFFECT_POLICY = RetryPolicy(maximum_attempts=6, initial_interval=0.2, maximum_interval=3.0)
 
 RequestBuilder = Callable[[RunInputs, Mapping[str, Any]], Any]

@@ -4,7 +4,6 @@ task queue per test, and worker processes that are always reaped."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
@@ -14,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
-from lab.processes import DevServer, Proc, start_provider, start_worker
+from lab.processes import FAST_TIMERS, DevServer, Proc, start_provider, start_worker, wait_until
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,7 +33,8 @@ def _no_state_in_the_repo(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dev_server():
-    server = DevServer().start()
+    # Fast timers only shorten the waits after a kill; no test depends on them for correctness.
+    server = DevServer(dynamic_config=FAST_TIMERS).start()
     try:
         yield server
     finally:
@@ -103,16 +103,7 @@ def workers(dev_server, provider, task_queue):
 
 async def poll_until(check, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
     """Call ``check`` (sync or async) until it returns a truthy value; fail with the last value seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+    return await wait_until(check, timeout, what, interval, error=AssertionError)
 
 
 def wait_exit(proc: Proc, timeout: float = 30.0) -> int:

@@ -34,7 +34,7 @@ def effects_by_key(provider_url: str, run_id: str) -> dict[str, dict]:
     return {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
 
 
-async def wait_closed(client, run_id: str, timeout: float = 60.0) -> dict:
+async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
     async def closed():
         status = await run_status(client, run_id)
         return status if status["status"] != "running" else None

@@ -12,26 +12,17 @@ import select
 import subprocess
 import sys
 import time
-import uuid
-from datetime import timedelta
 
 import pytest
 
-from flowclient.status import run_status
 from lab.processes import REPO
 from starter import start_run
-from tests.conftest import poll_until
+from tests.test_flow import wait_closed
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 
 
-async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
-    async def closed():
-        status = await run_status(client, run_id)
-        return status if status["status"] != "running" else None
-
-    return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
 
 
 async def test_log_lines_carry_run_step_attempt_and_duration(client, workers, provider, run_id, task_queue):

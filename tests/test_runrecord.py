@@ -282,7 +282,7 @@ async def test_concurrent_resume_only_one_proceeds(runrecord, provider, db, run_
     codes = {p.name: finished(p) for p in (a, b)}
     winner, loser = (a, b) if codes[a.name] == 0 else (b, a)
     assert sorted(codes.values()) == [0, 5], {p.name: p.output() for p in (a, b)}
-    assert f"is being run by " in loser.output() and f":{winner.pid}:" in loser.output(), loser.output()
+    assert "is being run by " in loser.output() and f":{winner.pid}:" in loser.output(), loser.output()
     assert "lease expires at" in loser.output()
     assert sum(executions(loser, s) for s in ("draft", "send_confirmation", "record_outcome")) == 0
     assert all(executions(winner, s) == 1 for s in ("draft", "send_confirmation", "record_outcome"))

@@ -15,7 +15,6 @@ from runrecord import RunRecord
 from runrecord.compare import compare, render
 from starter import start_run
 from steps.keys import idempotency_key
-from tests.conftest import poll_until
 from tests.test_flow import wait_closed
 from tests.test_runrecord import (  # noqa: F401  (fixtures)
     EMAIL,

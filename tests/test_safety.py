@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from temporalio.api.history.v1 import History
 
-from flowclient.status import run_status
 from lab.processes import REPO, DevServer
 from provider.client import fetch_effects
 from starter import start_run
 from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
-from tests.conftest import poll_until
+from tests.test_flow import wait_closed
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
@@ -27,12 +26,6 @@ TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 
 
-async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
-    async def closed():
-        status = await run_status(client, run_id)
-        return status if status["status"] != "running" else None
-
-    return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
 
 
 def _starter(dev_server, *args):
