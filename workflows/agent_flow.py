@@ -231,9 +231,11 @@ class AgentFlow:
         # Conversation memory is written after the record is complete and is
         # never read here: what happened is the history above, not memory.
         try:
-            # A local activity: it runs inside the current workflow task, so it
-            # costs no extra round trip through the server (~50 ms per run here).
-            await workflow.execute_local_activity(
+            # A regular activity, not a local one: with no workflow cache
+            # (worker.py) a local activity still running when the workflow task
+            # ends is cancelled and re-run on replay; under load that cut
+            # throughput by more than half (bench/bench_overhead.py).
+            await workflow.execute_activity(
                 FlowActivities.remember_exchange,
                 RememberRequest(
                     run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
