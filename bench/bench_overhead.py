@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio import activity, workflow  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
 from lab.processes import DevServer, start_provider  # noqa: E402
@@ -118,12 +119,14 @@ async def main_async(args) -> dict[str, Kind]:
             ("flow-nomem", "off", {}),
             # The same flow outside the workflow sandbox: how much of the cost is the sandbox.
             ("flow-unsandboxed", str(Path(tmp.name) / "memory-u.db"), {"workflow_runner": UnsandboxedWorkflowRunner()}),
+            # The SDK's default sandbox, which re-imports modules for every workflow instance.
+            ("flow-fullsandbox", str(Path(tmp.name) / "memory-p.db"), {"workflow_runner": SandboxedWorkflowRunner()}),
         )
         for name, memory, extra in variants:
             deps[name] = deps_from_env({"PROVIDER_URL": url, "MEMORY_DB": memory})
             acts = FlowActivities(deps[name])
             workers.append(Worker(client, task_queue=f"q-{name}", workflows=[AgentFlow], activities=acts.all(),
-                                  **WORKER_OPTIONS, **extra))
+                                  **{**WORKER_OPTIONS, **extra}))
             kinds[name] = Kind(name, client, f"q-{name}", flow(f"q-{name}"))
         for w in workers:
             await w.__aenter__()
