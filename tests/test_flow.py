@@ -234,16 +234,20 @@ def test_cli_start_wait_and_status_json(dev_server, workers, provider, run_id, t
     assert again.returncode == 0 and "already exists (completed)" in again.stderr
 
 
+# Bad input and the words every engine's CLI must answer it with (starter.py
+# here; tests/test_runrecord.py checks python -m runrecord against the same list).
+BAD_INPUT_CASES = [
+    (["start", "r-1", "", "--email", EMAIL], "task is empty"),
+    (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
+    (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
+    (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
+    (["start", "bad id", TASK, "--email", EMAIL], "run id"),
+    (["status", "no-such-run-anywhere"], "no run with id"),
+]
+
+
 def test_cli_bad_input_is_refused_before_anything_starts(dev_server):
-    cases = [
-        (["start", "r-1", "", "--email", EMAIL], "task is empty"),
-        (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
-        (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
-        (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
-        (["start", "bad id", TASK, "--email", EMAIL], "run id"),
-        (["status", "no-such-run-anywhere"], "no run with id"),
-    ]
-    for argv, expected in cases:
+    for argv, expected in BAD_INPUT_CASES:
         done = _starter(dev_server, *argv)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert expected in done.stderr, (argv, done.stderr)

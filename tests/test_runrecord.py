@@ -22,6 +22,7 @@ from memory import read_window
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from tests.conftest import poll_until, wait_exit
+from tests.test_flow import BAD_INPUT_CASES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -134,12 +135,7 @@ def test_happy_path_status_shape_and_start_twice(runrecord, provider, db, run_id
 
 def test_bad_input_is_refused_with_the_starters_words(db):
     cases = [
-        (["start", "r-1", "", "--email", EMAIL], "task is empty"),
-        (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
-        (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
-        (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
-        (["start", "bad id", TASK, "--email", EMAIL], "run id"),
-        (["status", "no-such-run-anywhere"], "no run with id"),
+        *BAD_INPUT_CASES,
         (["resume", "no-such-run-anywhere"], "no run with id"),
         (["start", "r-1", TASK, "--email", EMAIL, "--lease-seconds", "0"], "lease-seconds"),
     ]
