@@ -261,9 +261,14 @@ async def test_permanent_error_fails_at_once_and_resume_is_refused(runrecord, pr
 
 
 def test_retry_policies_mirror_temporals():
-    assert (DRAFT_POLICY.maximum_attempts, EFFECT_POLICY.maximum_attempts) == (4, 6)
+    from workflows.agent_flow import DRAFT_OPTIONS, EFFECT_OPTIONS
+
+    for ours, theirs in ((DRAFT_POLICY, DRAFT_OPTIONS["retry_policy"]), (EFFECT_POLICY, EFFECT_OPTIONS["retry_policy"])):
+        assert ours.maximum_attempts == theirs.maximum_attempts
+        assert ours.delay(1) == theirs.initial_interval.total_seconds()
+        assert ours.delay(20) == theirs.maximum_interval.total_seconds()
+        assert ours.backoff_coefficient == theirs.backoff_coefficient
     assert [EFFECT_POLICY.delay(n) for n in range(1, 6)] == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.0])
-    assert DRAFT_POLICY.delay(1) == 0.5 and DRAFT_POLICY.delay(10) == 10.0
     assert EFFECT_POLICY.delay(1, retry_after=2.5) == 2.5  # the other side's word wins
     assert RetryPolicy(3, 1.0).delay(1, retry_after=10_000) == 60.0  # but is capped
 
