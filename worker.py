@@ -19,9 +19,12 @@ benchmark that measures what it buys):
   was killed, the task waits there for the sticky schedule-to-start timeout
   (10 s by default; measured here: even at 0.3 s it cost ~0.9 s, because the
   server fires that timeout late). Without a cache every workflow task goes to
-  the shared queue and any live worker takes it at once. The cost is a replay
-  of the history on every workflow task: ~25 events for this flow, nothing
-  measurable; reconsider for long histories.
+  the shared queue and any live worker takes it at once. The cost is a
+  replay on every workflow task in a fresh sandboxed instance: ~25 events
+  for this flow, a few ms of latency, but about half the throughput of a bare
+  workflow under load (docs/benchmarks.md); reconsider for long histories.
+- the sandbox passes imports through instead of re-importing them for every
+  instance (+30% throughput; non-deterministic calls are still refused).
 - at most 8 workflow tasks at a time (default 100). A workflow task costs
   ~10-20 ms of CPU here (no cache: each one replays the history in the
   sandbox); 100 taken at once from a burst queue up inside the worker for
