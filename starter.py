@@ -89,22 +89,44 @@ async def start_run(
     return True, None
 
 
-async def wait_for_close(client: Client, run_id: str, on_change=None, poll: float = 0.25) -> dict:
+async def wait_for_status(client: Client, run_id: str, until, on_change=None, poll: float = 0.25,
+                          timeout: float | None = None) -> dict:
+    """Poll the run's status until ``until(status)``; ``on_change`` sees each new status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
         status = await run_status(client, run_id)
         if on_change and status != last:
             on_change(status)
         last = status
-        if status["status"] != "running":
+        if until(status):
             return status
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s; last status: {status}")
         await asyncio.sleep(poll)
 
 
+async def wait_for_close(client: Client, run_id: str, on_change=None, poll: float = 0.25) -> dict:
+    return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
+
+
+def step_ticker(indent: str = "  "):
+    """An ``on_change`` callback that prints one line each time a step changes status."""
+    seen: dict[str, str] = {}
+
+    def tick(status: dict) -> None:
+        for step in status["steps"]:
+            if seen.get(step["name"]) != step["status"]:
+                seen[step["name"]] = step["status"]
+                if step["status"] != "pending":
+                    print(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
+                          f" (attempt {step['attempts']})", flush=True)
+
+    return tick
+
+
 async def live_status(client: Client, run_id: str) -> dict:
-    handle = client.get_workflow_handle(run_id)
-    snap = await handle.query("progress", rpc_timeout=timedelta(seconds=5))
-    return snap
+    return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=timedelta(seconds=5))
 
 
 def render_table(status: dict) -> str:
@@ -217,23 +239,11 @@ async def _cmd_start(args) -> int:
         else:
             print(f"  ui: {ui_url(run_id)}", flush=True)
         return 0
-    seen: dict[str, str] = {}
-
-    def progress(status: dict) -> None:
-        if args.json:
-            return
-        for step in status["steps"]:
-            if seen.get(step["name"]) != step["status"]:
-                seen[step["name"]] = step["status"]
-                if step["status"] != "pending":
-                    print(f"  {time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
-                          f" (attempt {step['attempts']})", flush=True)
-
     if _interactive(args):
         print(f"  ui: {ui_url(run_id)}", flush=True)
         final = await follow_live(client, run_id)
         return _exit_code(final)
-    final = await wait_for_close(client, run_id, progress)
+    final = await wait_for_close(client, run_id, None if args.json else step_ticker())
     _print_status(final, args.json)
     return _exit_code(final)
 
@@ -295,13 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return asyncio.run(args.func(args))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RunNotFound as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ConnectionError, ValueError) as err:  # unreachable server; bad configuration (e.g. LAB_CODEC_KEY)
+    # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
+    # InputError is a ValueError too).
+    except (RunNotFound, ConnectionError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:

@@ -33,7 +33,7 @@ from flowclient.connect import connect, exit_now
 from flowclient.status import run_status
 from lab.processes import FAST_TIMERS, REPO, DevServer, Proc, free_port, start_provider, start_worker
 from provider.client import fetch_effects
-from starter import render_table, start_run
+from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.models import STEP_NAMES
 
 console = Console(highlight=False)
@@ -59,22 +59,6 @@ def executed(proc: Proc) -> list[str]:
     return [s for line in proc.output().splitlines() for s in STEP_NAMES if f"step {s} started:" in line]
 
 
-async def follow(client, run_id: str, until, seen: dict[str, str], timeout: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await run_status(client, run_id)
-        for step in status["steps"]:
-            if seen.get(step["name"]) != step["status"]:
-                seen[step["name"]] = step["status"]
-                if step["status"] != "pending":
-                    console.print(f"    {time.strftime('%H:%M:%S')}  {step['name']:<18} "
-                                  f"{step['status']} (attempt {step['attempts']})")
-        if until(status):
-            return status
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s: {status}")
-
-
 async def story(server: DevServer, provider_url: str, pace: str, run_id: str, state: Path) -> int:
     queue = "agent-flow-demo"
     env = {"LAB_STEP_SECONDS": pace, "MEMORY_DB": str(state / "memory.db")}
@@ -86,8 +70,9 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
 
     say(f'starting run {run_id}: "Confirm the refund for order 1234" -> ada@example.com')
     await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com", queue=queue)
-    seen: dict[str, str] = {}
-    await follow(client, run_id, lambda s: s["steps"][1]["status"] == "completed", seen)
+    tick = step_ticker(indent="    ")  # shared by both workers' halves: a step is printed when it changes
+    await wait_for_status(client, run_id, lambda s: s["steps"][1]["status"] == "completed", tick,
+                          poll=0.1, timeout=120)
 
     say(f"step 2 is recorded: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
     first.kill()
@@ -100,7 +85,7 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
     ready = time.monotonic()
     second = start_worker(server.address, provider_url, queue, env, name="worker2")
     console.print(f"    worker 2 is pid {second.pid}")
-    final = await follow(client, run_id, lambda s: s["status"] != "running", seen)
+    final = await wait_for_status(client, run_id, lambda s: s["status"] != "running", tick, poll=0.1, timeout=120)
     elapsed = time.monotonic() - ready
     second.stop()
 

@@ -167,6 +167,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# How each refusal is worded and which exit code it gets.
+_REFUSALS = {
+    RunExists: ("error", EXIT_EXISTS),
+    RunTerminal: ("refused", EXIT_TERMINAL),
+    LeaseHeld: ("refused", EXIT_LEASE_HELD),
+    FlowChanged: ("refused", EXIT_FLOW_CHANGED),
+    LeaseLost: ("stopped", EXIT_LEASE_LOST),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # SIGTERM behaves like Ctrl-C: the runner hands its lease back before exiting.
@@ -177,21 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, RunNotFound, SchemaError, ConnectionError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_INPUT
-    except RunExists as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return EXIT_EXISTS
-    except RunTerminal as err:
-        print(f"refused: {err}", file=sys.stderr, flush=True)
-        return EXIT_TERMINAL
-    except LeaseHeld as err:
-        print(f"refused: {err}", file=sys.stderr, flush=True)
-        return EXIT_LEASE_HELD
-    except FlowChanged as err:
-        print(f"refused: {err}", file=sys.stderr, flush=True)
-        return EXIT_FLOW_CHANGED
-    except LeaseLost as err:
-        print(f"stopped: {err}", file=sys.stderr, flush=True)
-        return EXIT_LEASE_LOST
+    except tuple(_REFUSALS) as err:
+        word, code = next(v for kind, v in _REFUSALS.items() if isinstance(err, kind))
+        print(f"{word}: {err}", file=sys.stderr, flush=True)
+        return code
     except KeyboardInterrupt:
         print("interrupted; the lease was released: resume to continue", file=sys.stderr, flush=True)
         return 130

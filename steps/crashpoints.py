@@ -45,6 +45,8 @@ import os
 import signal
 import sys
 
+from steps.models import STEP_NAMES
+
 POINTS = (
     "draft:before",
     "draft:during_llm",
@@ -54,10 +56,8 @@ POINTS = (
     "record_outcome:after_effect",
 )
 
-_STEPS = ("draft", "send_confirmation", "record_outcome")
-
 ENGINE_POINTS = {
-    "temporal": tuple(f"temporal:{s}:after_record" for s in _STEPS),
+    "temporal": tuple(f"temporal:{s}:after_record" for s in STEP_NAMES),
     "runrecord": (
         "runrecord:draft:after_start",
         "runrecord:draft:after_record",

@@ -31,7 +31,7 @@ from flowclient.codec import (
 from flowclient.connect import connect
 from lab.processes import REPO
 from starter import start_run
-from tests.conftest import poll_until
+from tests.test_flow import wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()
@@ -132,12 +132,7 @@ async def test_history_holds_no_personal_data_and_tools_still_read_it(
     created, _ = await start_run(sealed_client, run_id, TASK, EMAIL, queue=task_queue)
     assert created
 
-    async def done():
-        from flowclient.status import run_status
-        s = await run_status(sealed_client, run_id)
-        return s if s["status"] != "running" else None
-
-    status = await poll_until(done, timeout=90, what=f"run {run_id} to close")
+    status = await wait_closed(sealed_client, run_id)
     assert status["status"] == "completed", status
     assert status["steps"][1]["result"]["to"] == EMAIL
 
@@ -182,12 +177,7 @@ async def test_failure_messages_are_encrypted_too_and_status_decodes_them(
     bounced = "grace.hopper@mailbox.invalid"
     await start_run(sealed, run_id, TASK, bounced, queue=task_queue)
 
-    async def done():
-        from flowclient.status import run_status
-        s = await run_status(sealed, run_id)
-        return s if s["status"] != "running" else None
-
-    status = await poll_until(done, timeout=90, what=f"run {run_id} to fail")
+    status = await wait_closed(sealed, run_id)
     assert status["status"] == "failed"
     assert bounced in status["error"] and "send_confirmation" in status["error"]
     plain = await connect({"TEMPORAL_ADDRESS": dev_server.address})

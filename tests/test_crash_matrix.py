@@ -29,6 +29,7 @@ from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from steps.crashpoints import ENGINE_POINTS, POINTS
 from steps.keys import idempotency_key
+from tests.test_flow import wait_closed
 from tests.conftest import poll_until, wait_exit
 
 TASK = "Confirm the refund for order 1234"
@@ -134,11 +135,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
 
     second = workers()
 
-    async def closed():
-        s = await run_status(client, run_id)
-        return s if s["status"] != "running" else None
-
-    status = await poll_until(closed, timeout=120, interval=0.1, what=f"run {run_id} to close after resume")
+    status = await wait_closed(client, run_id, timeout=120)
     check_resume(case, first, second, status, provider.url, run_id)
     # Results recorded before the crash are the results the run ends with.
     for before_step, after_step in zip(before["steps"], status["steps"]):

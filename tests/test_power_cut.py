@@ -17,13 +17,13 @@ import time
 import uuid
 
 from flowclient.connect import connect
-from flowclient.status import run_status
 from lab.processes import DevServer, Proc, start_provider, start_worker
 from provider.client import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from starter import start_run
 from steps.keys import idempotency_key
+from tests.test_flow import wait_closed
 from tests.conftest import poll_until, wait_exit
 
 TASK = "Confirm the refund for order 1234"
@@ -92,11 +92,7 @@ async def test_power_cut_temporal(tmp_path):
         procs.append(second)
         client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
 
-        async def closed():
-            s = await run_status(client, run_id)
-            return s if s["status"] != "running" else None
-
-        status = await poll_until(closed, timeout=120, interval=0.2, what=f"run {run_id} to close after the cut")
+        status = await wait_closed(client, run_id, timeout=120)
         assert status["status"] == "completed", (status, second.output())
         # The history survived the cut: draft is not run again, the ticket is created once.
         assert executions(second, "draft") == 0, second.output()
