@@ -45,7 +45,7 @@ from pathlib import Path
 
 from flowclient.connect import connect
 from flowclient.status import run_status
-from lab.processes import REPO, DevServer, Proc, start_provider, wait_until
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
 from provider.client import ProviderClient, fetch_effects
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES
@@ -186,7 +186,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
     workers = None
     try:
         if config.temporal_address is None:
-            server = DevServer().start()
+            server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
             address = server.address
         else:
             address = config.temporal_address

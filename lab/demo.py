@@ -31,7 +31,7 @@ from rich.table import Table
 
 from flowclient.connect import connect, exit_now
 from flowclient.status import run_status
-from lab.processes import FAST_TIMERS, REPO, DevServer, Proc, free_port, start_provider, start_worker
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, free_port, start_provider, start_worker
 from provider.client import fetch_effects
 from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.models import STEP_NAMES
@@ -136,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         if port:
             console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
         port = free_port()
-    # FAST_TIMERS: the resume waits on two server timers (heartbeat timeout, retry
-    # backoff) that a stock dev server fires up to ~1 s late; see lab/processes.py.
+    # LAB_SERVER_CONFIG: the resume waits on two server timers (heartbeat timeout,
+    # retry backoff) that a stock dev server fires up to ~1 s late, and each step on
+    # a transfer-queue read a stock server rate-limits; see lab/processes.py.
     server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False,
-                       dynamic_config=FAST_TIMERS)
+                       dynamic_config=LAB_SERVER_CONFIG)
     provider: Proc | None = None
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from lab.processes import REPO, DevServer, Proc, start_provider, start_worker
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, start_worker
 from lesson.effects import describe, per_step
 from provider.client import fetch_effects
 from steps.models import STEP_NAMES
@@ -254,7 +254,7 @@ class Scenario:
     # -- all of it -------------------------------------------------------------
 
     def play(self) -> list[Observed]:
-        server = DevServer()  # in memory, free ports
+        server = DevServer(dynamic_config=LAB_SERVER_CONFIG)  # in memory, free ports
         # The dev server takes a few seconds to come up: start it while the first two engines play.
         failure: list[BaseException] = []
 

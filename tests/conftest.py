@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
-from lab.processes import FAST_TIMERS, DevServer, Proc, start_provider, start_worker, wait_until
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider, start_worker, wait_until
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,7 +34,7 @@ def _no_state_in_the_repo(tmp_path_factory):
 @pytest.fixture(scope="session")
 def dev_server():
     # Fast timers only shorten the waits after a kill; no test depends on them for correctness.
-    server = DevServer(dynamic_config=FAST_TIMERS).start()
+    server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
     try:
         yield server
     finally:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.processes import LAB_SERVER_CONFIG
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra: pip install -e '.[dev]'")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -125,7 +127,12 @@ def test_paths_in_compose_and_dockerfile_exist(compose):
     dyn = temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"].removeprefix("config/dynamicconfig/")
     dyn_file = REPO / "deploy" / "dynamicconfig" / dyn
     assert dyn_file.is_file()
-    assert isinstance(yaml.safe_load(dyn_file.read_text()), dict)
+    dynamic = yaml.safe_load(dyn_file.read_text())
+    assert isinstance(dynamic, dict)
+    # The stack's server runs with the settings the lab's dev server was measured with.
+    for key, value in LAB_SERVER_CONFIG.items():
+        assert key in dynamic, f"{dyn_file.name} lacks {key} (lab/processes.py sets it)"
+        assert str(dynamic[key][0]["value"]) == str(yaml.safe_load(value)), (key, dynamic[key])
 
     copied: list[str] = []
     for line in DOCKERFILE.read_text().splitlines():
