@@ -133,11 +133,29 @@ class FlowActivities:
     @activity.defn(name="record_outcome")
     async def record_outcome(self, req: RecordRequest) -> RecordOutput:
         result = await self._run(flow.record_outcome(req, self.deps))
+        if req.remember is not None:
+            # In this activity rather than a 4th one: a round trip less per run
+            # (docs/benchmarks.md). After the effect, so memory never holds an
+            # exchange whose outcome was not recorded; a crash in between
+            # retries both, and both are idempotent.
+            await self._remember_best_effort(req.remember)
         return RecordOutput(result=result, attempt=activity.info().attempt)
+
+    async def _remember_best_effort(self, req: RememberRequest) -> None:
+        # Memory informs later prompts; failing here would retry a step whose
+        # effect is already applied, for nothing. Log and carry on.
+        try:
+            await flow.remember_exchange(req, self.deps)
+        except Exception as err:  # noqa: BLE001 - best effort by design
+            log.warning("exchange not remembered: run %s: %s", req.run_id, type(err).__name__)
 
     @activity.defn(name="remember_exchange")
     async def remember_exchange(self, req: RememberRequest) -> int:
-        """Not a step: appends the finished run's exchange to conversation memory."""
+        """Not a step: appends the finished run's exchange to conversation memory.
+
+        Scheduled only by runs whose history predates the memory write moving
+        into ``record_outcome`` (see the patch in workflows/agent_flow.py);
+        registered so that such runs can still finish."""
         return await flow.remember_exchange(req, self.deps)
 
     def all(self) -> list:

@@ -45,23 +45,8 @@ class EmailSent:
 
 
 @dataclass(frozen=True)
-class RecordRequest:
-    run_id: str
-    summary: str
-    email_message_id: str
-    idempotency_key: str
-
-
-@dataclass(frozen=True)
-class OutcomeRecorded:
-    ticket_id: str
-    idempotency_key: str
-    replayed: bool = False
-
-
-@dataclass(frozen=True)
 class RememberRequest:
-    """After a run completes: its exchange, to be appended to conversation memory.
+    """After a run's last effect: its exchange, to be appended to conversation memory.
 
     Message ids derive from the run id, so a retried or resumed append adds
     nothing the second time."""
@@ -70,6 +55,24 @@ class RememberRequest:
     conversation_id: str
     task: str
     reply: str
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    run_id: str
+    summary: str
+    email_message_id: str
+    idempotency_key: str
+    # Set by the Temporal workflow: the activity appends the exchange to memory
+    # once the ticket is recorded (best effort), saving a round trip.
+    remember: RememberRequest | None = None
+
+
+@dataclass(frozen=True)
+class OutcomeRecorded:
+    ticket_id: str
+    idempotency_key: str
+    replayed: bool = False
 
 
 def to_jsonable(value: Any) -> Any:

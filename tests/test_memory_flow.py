@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from flowclient.status import run_status
 from memory import Message, open_store, read_window
 from provider.client import fetch_effects
@@ -36,9 +38,12 @@ async def test_a_finished_run_feeds_the_next_prompt_in_its_conversation(client, 
     assert ids == [*exchange_message_ids(first), *exchange_message_ids(second)]
 
 
-async def test_a_resumed_run_remembers_its_exchange_once(client, workers, provider, run_id, task_queue):
-    # Killed before step 3: the exchange is appended once, by the worker that finishes.
-    workers(crash_at="record_outcome:before")
+@pytest.mark.parametrize("crash_at", ["record_outcome:before", "record_outcome:after_effect"])
+async def test_a_resumed_run_remembers_its_exchange_once(client, workers, provider, run_id, task_queue, crash_at):
+    # Killed before step 3, or after its effect and before memory was written (the
+    # activity writes memory once the ticket is recorded): the exchange is appended
+    # once, by the worker that finishes.
+    workers(crash_at=crash_at)
     await start_run(client, run_id, "Confirm the refund", EMAIL, queue=task_queue)
     workers()
     await wait_closed(client, run_id)

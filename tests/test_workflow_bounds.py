@@ -4,7 +4,9 @@ ends the run instead of being retried for ever."""
 
 from __future__ import annotations
 
-from temporalio.client import WorkflowExecutionStatus
+from pathlib import Path
+
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer
 
 from starter import start_run
@@ -21,6 +23,33 @@ async def test_recorded_history_replays_under_current_code(client, workers, prov
     await handle.result()
     history = await handle.fetch_history()
     await Replayer(workflows=[AgentFlow]).replay_workflow(history)
+
+
+async def test_runs_recorded_before_the_memory_patch_still_replay():
+    """A history recorded by the earlier flow (memory written by a 4th activity,
+    remember_exchange) replays under the current code: the patch keeps old runs
+    on the path they took, so a worker upgrade does not fail them mid-run."""
+    fixture = Path(__file__).parent / "data" / "agentflow-v1-memory-activity.json"
+    history = WorkflowHistory.from_json("history-v1", fixture.read_text())
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled == ["draft", "send_confirmation", "record_outcome", "remember_exchange"]
+    await Replayer(workflows=[AgentFlow]).replay_workflow(history)
+
+
+async def test_new_runs_write_memory_inside_record_outcome(client, workers, provider, run_id, task_queue):
+    """Three activities and the patch marker: no 4th round trip for memory."""
+    workers()
+    await start_run(client, run_id, "Confirm the refund", "ada@example.com", queue=task_queue)
+    handle = client.get_workflow_handle(run_id)
+    await handle.result()
+    history = await handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled == ["draft", "send_confirmation", "record_outcome"]
+    markers = [e.marker_recorded_event_attributes for e in history.events
+               if e.HasField("marker_recorded_event_attributes")]
+    assert len(markers) == 1 and markers[0].marker_name == "core_patch"
 
 
 async def test_input_the_workflow_cannot_decode_fails_the_run(client, workers, run_id, task_queue):

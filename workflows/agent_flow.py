@@ -74,8 +74,12 @@ DEFAULT_TIMEOUTS = {
 }
 TUNED_TIMEOUTS = {"draft": DRAFT_OPTIONS, "effect": EFFECT_OPTIONS}
 
-# Remembering the exchange is best effort: memory informs later prompts and
-# must never stop (or fail) a run. Three quick attempts, then move on.
+# Patch id (workflow.patched): runs that carry its marker write memory inside
+# record_outcome; runs recorded before it ran a 4th activity, remember_exchange.
+MEMORY_IN_RECORD_PATCH = "memory-in-record-outcome"
+
+# Only for runs recorded before the patch. Remembering the exchange is best
+# effort: memory informs later prompts and must never stop (or fail) a run.
 REMEMBER_OPTIONS = dict(
     start_to_close_timeout=timedelta(seconds=10),
     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
@@ -217,6 +221,15 @@ class AgentFlow:
             ),
             options["effect"],
         )
+        remember = RememberRequest(
+            run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
+        )
+        # Conversation memory is written after the last effect and never read
+        # here: what happened is the history above, not memory. The
+        # record_outcome activity writes it once the ticket is recorded (best
+        # effort), which saves a round trip. Runs recorded before that change
+        # scheduled a separate activity; the patch replays them as they ran.
+        memory_in_record = workflow.patched(MEMORY_IN_RECORD_PATCH)
         await self._step(
             2,
             FlowActivities.record_outcome,
@@ -225,24 +238,16 @@ class AgentFlow:
                 summary=drafted.summary,
                 email_message_id=sent.message_id,
                 idempotency_key=idempotency_key(inp.run_id, "record_outcome"),
+                remember=remember if memory_in_record else None,
             ),
             options["effect"],
         )
-        # Conversation memory is written after the record is complete and is
-        # never read here: what happened is the history above, not memory.
-        try:
-            # A regular activity, not a local one: with no workflow cache
-            # (worker.py) a local activity still running when the workflow task
-            # ends is cancelled and re-run on replay; under load that cut
-            # throughput by more than half (bench/bench_overhead.py).
-            await workflow.execute_activity(
-                FlowActivities.remember_exchange,
-                RememberRequest(
-                    run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
-                ),
-                **REMEMBER_OPTIONS,
-            )
-        except ActivityError as err:
-            workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason(err))
+        if not memory_in_record:
+            try:
+                await workflow.execute_activity(
+                    FlowActivities.remember_exchange, remember, **REMEMBER_OPTIONS
+                )
+            except ActivityError as err:
+                workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason(err))
         self._status = "completed"
         return self._snapshot()
