@@ -1,30 +1,33 @@
-"""The flow's overhead against a bare Temporal workflow, side by side in one run.
+"""The flow's overhead against bare Temporal workflows, side by side in one run.
 
-    .venv/bin/python bench/bench_overhead.py [--latency-runs 30] [--batch 100] [--rounds 2]
+    .venv/bin/python bench/bench_overhead.py [--latency-runs 30] [--batch 100] [--rounds 2] [--server lab|stock]
 
-Four kinds of workflow, each on its own task queue of an in-process worker
-with the same options as worker.py (``max_cached_workflows=0``), on one dev
-server (in memory), one provider process, the offline model:
+Kinds of workflow, each on its own task queue of an in-process worker with
+the options of worker.py (``TUNED_OPTIONS``: no workflow cache, 8
+workflow-task slots, the sandbox with imports passed through), one dev server
+(in memory; ``--server lab``, the default, is the lab's own configuration,
+``LAB_SERVER_CONFIG``; ``stock`` is Temporal's defaults), one provider
+process, the offline model:
 
-- ``bare3``: three no-op activities in sequence (defined here, unsandboxed);
-- ``bare4``: four no-op activities: the flow also runs a 4th activity
-  (``remember_exchange``), so this is the like-for-like baseline;
-- ``flow``: AgentFlow as shipped (input checks, keys, heartbeating activity
-  wrapper, offline model, two provider HTTP calls, memory in a SQLite file);
-- ``flow-nomem``: the same with ``MEMORY_DB=off`` (the 4th activity still
-  runs, it just does nothing).
+- ``bare3``: three no-op activities (bench/bare_flows.py): Temporal's floor;
+- ``bare-steps``: the same three step functions with the same dependencies,
+  each in a plain activity (bench/bare_flows.py): the work without the
+  adapter. **The baseline of the goal**: flow against it is the adapter's
+  overhead (heartbeats, error mapping, input checks, status, memory write);
+- ``flow``: AgentFlow as shipped;
+- ``flow-nomem``: the same with ``MEMORY_DB=off``;
+- ``flow-unsandboxed``: ``UnsandboxedWorkflowRunner``: what the sandbox costs;
+- ``flow-cached``: a workflow cache of 1,000 (the SDK default): what the
+  resume tuning (no cache, so no sticky queue to wait on after a kill) costs.
 
 Latency: runs one at a time, kinds interleaved run by run; start to result,
 median and p90. Throughput: a batch of ``--batch`` runs started at once per
 kind, kinds interleaved round by round; runs per second from the first start
-to the last result. Ratios are against ``bare3`` and ``bare4``. Goal: flow
-latency within 1.15x, throughput at least 0.85x.
+to the last result. Goal: flow latency within 1.15x, throughput at least
+0.85x of the bare workflow.
 
 Then where a step's time goes, from the history event timestamps (server
-clock) of the latency runs: activity schedule-to-start, start-to-close,
-the gap from ActivityTaskCompleted to the next WorkflowTaskScheduled, the
-workflow task's schedule-to-start, and its start-to-complete. Not a test: it
-reports, it does not assert.
+clock) of the latency runs. Not a test: it reports, it does not assert.
 """
 
 from __future__ import annotations
@@ -39,41 +42,25 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio import activity, workflow  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
-from lab.processes import DevServer, start_provider  # noqa: E402
+from bare_flows import BareInput, BareN, BareStepActivities, BareSteps, noop  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 from steps.deps import deps_from_env  # noqa: E402
+from worker import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
 from workflows.agent_flow import AgentFlow  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-from worker import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
-
-
-@activity.defn(name="noop")
-async def noop(i: int) -> int:
-    return i
-
-
-@workflow.defn(name="BareN", sandboxed=False)
-class BareN:
-    @workflow.run
-    async def run(self, n: int) -> int:
-        total = 0
-        for i in range(n):
-            total += await workflow.execute_activity("noop", i, start_to_close_timeout=timedelta(seconds=10))
-        return total
+BASELINES = ("bare-steps", "bare3")
 
 
 class Kind:
@@ -90,44 +77,47 @@ class Kind:
         return run_id
 
 
-async def main_async(args) -> dict[str, Kind]:
+async def main_async(args) -> tuple[dict[str, Kind], dict]:
     tmp = tempfile.TemporaryDirectory(prefix="bench-overhead-")
-    server = DevServer().start()
+    server = DevServer(dynamic_config=LAB_SERVER_CONFIG if args.server == "lab" else None).start()
     provider, url = start_provider(Path(tmp.name) / "provider.db")
+    deps = {}
     try:
         client = await Client.connect(server.address)
         kinds: dict[str, Kind] = {}
         workers = []
 
-        def bare(n: int):
-            async def start(run_id: str) -> None:
-                await client.start_workflow("BareN", n, id=run_id, task_queue=f"q-bare{n}")
-            return start
+        def add(name: str, start, workflows: list, activities: list, **extra) -> None:
+            workers.append(Worker(client, task_queue=f"q-{name}", workflows=workflows, activities=activities,
+                                  **{**WORKER_OPTIONS, **extra}))
+            kinds[name] = Kind(name, client, f"q-{name}", start)
 
-        def flow(queue: str):
+        def flow_start(queue: str):
             async def start(run_id: str) -> None:
                 await start_run(client, run_id, TASK, EMAIL, queue=queue)
             return start
 
-        for n in (3, 4):
-            workers.append(Worker(client, task_queue=f"q-bare{n}", workflows=[BareN], activities=[noop],
-                                  **WORKER_OPTIONS))
-            kinds[f"bare{n}"] = Kind(f"bare{n}", client, f"q-bare{n}", bare(n))
-        deps = {}
+        async def bare3_start(run_id: str) -> None:
+            await client.start_workflow(BareN.run, 3, id=run_id, task_queue="q-bare3")
+
+        async def bare_steps_start(run_id: str) -> None:
+            await client.start_workflow(BareSteps.run, BareInput(run_id, TASK, EMAIL), id=run_id,
+                                        task_queue="q-bare-steps")
+
+        def deps_for(name: str, memory: str | None = None):
+            deps[name] = deps_from_env({"PROVIDER_URL": url, "MEMORY_DB": memory or str(Path(tmp.name) / f"{name}.db")})
+            return deps[name]
+
+        add("bare3", bare3_start, [BareN], [noop])
+        add("bare-steps", bare_steps_start, [BareSteps], BareStepActivities(deps_for("bare-steps")).all())
         variants = (
-            ("flow", str(Path(tmp.name) / "memory.db"), {}),
+            ("flow", None, {}),
             ("flow-nomem", "off", {}),
-            # The same flow outside the workflow sandbox: how much of the cost is the sandbox.
-            ("flow-unsandboxed", str(Path(tmp.name) / "memory-u.db"), {"workflow_runner": UnsandboxedWorkflowRunner()}),
-            # The SDK's default sandbox, which re-imports modules for every workflow instance.
-            ("flow-fullsandbox", str(Path(tmp.name) / "memory-p.db"), {"workflow_runner": SandboxedWorkflowRunner()}),
+            ("flow-unsandboxed", None, {"workflow_runner": UnsandboxedWorkflowRunner()}),
+            ("flow-cached", None, {"max_cached_workflows": 1000}),
         )
         for name, memory, extra in variants:
-            deps[name] = deps_from_env({"PROVIDER_URL": url, "MEMORY_DB": memory})
-            acts = FlowActivities(deps[name])
-            workers.append(Worker(client, task_queue=f"q-{name}", workflows=[AgentFlow], activities=acts.all(),
-                                  **{**WORKER_OPTIONS, **extra}))
-            kinds[name] = Kind(name, client, f"q-{name}", flow(f"q-{name}"))
+            add(name, flow_start(f"q-{name}"), [AgentFlow], FlowActivities(deps_for(name, memory)).all(), **extra)
         for w in workers:
             await w.__aenter__()
         try:
@@ -144,14 +134,14 @@ async def main_async(args) -> dict[str, Kind]:
                     t = time.perf_counter()
                     await asyncio.gather(*(kind.one() for _ in range(args.batch)))
                     kind.throughput.append(args.batch / (time.perf_counter() - t))
-                    print(f"  round {r + 1} {kind.name:<11} {kind.throughput[-1]:6.1f} runs/s", flush=True)
+                    print(f"  round {r + 1} {kind.name:<16} {kind.throughput[-1]:6.1f} runs/s", flush=True)
             breakdown = {name: await step_breakdown(client, kind.run_ids) for name, kind in kinds.items()}
         finally:
             for w in workers:
                 await w.__aexit__(None, None, None)
-            for d in deps.values():
-                await d.provider.aclose()
     finally:
+        for d in deps.values():
+            await d.provider.aclose()
         provider.stop()
         server.stop()
         tmp.cleanup()
@@ -202,21 +192,22 @@ def p90(values: list[float]) -> float:
 
 def report(kinds: dict[str, Kind], breakdown: dict, args) -> None:
     print(f"\nmachine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
-    print(f"dev server in memory; in-process workers, max_cached_workflows=0; offline model; "
+    server = "lab configuration (LAB_SERVER_CONFIG)" if args.server == "lab" else "stock configuration"
+    print(f"dev server in memory, {server}; in-process workers with worker.py's options; offline model; "
           f"{args.latency_runs} latency runs per kind, {args.rounds} x {args.batch} runs for throughput\n")
-    print(f"{'kind':<11} {'latency med':>11} {'p90':>8} {'vs bare3':>8} {'vs bare4':>8}   "
-          f"{'throughput':>11} {'vs bare3':>8} {'vs bare4':>8}")
     lat = {k: statistics.median(v.latency) for k, v in kinds.items()}
     thr = {k: statistics.median(v.throughput) for k, v in kinds.items()}
+    print(f"{'kind':<17} {'latency med':>11} {'p90':>9}" + "".join(f" {'vs ' + b:>13}" for b in BASELINES)
+          + f"   {'throughput':>10}" + "".join(f" {'vs ' + b:>13}" for b in BASELINES))
     for name, kind in kinds.items():
-        print(f"{name:<11} {lat[name] * 1000:>9.1f}ms {p90(kind.latency) * 1000:>6.1f}ms "
-              f"{lat[name] / lat['bare3']:>7.2f}x {lat[name] / lat['bare4']:>7.2f}x   "
-              f"{thr[name]:>7.1f}/s {thr[name] / thr['bare3']:>7.2f}x {thr[name] / thr['bare4']:>7.2f}x")
+        print(f"{name:<17} {lat[name] * 1000:>9.1f}ms {p90(kind.latency) * 1000:>7.1f}ms"
+              + "".join(f" {lat[name] / lat[b]:>12.2f}x" for b in BASELINES)
+              + f"   {thr[name]:>8.1f}/s" + "".join(f" {thr[name] / thr[b]:>12.2f}x" for b in BASELINES))
     print("\nwhere the time goes (median ms per segment, history event timestamps, latency runs):")
     names = list(breakdown["bare3"])
-    print(f"  {'segment':<40}" + "".join(f"{k:>12}" for k in kinds))
+    print(f"  {'segment':<40}" + "".join(f"{k:>17}" for k in kinds))
     for seg in names:
-        print(f"  {seg:<40}" + "".join(f"{breakdown[k].get(seg, float('nan')):>12.1f}" for k in kinds))
+        print(f"  {seg:<40}" + "".join(f"{breakdown[k].get(seg, float('nan')):>17.1f}" for k in kinds))
 
 
 def main() -> int:
@@ -224,6 +215,8 @@ def main() -> int:
     parser.add_argument("--latency-runs", type=int, default=30)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--server", choices=("lab", "stock"), default="lab",
+                        help="the dev server's dynamic config: the lab's (default) or Temporal's defaults")
     args = parser.parse_args()
     kinds, breakdown = asyncio.run(main_async(args))
     report(kinds, breakdown, args)

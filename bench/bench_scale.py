@@ -1,6 +1,6 @@
 """1,000 runs of the flow through one worker process, then through two.
 
-    .venv/bin/python bench/bench_scale.py [--runs 1000] [--workers 1,2]
+    .venv/bin/python bench/bench_scale.py [--runs 1000] [--workers 1,2] [--server lab|stock]
 
 Real processes as in production: the dev server (in memory), the provider,
 and ``worker.py`` processes (offline model, memory in a temp SQLite file). All
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flowclient.connect import connect  # noqa: E402
-from lab.processes import DevServer, Proc, start_provider, start_worker  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider, start_worker  # noqa: E402
 from starter import start_run  # noqa: E402
 
 
@@ -102,10 +102,10 @@ async def scenario(server: DevServer, provider_url: str, tmp: Path, n_workers: i
             "at_start": at_start, "failed": failed, "runs": runs, "in_flight": in_flight}
 
 
-async def main_async(runs: int, counts: list[int], in_flight: int) -> list[dict]:
+async def main_async(runs: int, counts: list[int], in_flight: int, server_config: str) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        server = DevServer().start()
+        server = DevServer(dynamic_config=LAB_SERVER_CONFIG if server_config == "lab" else None).start()
         provider, url = start_provider(Path(tmp) / "provider.db")
         try:
             for n in counts:
@@ -117,9 +117,9 @@ async def main_async(runs: int, counts: list[int], in_flight: int) -> list[dict]
     return results
 
 
-def report(results: list[dict]) -> None:
+def report(results: list[dict], server_config: str) -> None:
     print(f"\nmachine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
-    print("dev server in memory, provider and workers as separate processes, offline model, memory on, "
+    print(f"dev server in memory ({server_config} configuration), provider and workers as separate processes, offline model, memory on, "
           f"at most {results[0]['in_flight']} runs open at a time\n")
     for r in results:
         n = len(r["workers"])
@@ -140,10 +140,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--workers", default="1,2", help="worker counts to try, in order")
     parser.add_argument("--in-flight", type=int, default=50, help="most runs open at once (default 50)")
+    parser.add_argument("--server", choices=("lab", "stock"), default="lab",
+                        help="the dev server's dynamic config: the lab's (default) or Temporal's defaults")
     args = parser.parse_args()
     counts = [int(c) for c in args.workers.split(",") if c]
-    results = asyncio.run(main_async(args.runs, counts, args.in_flight))
-    report(results)
+    results = asyncio.run(main_async(args.runs, counts, args.in_flight, args.server))
+    report(results, args.server)
     return 0
 
 
