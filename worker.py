@@ -1,6 +1,6 @@
 """Runs the Temporal worker for the agent flow.
 
-    python worker.py [--task-queue Q] [--defaults] [--verbose]
+    python worker.py [--task-queue Q] [--cache N] [--defaults] [--verbose]
 
 Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
@@ -21,8 +21,12 @@ benchmark that measures what it buys):
   server fires that timeout late). Without a cache every workflow task goes to
   the shared queue and any live worker takes it at once. The cost is a
   replay on every workflow task in a fresh sandboxed instance: ~25 events
-  for this flow, a few ms of latency, but about half the throughput of a bare
-  workflow under load (docs/benchmarks.md); reconsider for long histories.
+  for this flow, a few ms of latency, but ~1.7x less throughput than with a
+  cache (docs/benchmarks.md); reconsider for long histories.
+- ``--cache N`` chooses throughput instead: a workflow cache of N and a 1 s
+  sticky schedule-to-start timeout (default 10 s), so a run whose worker was
+  killed waits about a second longer before resuming (bench/bench_resume.py
+  measures both).
 - the sandbox passes imports through instead of re-importing them for every
   instance (+30% throughput; non-deterministic calls are still refused).
 - at most 8 workflow tasks at a time (default 100). A workflow task costs
@@ -76,11 +80,28 @@ TUNED_OPTIONS = {
 }
 
 
-async def run_worker(queue: str, *, defaults: bool) -> None:
+# With --cache: the longest a workflow task waits on a dead worker's sticky
+# queue before the server moves it to the shared one.
+CACHED_STICKY_TIMEOUT = timedelta(seconds=1)
+
+
+def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
+    """The Worker options: Temporal's defaults, the tuned ones, or tuned with a cache."""
+    if defaults:
+        return {}
+    if cache < 0:
+        raise ValueError(f"--cache must be 0 or more, not {cache}")
+    if cache:
+        return {**TUNED_OPTIONS, "max_cached_workflows": cache,
+                "sticky_queue_schedule_to_start_timeout": CACHED_STICKY_TIMEOUT}
+    return TUNED_OPTIONS
+
+
+async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
+    options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     client = await connect()
     activities = FlowActivities(deps)
-    options = {} if defaults else TUNED_OPTIONS
     worker = Worker(
         client,
         task_queue=queue,
@@ -101,7 +122,7 @@ async def run_worker(queue: str, *, defaults: bool) -> None:
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
             f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "
-            f"payloads {encrypted}",
+            f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}",
             flush=True,
         )
         await stop.wait()
@@ -112,6 +133,9 @@ async def run_worker(queue: str, *, defaults: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-queue", default=None, help="default: $TASK_QUEUE or agent-flow")
+    parser.add_argument("--cache", type=int, default=0, metavar="N",
+                        help="cache up to N workflows: more throughput, ~1 s slower resume after a kill "
+                             "(default 0: no cache)")
     parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
@@ -123,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         # One line per provider request drowns the step lines; --verbose brings them back.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults))
+        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2

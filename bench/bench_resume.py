@@ -20,6 +20,9 @@ tuned+server: tuned, on a dev server started with LAB_SERVER_CONFIG: the
               late; and its transfer queue is read at most 20 times a second
               (history.transferProcessorMaxPollRPS). Server settings: the
               compose stack has them; Temporal Cloud runs its own.
+tuned+cache:  tuned, but ``worker.py --cache 1000``: a workflow cache and a 1 s
+              sticky schedule-to-start timeout, on the stock server: what the
+              throughput option costs in resume time.
 
 Not a test: it reports, it does not assert. Goal (issue 2): tuned median < 1 s,
 worst < 2 s, and at least 5x better than the defaults.
@@ -70,12 +73,13 @@ async def one(server, provider_url, point: str, mode: str) -> float:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     run_id = f"bench-{mode}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
     client = await connect({"TEMPORAL_ADDRESS": server.address})
-    args = ["--defaults"] if mode == "defaults" else []
+    args = {"defaults": ["--defaults"], "tuned+cache": ["--cache", "1000"]}.get(mode, [])
+    timeouts = "defaults" if mode == "defaults" else "tuned"
     memory = {"MEMORY_DB": str(Path(tempfile.gettempdir()) / f"{queue}-memory.db")}
     first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point, **memory}, args)
     try:
         await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
-                        queue=queue, timeouts=mode)
+                        queue=queue, timeouts=timeouts)
         deadline = time.monotonic() + 60
         while first.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -92,7 +96,7 @@ async def one(server, provider_url, point: str, mode: str) -> float:
     return done - ready
 
 
-MODES = ("tuned", "defaults", "tuned+server")
+MODES = ("tuned", "defaults", "tuned+server", "tuned+cache")
 
 
 async def main_async(trials: int, points: list[str]) -> dict:
@@ -106,7 +110,7 @@ async def main_async(trials: int, points: list[str]) -> dict:
                 for point in points:
                     for mode in MODES:
                         server = fast if mode == "tuned+server" else stock
-                        seconds = await one(server, url, point, mode.split("+")[0])
+                        seconds = await one(server, url, point, mode)
                         results.setdefault((point, mode), []).append(seconds)
                         print(f"  trial {trial + 1} {point:<32} {mode:<12} {seconds:6.2f} s", flush=True)
         finally:
@@ -120,14 +124,15 @@ def report(results: dict, trials: int) -> None:
     print(f"\nmachine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
     print(f"trials per cell: {trials}\n")
     print(f"{'crash point':<32} {'tuned median':>12} {'tuned worst':>12} {'defaults median':>16} {'ratio':>6}"
-          f" {'+server median':>15} {'+server worst':>14}")
+          f" {'+server median':>15} {'+server worst':>14} {'+cache median':>14} {'+cache worst':>13}")
     every: dict[str, list[float]] = {m: [] for m in MODES}
     points = sorted({p for p, _ in results}, key=POINTS.index)
 
-    def row(label: str, t: list[float], d: list[float], f: list[float]) -> None:
+    def row(label: str, t: list[float], d: list[float], f: list[float], c: list[float]) -> None:
         ratio = statistics.median(d) / max(statistics.median(t), 1e-3)
         print(f"{label:<32} {statistics.median(t):>11.2f}s {max(t):>11.2f}s {statistics.median(d):>15.2f}s "
-              f"{ratio:>5.1f}x {statistics.median(f):>14.2f}s {max(f):>13.2f}s")
+              f"{ratio:>5.1f}x {statistics.median(f):>14.2f}s {max(f):>13.2f}s "
+              f"{statistics.median(c):>13.2f}s {max(c):>12.2f}s")
 
     for point in points:
         cells = [results[(point, m)] for m in MODES]

