@@ -22,7 +22,6 @@ Bounded on purpose:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +35,10 @@ with workflow.unsafe.imports_passed_through():
     from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
     from steps.models import STEP_NAMES, DraftRequest, RecordRequest, RememberRequest, SendRequest, to_jsonable
+    # The run's input and status types live in their own module: without a
+    # workflow cache this module is executed afresh for every workflow task,
+    # and building three dataclasses was ~60% of that (bench/bench_overhead.py).
+    from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
 
@@ -84,34 +87,6 @@ REMEMBER_OPTIONS = dict(
     start_to_close_timeout=timedelta(seconds=10),
     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
 )
-
-
-@dataclass
-class FlowInput:
-    run_id: str
-    task: str
-    email: str
-    conversation_id: str = ""
-    timeouts: str = "tuned"  # "tuned" | "defaults" (benchmark only)
-
-
-@dataclass
-class StepState:
-    name: str
-    status: str = "pending"  # pending | running | completed | failed
-    attempts: int = 0
-    result: Any = None
-
-
-@dataclass
-class RunStatus:
-    """The shape ``starter.py status --json`` prints, from the workflow itself."""
-
-    run_id: str
-    status: str  # running | completed | failed
-    current_step: str | None
-    steps: list[StepState] = field(default_factory=list)
-    error: str | None = None
 
 
 def _attempts_from(err: ActivityError, maximum: int) -> int:
