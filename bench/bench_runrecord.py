@@ -17,8 +17,9 @@ the same settings (WAL, synchronous=FULL):
   stubs, so the figure is the record's machinery and nothing else; per step
   = per run / 3. Run creation is one extra commit per run.
 - optionally (``--temporal``) a bare 3-activity workflow of no-op activities
-  on a dev server (``lab.processes.DevServer``, in memory) with an in-process
-  worker: per step = workflow start to result / 3.
+  (``bench/bare_flows.py``) on a dev server (in memory, the lab's
+  configuration) with an in-process worker on the SDK's default options:
+  per step = workflow start to result / 3.
 
 The record and the bare inserts are interleaved run by run, so both see the
 same disk. Medians over rounds. Goal: record step within 1.5x of the bare
@@ -37,7 +38,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -134,39 +134,25 @@ async def runner_runs(path: Path, n: int) -> float:
 # ---------------------------------------------------------------- Temporal, optional
 
 
-from temporalio import activity, workflow  # noqa: E402
-
-
-@activity.defn(name="noop")
-async def noop(i: int) -> int:
-    return i
-
-
-@workflow.defn(name="Bare3", sandboxed=False)
-class Bare3:
-    @workflow.run
-    async def run(self) -> int:
-        total = 0
-        for i in range(3):
-            total += await workflow.execute_activity("noop", i, start_to_close_timeout=timedelta(seconds=10))
-        return total
+from bare_flows import BareN, noop  # noqa: E402  (bench/bare_flows.py)
 
 
 async def temporal_per_step(n: int) -> float:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from lab.processes import DevServer
+    from lab.processes import LAB_SERVER_CONFIG, DevServer
 
-    server = DevServer().start()
+    server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
     try:
         client = await Client.connect(server.address)
         queue = f"bench-{uuid.uuid4().hex[:8]}"
-        async with Worker(client, task_queue=queue, workflows=[Bare3], activities=[noop]):
+        # The SDK's default worker options (a workflow cache): the leanest Temporal path.
+        async with Worker(client, task_queue=queue, workflows=[BareN], activities=[noop]):
             times = []
             for _ in range(n):
                 start = time.perf_counter()
-                await client.execute_workflow("Bare3", id=f"bare-{uuid.uuid4().hex}", task_queue=queue)
+                await client.execute_workflow(BareN.run, 3, id=f"bare-{uuid.uuid4().hex}", task_queue=queue)
                 times.append((time.perf_counter() - start) / 3)
         return statistics.median(times)
     finally:
