@@ -92,13 +92,6 @@ class ServerResult:
         return out
 
 
-def metrics_url(server: DevServer) -> str:
-    # DevServer picks the metrics port itself and keeps it only in the argv it ran.
-    assert server.proc is not None
-    argv = list(server.proc.popen.args)
-    return f"http://127.0.0.1:{argv[argv.index('--metrics-port') + 1]}/metrics"
-
-
 def scrape(url: str) -> dict[str, tuple[float, float]]:
     """(sum in seconds, count) of each METRICS histogram, over the series its labels select."""
     wanted = {name: (key, labels) for key, (name, labels) in METRICS.items()}
@@ -144,7 +137,7 @@ async def bench_server(name: str, dynamic_config: dict[str, str], args: argparse
     result = ServerResult(name)
     server = DevServer(dynamic_config=dynamic_config).start()
     try:
-        url = metrics_url(server)
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
         client = await Client.connect(server.address)
         queue = f"step-time-{name}"
 

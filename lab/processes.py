@@ -184,6 +184,7 @@ class DevServer:
         self.dynamic_config = dict(dynamic_config or {})
         self.port = port or free_port()
         self.ui_port = ui_port
+        self.metrics_port = free_port()  # Prometheus text at http://127.0.0.1:<port>/metrics
         self.headless = headless
         self.echo = echo
         self.proc: Proc | None = None
@@ -198,7 +199,7 @@ class DevServer:
             "--ip", "127.0.0.1",
             "--port", str(self.port),
             "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()),
+            "--metrics-port", str(self.metrics_port),
             "--log-level", "error",
         ]
         if self.headless:
