@@ -69,14 +69,14 @@ async def completed_at(client, run_id: str, deadline: float) -> float:
     raise TimeoutError(f"run {run_id} did not complete")
 
 
-async def one(server, provider_url, point: str, mode: str) -> tuple[float, float]:
+async def one(server, provider_url, point: str, mode: str, workdir: Path) -> tuple[float, float]:
     """(seconds from the replacement being ready, seconds from the first worker's death) to completion."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     run_id = f"bench-{mode.replace('+', '-')}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
     client = await connect({"TEMPORAL_ADDRESS": server.address})
     args = {"defaults": ["--defaults"], "tuned+cache": ["--cache", "1000"]}.get(mode, [])
     timeouts = "defaults" if mode == "defaults" else "tuned"
-    memory = {"MEMORY_DB": str(Path(tempfile.gettempdir()) / f"{queue}-memory.db")}
+    memory = {"MEMORY_DB": str(workdir / f"{queue}-memory.db")}  # removed with the bench's temp dir
     first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point, **memory}, args)
     try:
         await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
@@ -113,7 +113,7 @@ async def main_async(trials: int, points: list[str]) -> dict:
                 for point in points:
                     for mode in MODES:
                         server = fast if mode == "tuned+server" else stock
-                        seconds, since_death = await one(server, url, point, mode)
+                        seconds, since_death = await one(server, url, point, mode, Path(tmp))
                         results.setdefault((point, mode), []).append(seconds)
                         from_kill.setdefault((point, mode), []).append(since_death)
                         print(f"  trial {trial + 1} {point:<32} {mode:<12} {seconds:6.2f} s", flush=True)
