@@ -47,11 +47,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from bare_flows import BareN, noop  # noqa: E402
+from history_segments import step_breakdown  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 from worker import TUNED_OPTIONS  # noqa: E402  (the same options as worker.py)
 
@@ -109,28 +109,17 @@ def scrape(url: str) -> dict[str, tuple[float, float]]:
     return {key: (s, c) for key, (s, c) in totals.items()}
 
 
+# The segments of history_segments.step_breakdown this bench reports, by their short key.
+HISTORY_SEGMENTS = {
+    "wft_scheduled_to_started": "wf task scheduled -> started",
+    "wft_started_to_completed": "wf task started -> completed",
+    "activity_started_to_completed": "activity started -> completed",
+}
+
+
 async def history_medians(client: Client, run_id: str) -> dict[str, float]:
-    E = EventType
-    gaps: dict[str, list[float]] = {"wft_scheduled_to_started": [], "wft_started_to_completed": [],
-                                    "activity_started_to_completed": []}
-    wft_scheduled = wft_started = 0.0
-    activity_started: dict[int, float] = {}
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    for ev in history.events:
-        ts = ev.event_time.ToMicroseconds() / 1000.0
-        if ev.event_type == E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            wft_scheduled = ts
-        elif ev.event_type == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            wft_started = ts
-            gaps["wft_scheduled_to_started"].append(ts - wft_scheduled)
-        elif ev.event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            gaps["wft_started_to_completed"].append(ts - wft_started)
-        elif ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            activity_started[ev.activity_task_started_event_attributes.scheduled_event_id] = ts
-        elif ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            scheduled = ev.activity_task_completed_event_attributes.scheduled_event_id
-            gaps["activity_started_to_completed"].append(ts - activity_started[scheduled])
-    return {k: statistics.median(v) for k, v in gaps.items()}
+    segments = await step_breakdown(client, [run_id])
+    return {short: segments[name] for short, name in HISTORY_SEGMENTS.items()}
 
 
 async def bench_server(name: str, dynamic_config: dict[str, str], args: argparse.Namespace) -> ServerResult:

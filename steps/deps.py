@@ -77,7 +77,8 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
         # Pinned messages left out: the draft step puts its own system prompt first.
         return read_context(path, conversation_id, include_pinned=False)
 
-    writer: dict[str, Any] = {}  # "store" and the "file" identity it was opened on
+    store = None  # the writer's open store, and the file (device, inode) it was opened on
+    opened_on: tuple[int, int] | None = None
 
     def _file_id() -> tuple[int, int] | None:
         try:
@@ -87,28 +88,29 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
         return st.st_dev, st.st_ino
 
     def _drop_writer() -> None:
-        store = writer.pop("store", None)
+        nonlocal store
         if store is not None:
             try:
                 store.close()
             except Exception:  # noqa: BLE001 - closing a broken store must not raise here
                 pass
+            store = None
 
     def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
-        if "store" in writer and writer["file"] != _file_id():
+        nonlocal store, opened_on
+        if store is not None and opened_on != _file_id():
             _drop_writer()  # the file was removed or replaced under us: write to the new one
-        if "store" not in writer:
+        if store is None:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-                writer["store"] = open_store(path, policy)
-                writer["file"] = _file_id()
+                store = open_store(path, policy)
+                opened_on = _file_id()
             except Exception as err:  # noqa: BLE001 - memory must never stop a run
                 log.warning("conversation memory unavailable (%s); exchange not remembered", err)
                 return 0
         added = 0
         for message_id, role, content in messages:
-            result = append_or_warn(writer["store"], conversation_id,
-                                    Message(id=message_id, role=role, content=content))
+            result = append_or_warn(store, conversation_id, Message(id=message_id, role=role, content=content))
             if result is None:
                 _drop_writer()  # warned already; start afresh next time
                 break

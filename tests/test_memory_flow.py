@@ -88,3 +88,17 @@ async def test_wiped_memory_does_not_change_what_a_resume_does(client, workers, 
     # The unusable store was reported, not fatal.
     assert "conversation memory unavailable" in second.output()
     assert (await run_status(client, run_id))["error"] is None
+
+
+def test_the_workers_memory_writer_follows_a_wiped_file(tmp_path):
+    """The writer keeps its connection open between runs; a learner deleting the
+    file (LAB.md wipes memory) must not leave it writing to the deleted file."""
+    from steps.deps import memory_from_env
+
+    path = tmp_path / "memory.db"
+    context, remember = memory_from_env({"MEMORY_DB": str(path)})
+    assert remember("c1", [("r1/task", "user", "first"), ("r1/reply", "assistant", "one")]) == 2
+    for f in tmp_path.glob("memory.db*"):
+        f.unlink()
+    assert remember("c1", [("r2/task", "user", "second"), ("r2/reply", "assistant", "two")]) == 2
+    assert [m["content"] for m in context("c1")] == ["second", "two"]

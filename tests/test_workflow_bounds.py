@@ -25,14 +25,18 @@ async def test_recorded_history_replays_under_current_code(client, workers, prov
     await Replayer(workflows=[AgentFlow]).replay_workflow(history)
 
 
+def scheduled_activities(history: WorkflowHistory) -> list[str]:
+    return [e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+
+
 async def test_runs_recorded_before_the_memory_patch_still_replay():
     """A history recorded by the earlier flow (memory written by a 4th activity,
     remember_exchange) replays under the current code: the patch keeps old runs
     on the path they took, so a worker upgrade does not fail them mid-run."""
     fixture = Path(__file__).parent / "data" / "agentflow-v1-memory-activity.json"
     history = WorkflowHistory.from_json("history-v1", fixture.read_text())
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = scheduled_activities(history)
     assert scheduled == ["draft", "send_confirmation", "record_outcome", "remember_exchange"]
     await Replayer(workflows=[AgentFlow]).replay_workflow(history)
 
@@ -44,8 +48,7 @@ async def test_new_runs_write_memory_inside_record_outcome(client, workers, prov
     handle = client.get_workflow_handle(run_id)
     await handle.result()
     history = await handle.fetch_history()
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = scheduled_activities(history)
     assert scheduled == ["draft", "send_confirmation", "record_outcome"]
     markers = [e.marker_recorded_event_attributes for e in history.events
                if e.HasField("marker_recorded_event_attributes")]
