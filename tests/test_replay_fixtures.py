@@ -1,0 +1,41 @@
+"""Runs in flight survive every change: histories recorded by earlier mains
+(tests/data/histories/<commit>/, made by tests/record_histories.py; never
+regenerated) replay under the current workflow code, with the worker's own
+sandbox runner and, for the encrypted ones, the codec.
+
+A replay that fails here is what a worker upgrade would do to those runs:
+a non-determinism error parks them (or, for a closed run, breaks queries
+and resets of it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from flowclient.codec import data_converter_from_env
+from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+from worker import worker_options
+from workflows.agent_flow import AgentFlow
+
+HISTORIES = Path(__file__).parent / "data" / "histories"
+FIXTURES = sorted(HISTORIES.glob("*/*.json"))
+
+
+def test_there_are_fixtures_to_replay():
+    assert len(FIXTURES) >= 7, f"expected the recorded histories under {HISTORIES}"
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+async def test_recorded_history_replays_under_the_current_code(path: Path):
+    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
+    replayer = Replayer(
+        workflows=[AgentFlow],
+        workflow_runner=worker_options()["workflow_runner"],
+        data_converter=data_converter_from_env(env),
+    )
+    await replayer.replay_workflow(history)
