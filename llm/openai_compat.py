@@ -23,18 +23,17 @@ Contract:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import math
 import re
-import time
 from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from steps.errors import PermanentError, StepError, TransientError
+from steps.retry import parse_retry_after
 from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 
 from .base import Draft, DraftError, make_draft
@@ -321,30 +320,16 @@ def _error_detail(exc: openai.APIStatusError) -> str:
 def retry_after_seconds(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
     """Seconds to wait before retrying, from ``retry-after-ms`` or ``retry-after``.
 
-    ``retry-after`` may be seconds (integer or not) or an HTTP date; a date in
-    the past gives 0. Returns None when neither header is present or readable.
+    Both are read by ``steps.retry.parse_retry_after``, the one rule for every
+    client: seconds or an HTTP date, a past date is 0, garbage is None, and
+    anything above ``MAX_RETRY_AFTER`` is capped there.
     """
     if headers is None:
         return None
-    ms = _header(headers, "retry-after-ms")
+    ms = parse_retry_after(_header(headers, "retry-after-ms"), now=now, unit=0.001)
     if ms is not None:
-        value = _finite(ms)
-        if value is not None:
-            return max(value, 0.0) / 1000.0
-    raw = _header(headers, "retry-after")
-    if raw is None:
-        return None
-    value = _finite(raw)
-    if value is not None:
-        return max(value, 0.0)
-    parsed = email.utils.parsedate_tz(raw.strip())
-    if parsed is None:
-        return None
-    try:
-        when = email.utils.mktime_tz(parsed)
-    except (OverflowError, ValueError):
-        return None
-    return max(when - (time.time() if now is None else now), 0.0)
+        return ms
+    return parse_retry_after(_header(headers, "retry-after"), now=now)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -354,14 +339,6 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
             if key.lower() == name:
                 return candidate
     return value
-
-
-def _finite(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _display_url(url: str) -> str:

@@ -11,16 +11,20 @@ Errors are mapped onto the engines' vocabulary (``steps.errors``):
 ===========================================  ==================================
 What happened                                 Raised
 ===========================================  ==================================
-connection refused/reset, timeout, 408, 429,  ``TransientError``, with
-500-599                                       ``retry_after`` from a Retry-After
-                                              header (seconds or HTTP-date)
-409 (the key was used for another request)    ``PermanentError("idempotency
-                                              conflict: ...")``
+connection refused, connect timeout, 408,     ``TransientError``, with
+425, 429                                      ``retry_after`` from a Retry-After
+                                              header (``steps.retry``)
+read timeout, connection broken after the     ``TransientError(in_doubt=True)``:
+request was sent, 500-599                     it may have been applied
+409 (the key was used for another request)    ``IdempotencyConflict`` (never
+                                              retried; see ``lookup``)
 any other 4xx (invalid field, missing key)    ``PermanentError`` naming the field
 ===========================================  ==================================
 
 A timeout is transient on purpose even though the effect may have been applied:
-retrying with the same key is safe, because the provider replays.
+retrying with the same key is safe, because the provider replays. ``lookup``
+asks the provider what it applied under a key: how a 409 is understood
+(``steps.adoption``) and how a step left in doubt is settled.
 """
 
 from __future__ import annotations
@@ -28,14 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
-from steps.errors import PermanentError, StepError, TransientError
+from steps.errors import IdempotencyConflict, PermanentError, StepError, TransientError
+from steps.retry import parse_retry_after as _parse_retry_after
 
 DEFAULT_URL = "http://127.0.0.1:8780"
 
@@ -79,6 +83,46 @@ class EffectRecord:
         )
 
 
+@dataclass(frozen=True)
+class AppliedRequest:
+    """The provider's answer to ``lookup``: what it holds under one key."""
+
+    key: str
+    kind: str
+    requests: int
+    applied: bool
+    endpoint: str | None = None  # "POST /v1/emails" once applied
+    applied_at: str | None = None
+    request: dict[str, Any] | None = None  # the applied body, metadata included
+    request_sha256: str | None = None
+    response: dict[str, Any] | None = None  # the stored answer: message_id or ticket_id
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AppliedRequest:
+        return cls(
+            key=str(data.get("key")), kind=str(data.get("kind")), requests=int(data.get("requests") or 0),
+            applied=bool(data.get("applied")), endpoint=data.get("endpoint"), applied_at=data.get("applied_at"),
+            request=data.get("request"), request_sha256=data.get("request_sha256"), response=data.get("response"),
+        )
+
+
+def email_body(*, run_id: str, to: str, subject: str, body: str, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/emails``; metadata only when there is some, so
+    requests made before metadata existed keep their exact form."""
+    payload: dict[str, Any] = {"run_id": run_id, "to": to, "subject": subject, "body": body}
+    if metadata:
+        payload["metadata"] = dict(metadata)
+    return payload
+
+
+def ticket_body(*, run_id: str, summary: str, email_message_id: str,
+                metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"run_id": run_id, "summary": summary, "email_message_id": email_message_id}
+    if metadata:
+        payload["metadata"] = dict(metadata)
+    return payload
+
+
 def provider_url_from_env(env: Mapping[str, str] = os.environ) -> str:
     """The provider's base URL from ``PROVIDER_URL``, default ``http://127.0.0.1:8780``."""
     url = (env.get("PROVIDER_URL") or "").strip() or DEFAULT_URL
@@ -99,27 +143,9 @@ def _tls_settings(url: str) -> dict[str, Any]:
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After value (delay-seconds or HTTP-date).
-
-    Fractional seconds are accepted (the provider's fault injection sends
-    them). Returns None when the header is absent or unreadable.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if seconds == seconds else None  # NaN is unreadable
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+    """Seconds to wait from a Retry-After value: ``steps.retry.parse_retry_after``,
+    the one reading of the header (capped, never raises)."""
+    return _parse_retry_after(value, now=None if now is None else now.timestamp())
 
 
 def error_from_response(response: httpx.Response, action: str) -> StepError:
@@ -127,29 +153,43 @@ def error_from_response(response: httpx.Response, action: str) -> StepError:
     status = response.status_code
     code, message, field = _error_fields(response)
     if status == 409:
-        return PermanentError(f"idempotency conflict: {message}")
+        return IdempotencyConflict(f"idempotency conflict: {message}")
     detail = f"{status} {code}" + (f", field {field!r}" if field else "")
-    if status in (408, 429) or 500 <= status <= 599:
+    if status in (408, 425, 429) or 500 <= status <= 599:
         return TransientError(
             f"the provider could not {action} now ({detail}): {message}",
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            # A 5xx does not say whether the request was applied before it failed.
+            in_doubt=status >= 500,
         )
     if 400 <= status <= 499:
         return PermanentError(f"the provider refused to {action} ({detail}): {message}")
     return PermanentError(f"the provider gave an unexpected answer to {action} ({detail}): {message}")
 
 
+# The request never left: nothing can have been applied.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
 def error_from_transport(exc: httpx.TransportError, action: str, base_url: str) -> StepError:
-    if isinstance(exc, httpx.TimeoutException):
-        return TransientError(
-            f"could not {action}: no answer from the provider at {base_url} in time ({type(exc).__name__}). "
-            "It may have applied the request; retrying with the same Idempotency-Key is safe."
-        )
     if isinstance(exc, httpx.UnsupportedProtocol):
         return PermanentError(f"could not {action}: {exc}; check PROVIDER_URL")
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, _NOT_SENT):
+        return TransientError(
+            f"could not {action}: no answer from the provider at {base_url} in time ({type(exc).__name__}). "
+            "It may have applied the request; retrying with the same Idempotency-Key is safe.",
+            in_doubt=True,
+        )
+    if isinstance(exc, _NOT_SENT):
+        return TransientError(
+            f"could not {action}: the provider at {base_url} is unreachable ({type(exc).__name__}: {exc}). "
+            "Is `python -m provider` running, and does PROVIDER_URL point at it?"
+        )
     return TransientError(
-        f"could not {action}: the provider at {base_url} is unreachable ({type(exc).__name__}: {exc}). "
-        "Is `python -m provider` running, and does PROVIDER_URL point at it?"
+        f"could not {action}: the connection to the provider at {base_url} broke after the request was sent "
+        f"({type(exc).__name__}: {exc}). It may have applied the request; retrying with the same "
+        "Idempotency-Key is safe.",
+        in_doubt=True,
     )
 
 
@@ -229,31 +269,48 @@ class ProviderClient:
             raise error_from_response(response, action)
         return response
 
-    async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str) -> EmailReceipt:
+    async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str,
+                         metadata: dict[str, str] | None = None) -> EmailReceipt:
         action = f"send the email for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
         response = await self._request(
             "POST",
             "/v1/emails",
             action=action,
-            json={"run_id": run_id, "to": to, "subject": subject, "body": body},
+            json=email_body(run_id=run_id, to=to, subject=subject, body=body, metadata=metadata),
             headers={"Idempotency-Key": idempotency_key},
         )
         data = _json_object(response, action)
         return EmailReceipt(message_id=_field(data, "message_id", action), replayed=bool(data.get("replayed")))
 
     async def create_ticket(
-        self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str
+        self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str,
+        metadata: dict[str, str] | None = None,
     ) -> TicketReceipt:
         action = f"create the ticket for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
         response = await self._request(
             "POST",
             "/v1/tickets",
             action=action,
-            json={"run_id": run_id, "summary": summary, "email_message_id": email_message_id},
+            json=ticket_body(run_id=run_id, summary=summary, email_message_id=email_message_id, metadata=metadata),
             headers={"Idempotency-Key": idempotency_key},
         )
         data = _json_object(response, action)
         return TicketReceipt(ticket_id=_field(data, "ticket_id", action), replayed=bool(data.get("replayed")))
+
+    async def lookup(self, idempotency_key: str) -> AppliedRequest | None:
+        """What the provider holds under ``idempotency_key``: None if no request
+        ever carried it, else its bookkeeping and, once applied, the request
+        that was applied and its answer."""
+        action = f"look up Idempotency-Key {idempotency_key!r}"
+        try:
+            response = await self._client().get(f"/v1/requests/{quote(idempotency_key, safe='')}")
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, action, self.base_url) from exc
+        if response.status_code == 404:
+            return None
+        if not response.is_success:
+            raise error_from_response(response, action)
+        return AppliedRequest.from_json(_json_object(response, action))
 
     async def effects(self, run_id: str | None = None) -> list[EffectRecord]:
         action = "list effects"

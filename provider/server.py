@@ -10,8 +10,11 @@ Contract
 ========
 
 Effect endpoints: ``POST /v1/emails`` ``{"run_id", "to", "subject", "body"}``
-and ``POST /v1/tickets`` ``{"run_id", "summary", "email_message_id"}``. Both
-require an ``Idempotency-Key`` header: 1 to 255 printable ASCII characters, no
+and ``POST /v1/tickets`` ``{"run_id", "summary", "email_message_id"}``, each
+with an optional ``"metadata"`` object (as real APIs have: at most 10 entries,
+keys 1-40 of ``[A-Za-z0-9_.-]``, values single-line strings of at most 200
+characters), stored with the effect and part of the request. Both require an
+``Idempotency-Key`` header: 1 to 255 printable ASCII characters, no
 whitespace. One key names one request, across both endpoints.
 
 - The fingerprint of a request is sha256 over its method, path and the
@@ -30,6 +33,15 @@ whitespace. One key names one request, across both endpoints.
 - A request that fails validation (400 bad JSON, 422 bad field) stores nothing
   under its key, so the client may fix it and retry with the same key. It is
   still counted: the key's bookkeeping row is created, with 0 effects, if need be.
+
+Retrieve by key (``GET /v1/requests/<key>``, the key percent-encoded, ``/``
+as ``%2F``): 404 ``not_found`` if no request ever carried it; else ``key``,
+``kind``, ``run_id``, ``requests``, ``applied`` (false until an effect is
+stored), and once applied ``endpoint`` (e.g. ``POST /v1/emails``),
+``applied_at``, ``request`` (the applied body, metadata included),
+``request_sha256`` (sha256 of that body as canonical JSON: keys sorted, no
+whitespace, UTF-8) and ``response`` (the stored answer, with the ids). A
+client that got a 409 asks here what was applied instead of its request.
 
 Bookkeeping, per key (``GET /v1/effects[?run_id=]``): ``kind`` and ``run_id``
 (those of the request that applied the effect; until then, of the latest
@@ -77,7 +89,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from provider.faults import FaultSpecError, Faults
 from provider.store import Store
@@ -102,6 +114,10 @@ SHUTDOWN_DRAIN_SECONDS = 5.0
 
 EMAIL_FIELDS = ("run_id", "to", "subject", "body")
 TICKET_FIELDS = ("run_id", "summary", "email_message_id")
+OPTIONAL_FIELDS = ("metadata",)
+MAX_METADATA_ENTRIES = 10
+MAX_METADATA_KEY_CHARS = 40
+MAX_METADATA_VALUE_CHARS = 200
 
 
 class ApiError(Exception):
@@ -168,8 +184,9 @@ def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> No
         if name not in payload:
             raise ApiError(422, "invalid_request", f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
     for name in payload:
-        if name not in expected:
-            raise ApiError(422, "invalid_request", f"unknown field {name!r}: this endpoint accepts only {', '.join(expected)}", field=name)
+        if name not in expected and name not in OPTIONAL_FIELDS:
+            accepted = ", ".join(expected + OPTIONAL_FIELDS)
+            raise ApiError(422, "invalid_request", f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
     for name in expected:
         if not isinstance(payload[name], str):
             raise ApiError(422, "invalid_request", f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
@@ -185,10 +202,26 @@ def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
         raise ApiError(422, "invalid_request", str(exc), field=name) from None
 
 
+def _metadata(payload: dict[str, Any]) -> dict[str, str] | None:
+    if "metadata" not in payload:
+        return None
+    meta = payload["metadata"]
+    hint = (f"metadata is an object of at most {MAX_METADATA_ENTRIES} entries: keys 1-{MAX_METADATA_KEY_CHARS} "
+            f"of letters, digits, '_', '.', '-'; values single-line strings of at most {MAX_METADATA_VALUE_CHARS} characters")
+    if not isinstance(meta, dict) or len(meta) > MAX_METADATA_ENTRIES:
+        raise ApiError(422, "invalid_request", hint, field="metadata")
+    for key, value in meta.items():
+        if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
+            raise ApiError(422, "invalid_request", f"metadata key {key!r} is not allowed: {hint}", field="metadata")
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value) or "\x00" in value:
+            raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}", field="metadata")
+    return dict(meta)
+
+
 UNDELIVERABLE_TLD = ".invalid"
 
 
-def validate_email(payload: dict[str, Any]) -> dict[str, str]:
+def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
     _check_field_names(payload, EMAIL_FIELDS)
     run_id = _single_line(payload, "run_id", MAX_RUN_ID_CHARS)
     to = payload["to"]
@@ -215,15 +248,16 @@ def validate_email(payload: dict[str, Any]) -> dict[str, str]:
         )
     if "\x00" in body:
         raise ApiError(422, "invalid_request", "body must not contain NUL characters", field="body")
-    return {"run_id": run_id, "to": to, "subject": subject, "body": body}
+    return {"run_id": run_id, "to": to, "subject": subject, "body": body, "metadata": _metadata(payload)}
 
 
-def validate_ticket(payload: dict[str, Any]) -> dict[str, str]:
+def validate_ticket(payload: dict[str, Any]) -> dict[str, Any]:
     _check_field_names(payload, TICKET_FIELDS)
     return {
         "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
         "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
         "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
+        "metadata": _metadata(payload),
     }
 
 
@@ -236,9 +270,17 @@ def _bookkeeping_run_id(payload: Any) -> str | None:
     return None
 
 
+def canonical_json(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def fingerprint(method: str, path: str, payload: dict[str, Any]) -> str:
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{method}\n{path}\n{canonical}".encode()).hexdigest()
+    return hashlib.sha256(f"{method}\n{path}\n{canonical_json(payload)}".encode()).hexdigest()
+
+
+def body_sha256(payload: dict[str, Any]) -> str:
+    """What ``GET /v1/requests/<key>`` reports as ``request_sha256``."""
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
 def _format_seconds(seconds: float) -> str:
@@ -365,6 +407,8 @@ class Handler(BaseHTTPRequestHandler):
                 # Read the body first so an error answer leaves the connection in step.
                 self.body = self._read_body()
                 routes = ROUTES.get(url.path)
+                if routes is None and url.path.startswith(REQUESTS_PREFIX) and len(url.path) > len(REQUESTS_PREFIX):
+                    routes = {"GET": Handler.get_request}
                 if routes is None:
                     raise ApiError(404, "not_found", f"no such endpoint: {url.path}; see the provider module docstring")
                 route = routes.get(self.command)
@@ -410,6 +454,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def get_effects(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
         return 200, {"effects": self.server.store.effects(self._run_id_filter(query))}, {}
+
+    def get_request(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self._no_query(query)
+        key = unquote(urlsplit(self.path).path[len(REQUESTS_PREFIX):])
+        found = self.server.store.lookup(key)
+        if found is None:
+            raise ApiError(404, "not_found", f"no request ever carried Idempotency-Key {key!r}: nothing was applied under it")
+        if found.get("applied"):
+            found["request_sha256"] = body_sha256(found["request"])
+        return 200, found, {}
 
     def get_emails(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
         return 200, {"emails": self.server.store.emails(self._run_id_filter(query))}, {}
@@ -492,6 +546,8 @@ class Handler(BaseHTTPRequestHandler):
         self.server.faults.clear()
         return self.get_faults(query)
 
+
+REQUESTS_PREFIX = "/v1/requests/"
 
 ROUTES: dict[str, dict[str, Callable[..., tuple[int, dict[str, Any], dict[str, str]]]]] = {
     "/healthz": {"GET": Handler.get_health},

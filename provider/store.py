@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -67,6 +67,9 @@ CREATE TABLE IF NOT EXISTS tickets (
 );
 CREATE INDEX IF NOT EXISTS tickets_run ON tickets (run_id);
 """
+
+# Version 2: the optional request metadata, stored with the effect (JSON, NULL when none).
+_ADDED_COLUMNS = (("emails", "metadata", "TEXT"), ("tickets", "metadata", "TEXT"))
 
 # Bookkeeping for a request with a key. Until an effect is applied, kind and
 # run_id follow the latest request (the client may be fixing a bad request);
@@ -123,6 +126,9 @@ class Store:
                     f"this one knows {SCHEMA_VERSION}): use another --db"
                 )
             conn.executescript(_SCHEMA)
+            for table, column, kind in _ADDED_COLUMNS:
+                if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # -- connections -----------------------------------------------------------
@@ -166,7 +172,7 @@ class Store:
         method: str,
         path: str,
         fingerprint: str,
-        fields: dict[str, str],
+        fields: dict[str, Any],
         lose_response: Callable[[], bool],
     ) -> Outcome:
         """Apply the effect for ``key`` once, or replay / refuse; one transaction.
@@ -227,6 +233,44 @@ class Store:
         sql = "SELECT ticket_id, idempotency_key, run_id, summary, email_message_id, created_at FROM tickets"
         return self._items(sql, run_id)
 
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        """Everything known under ``key``: bookkeeping, and the applied request and answer."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT key, kind, run_id, requests, status_code, method, path, response_json, first_seen, last_seen"
+                " FROM idempotency_keys WHERE key = ?", (key,),
+            ).fetchone()
+            if row is None:
+                return None
+            found: dict[str, Any] = {
+                "key": row["key"], "kind": row["kind"], "run_id": row["run_id"], "requests": row["requests"],
+                "status_code": row["status_code"], "first_seen": row["first_seen"], "last_seen": row["last_seen"],
+                "applied": False,
+            }
+            if row["response_json"] is None:
+                return found
+            if row["kind"] == "email":
+                effect = conn.execute(
+                    "SELECT run_id, to_address, subject, body, metadata, created_at FROM emails WHERE idempotency_key = ?",
+                    (key,),
+                ).fetchone()
+                request = {"run_id": effect["run_id"], "to": effect["to_address"], "subject": effect["subject"],
+                           "body": effect["body"]}
+            else:
+                effect = conn.execute(
+                    "SELECT run_id, summary, email_message_id, metadata, created_at FROM tickets WHERE idempotency_key = ?",
+                    (key,),
+                ).fetchone()
+                request = {"run_id": effect["run_id"], "summary": effect["summary"],
+                           "email_message_id": effect["email_message_id"]}
+            if effect["metadata"] is not None:
+                request["metadata"] = json.loads(effect["metadata"])
+            found.update(
+                applied=True, endpoint=f"{row['method']} {row['path']}", applied_at=effect["created_at"],
+                request=request, response=json.loads(row["response_json"]),
+            )
+            return found
+
     def _items(self, sql: str, run_id: str | None) -> list[dict[str, Any]]:
         params: tuple[Any, ...] = ()
         if run_id is not None:
@@ -236,13 +280,14 @@ class Store:
             return [dict(r) for r in conn.execute(sql + " ORDER BY rowid", params)]
 
 
-def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dict[str, str], now: str) -> dict[str, Any]:
+def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dict[str, Any], now: str) -> dict[str, Any]:
+    metadata = None if fields.get("metadata") is None else json.dumps(fields["metadata"], sort_keys=True)
     if kind == "email":
         message_id = "msg_" + secrets.token_hex(12)
         conn.execute(
-            "INSERT INTO emails (message_id, idempotency_key, run_id, to_address, subject, body, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (message_id, key, fields["run_id"], fields["to"], fields["subject"], fields["body"], now),
+            "INSERT INTO emails (message_id, idempotency_key, run_id, to_address, subject, body, metadata, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (message_id, key, fields["run_id"], fields["to"], fields["subject"], fields["body"], metadata, now),
         )
         return {
             "message_id": message_id,
@@ -256,9 +301,9 @@ def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dic
     if kind == "ticket":
         ticket_id = "tkt_" + secrets.token_hex(12)
         conn.execute(
-            "INSERT INTO tickets (ticket_id, idempotency_key, run_id, summary, email_message_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (ticket_id, key, fields["run_id"], fields["summary"], fields["email_message_id"], now),
+            "INSERT INTO tickets (ticket_id, idempotency_key, run_id, summary, email_message_id, metadata, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (ticket_id, key, fields["run_id"], fields["summary"], fields["email_message_id"], metadata, now),
         )
         return {
             "ticket_id": ticket_id,

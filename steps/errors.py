@@ -4,8 +4,12 @@ provider client, and understood by both engines.
 Only two kinds matter to a durable engine:
 
 - ``TransientError``: the same request may succeed later (a 503, a timeout, a
-  rate limit). The engine retries it, a bounded number of times, after at least
-  ``retry_after`` seconds when the other side said how long to wait.
+  rate limit). The engine retries it within the step's error budget
+  (``steps.retry``), after at least ``retry_after`` seconds when the other side
+  said how long to wait. ``in_doubt`` says the request may have been applied
+  although no answer said so (a timeout or a broken connection after it was
+  sent, a 5xx): if the run ends before a retry settles it, the step is shown
+  *in doubt*, not as "nothing happened".
 - ``PermanentError``: retrying the same request cannot help (a malformed email
   address, an idempotency conflict, output the model cannot produce). The
   engine stops the run in its terminal FAILED state, naming the step and this
@@ -22,10 +26,11 @@ class StepError(Exception):
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, in_doubt: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        self.in_doubt = in_doubt
 
 
 class TransientError(StepError):
@@ -38,3 +43,12 @@ class PermanentError(StepError):
     """Not worth retrying: the run must end FAILED with this message."""
 
     retryable = False
+
+
+class IdempotencyConflict(PermanentError):
+    """The receiver holds a *different* request under this idempotency key.
+
+    Never retried: the same request would get the same answer. The step that
+    gets it asks the receiver what was applied under the key and adopts it
+    when it belongs to the same run (``steps.adoption``); otherwise the run
+    fails with this message."""
