@@ -65,8 +65,8 @@ def in_process_memory(deps: Any) -> InMemoryStore:
     """Point the steps' memory at a store that lives (and dies) with this process."""
     store = InMemoryStore(MemoryPolicy(max_tokens=2000, max_messages=40))
 
-    def context(conversation_id: str) -> list[dict[str, Any]]:
-        return [m.to_chat() for m in store.window(conversation_id, include_pinned=False)]
+    def context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
+        return [m.to_chat() for m in store.window(conversation_id, include_pinned=False, as_of=as_of)]
 
     def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
         return sum(store.append(conversation_id, Message(id=i, role=r, content=c)).added for i, r, c in messages)

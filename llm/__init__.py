@@ -11,6 +11,9 @@ Environment variables:
 
 ``LLM_BASE_URL``
     API root of an OpenAI-compatible server. Unset or empty: the offline model.
+``LLM_OFFLINE_VARY``
+    ``1``: the offline model words every answer differently, like a real model
+    (for the lab's non-determinism checks). Default ``0``: deterministic.
 ``LLM_MODEL``
     Model name on that server. Required when ``LLM_BASE_URL`` is set.
 ``LLM_API_KEY``
@@ -61,7 +64,10 @@ def model_from_env(env: Mapping[str, str] = os.environ) -> LanguageModel:
     """
     base_url = (env.get("LLM_BASE_URL") or "").strip()
     if not base_url:
-        return OfflineModel()
+        vary = (env.get("LLM_OFFLINE_VARY") or "0").strip()
+        if vary not in ("0", "1"):
+            raise ValueError(f"LLM_OFFLINE_VARY={vary!r} must be 0 or 1 (1: the offline model varies every answer)")
+        return OfflineModel(vary=vary == "1")
     if not base_url.lower().startswith(("http://", "https://")):
         raise ValueError(
             f"LLM_BASE_URL={base_url!r} is not an http(s) URL: give the API root, "

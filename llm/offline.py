@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any, Mapping
 
 from steps.errors import PermanentError
@@ -37,15 +38,23 @@ class OfflineModel:
 
     Raises :class:`PermanentError` if there is no user message or it is empty:
     retrying the same messages cannot help.
+
+    ``vary=True`` (``LLM_OFFLINE_VARY=1``) gives up determinism on purpose: every
+    call writes a differently worded subject, body and summary, as a real model
+    does. The lab uses it to show that the flow stays live and exactly-once
+    when a re-run step builds a different request (``steps.adoption``).
     """
 
-    name = "offline"
+    def __init__(self, *, vary: bool = False) -> None:
+        self.vary = vary
+        self.name = "offline-varying" if vary else "offline"
 
     async def draft(self, messages: list[dict]) -> Draft:
         task, context_count = _task_and_context(messages)
         one_line_task = _WHITESPACE.sub(" ", task).strip()
+        variant = f" [draft {secrets.token_hex(3)}]" if self.vary else ""
 
-        subject = _fit("Re: ", one_line_task, "", MAX_SUBJECT_CHARS)
+        subject = _fit("Re: ", one_line_task, variant, MAX_SUBJECT_CHARS)
 
         quoted = task if len(task) <= _MAX_QUOTED_TASK_CHARS else task[:_MAX_QUOTED_TASK_CHARS].rstrip() + _ELLIPSIS
         quoted_lines = "\n".join(f"> {line}".rstrip() for line in quoted.splitlines())
@@ -61,19 +70,20 @@ class OfflineModel:
             "Thank you for your message. You asked:\n\n"
             f"{quoted_lines}\n\n"
             "I have noted this request and will follow up on it shortly.\n"
-            f"{context_line}\n\n"
+            f"{context_line}{variant}\n\n"
             "Kind regards,\n"
             "The offline drafting assistant"
         )
 
-        summary = _fit("Drafted a reply to: ", one_line_task, f" ({_count(context_count)} of context)", MAX_SUMMARY_CHARS)
+        summary = _fit("Drafted a reply to: ", one_line_task, f" ({_count(context_count)} of context){variant}",
+                       MAX_SUMMARY_CHARS)
         return Draft(subject=subject, body=body, summary=summary)
 
     async def aclose(self) -> None:
         """Nothing to release; present so callers can close any model the same way."""
 
     def __repr__(self) -> str:
-        return "OfflineModel()"
+        return "OfflineModel(vary=True)" if self.vary else "OfflineModel()"
 
 
 def _task_and_context(messages: list[dict]) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from typing import Any
 from memory.errors import MemoryStoreError
 from memory.messages import Message
 from memory.policy import MemoryPolicy
-from memory.sqlite_store import SQLiteStore, load_conversation
+from memory.sqlite_store import SQLiteStore, appended_after, load_conversation
 from memory.stores import EvictionHook, InMemoryStore, Store
 from memory.window import AppendResult
 
@@ -42,8 +42,13 @@ def read_window(
     conversation_id: str,
     *,
     include_pinned: bool = True,
+    as_of: float | None = None,
 ) -> list[Message]:
     """The window of ``conversation_id``, or ``[]`` with a warning if the store is unusable.
+
+    ``as_of`` (Unix seconds) leaves out what was appended after it, whole
+    blocks at a time: the window as a run that started then would see it, as
+    long as memory still holds it (eviction is not undone).
 
     ``source`` is an open store, or the path of a SQLite store file, which is
     opened read-only for this one call and never created. A missing file or
@@ -57,8 +62,10 @@ def read_window(
         return []
     try:
         if isinstance(source, (str, os.PathLike)):
-            return _read_file(os.fspath(source), conversation_id, include_pinned)
-        return list(source.window(conversation_id, include_pinned=include_pinned))
+            return _read_file(os.fspath(source), conversation_id, include_pinned, as_of)
+        if as_of is None:
+            return list(source.window(conversation_id, include_pinned=include_pinned))
+        return list(source.window(conversation_id, include_pinned=include_pinned, as_of=as_of))
     except Exception as exc:  # noqa: BLE001 - by contract, nothing from the store escapes
         log.warning(
             "conversation memory unavailable (%s: %s); using an empty context for conversation %r",
@@ -74,12 +81,13 @@ def read_context(
     conversation_id: str,
     *,
     include_pinned: bool = True,
+    as_of: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`read_window` as OpenAI chat-format dicts, ready to put in a prompt. Never raises for store problems."""
-    return [m.to_chat() for m in read_window(source, conversation_id, include_pinned=include_pinned)]
+    return [m.to_chat() for m in read_window(source, conversation_id, include_pinned=include_pinned, as_of=as_of)]
 
 
-def _read_file(path: str, conversation_id: str, include_pinned: bool) -> list[Message]:
+def _read_file(path: str, conversation_id: str, include_pinned: bool, as_of: float | None = None) -> list[Message]:
     file = Path(path)
     if not file.is_file():
         raise MemoryStoreError(f"no conversation memory file at {path}")
@@ -88,8 +96,9 @@ def _read_file(path: str, conversation_id: str, include_pinned: bool) -> list[Me
     try:
         conn.execute("BEGIN")
         conv = load_conversation(conn, conversation_id, MemoryPolicy())
+        hide = appended_after(conn, conversation_id, as_of)
         conn.execute("COMMIT")
-        return conv.window(include_pinned)
+        return conv.window(include_pinned, hide)
     finally:
         conn.close()
 

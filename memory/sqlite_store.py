@@ -1,10 +1,12 @@
 """The SQLite store: the same rule as the in-memory store, bounded on disk.
 
-Layout (schema version 1, in ``PRAGMA user_version``):
+Layout (schema version 2, in ``PRAGMA user_version``; a version 1 file is
+upgraded in place when a store opens it):
 
-- ``messages``: the window, one row per stored message. Evicted rows are
-  DELETEd in the transaction that evicts them, so a conversation never holds
-  more than ``max_messages`` rows.
+- ``messages``: the window, one row per stored message, with ``appended_at``
+  (Unix seconds, this process's clock; NULL for rows written before version 2)
+  for the ``as_of`` cut-off. Evicted rows are DELETEd in the transaction that
+  evicts them, so a conversation never holds more than ``max_messages`` rows.
 - ``evicted_ids``: the ids (and content digests) of the last
   ``remember_evicted`` evicted messages per conversation, so that a retried
   append of an evicted message is still recognised as a duplicate. Trimmed in
@@ -30,10 +32,11 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from memory.errors import MemoryStoreError
 from memory.messages import Message, ToolCall, stable_digest
@@ -43,7 +46,7 @@ from memory.window import COUNTER_FIELDS, AppendResult, Conversation, MemoryStat
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "load_conversation"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -75,6 +78,7 @@ CREATE TABLE IF NOT EXISTS messages (
     digest TEXT NOT NULL,
     exchange INTEGER NOT NULL,
     block INTEGER NOT NULL,
+    appended_at REAL,
     PRIMARY KEY (conversation_id, seq)
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS messages_by_id ON messages (conversation_id, message_id);
@@ -100,8 +104,23 @@ _SELECT_ROWS = (
 )
 _INSERT_ROW = (
     "INSERT INTO messages (conversation_id, seq, message_id, role, content, tool_calls, tool_call_id, "
-    "pinned, tokens, digest, exchange, block) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "pinned, tokens, digest, exchange, block, appended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_APPENDED_AFTER = "SELECT message_id FROM messages WHERE conversation_id = ? AND appended_at > ?"
+
+
+def appended_after(conn: sqlite3.Connection, conversation_id: str, as_of: float | None) -> set[str]:
+    """Ids of the conversation's stored messages appended after ``as_of`` (none if None).
+
+    A file still at schema version 1 has no times: nothing is hidden."""
+    if as_of is None:
+        return set()
+    try:
+        return {r[0] for r in conn.execute(_APPENDED_AFTER, (conversation_id, float(as_of)))}
+    except sqlite3.OperationalError as exc:
+        if "appended_at" in str(exc):
+            return set()
+        raise
 _DELETE_ROW = "DELETE FROM messages WHERE conversation_id = ? AND seq = ?"
 _LEDGER_GET = "SELECT digest FROM evicted_ids WHERE conversation_id = ? AND message_id = ?"
 _LEDGER_PUT = "INSERT OR REPLACE INTO evicted_ids (conversation_id, message_id, n, digest) VALUES (?, ?, ?, ?)"
@@ -162,8 +181,10 @@ class SQLiteStore(StoreBase):
         on_evict: EvictionHook | None = None,
         synchronous: str = "NORMAL",
         busy_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(policy, on_evict)
+        self._clock = clock
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = os.fspath(path)
@@ -188,6 +209,9 @@ class SQLiteStore(StoreBase):
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                elif version == 1:
+                    conn.execute("ALTER TABLE messages ADD COLUMN appended_at REAL")
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION:
                     raise MemoryStoreError(
@@ -337,6 +361,7 @@ class SQLiteStore(StoreBase):
                     entry.digest,
                     block.exchange if block is not None else 0,
                     block.first_seq if block is not None else 0,
+                    self._clock(),
                 ),
             )
         removed = [*outcome.abandoned, *outcome.evicted]
@@ -373,9 +398,17 @@ class SQLiteStore(StoreBase):
 
         return self._write(conversation_id, work)
 
-    def window(self, conversation_id: str, *, include_pinned: bool = True) -> list[Message]:
-        """Pinned messages first, then the rest in order; never an unanswered tool call."""
-        return self._read(conversation_id).window(include_pinned)
+    def window(self, conversation_id: str, *, include_pinned: bool = True, as_of: float | None = None) -> list[Message]:
+        """Pinned messages first, then the rest in order; never an unanswered tool call.
+
+        ``as_of`` (Unix seconds): leave out what was appended later, by whole
+        blocks (see ``Conversation.window``)."""
+        conv = self._read(conversation_id)
+        if as_of is None:
+            return conv.window(include_pinned)
+        with self._lock:
+            hide = appended_after(self._connection(), conversation_id, as_of)
+        return conv.window(include_pinned, hide)
 
     def stats(self, conversation_id: str) -> MemoryStats:
         return self._read(conversation_id).stats()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable, Protocol, runtime_checkable
@@ -34,7 +35,8 @@ class Store(Protocol):
 
     def unpin(self, conversation_id: str, message_id: str) -> bool: ...
 
-    def window(self, conversation_id: str, *, include_pinned: bool = True) -> list[Message]: ...
+    def window(self, conversation_id: str, *, include_pinned: bool = True,
+               as_of: float | None = None) -> list[Message]: ...
 
     def stats(self, conversation_id: str) -> MemoryStats: ...
 
@@ -157,11 +159,12 @@ def _event(conversation_id: str, reason: str, entries: list) -> EvictionEvent:
 class _Slot:
     """A conversation plus the ids it evicted recently (for duplicate detection)."""
 
-    __slots__ = ("conv", "evicted_ids")
+    __slots__ = ("conv", "evicted_ids", "appended_at")
 
     def __init__(self, conv: Conversation) -> None:
         self.conv = conv
         self.evicted_ids: OrderedDict[str, int] = OrderedDict()
+        self.appended_at: dict[str, float] = {}  # stored message id -> when (for as_of)
 
 
 class InMemoryStore(StoreBase):
@@ -171,8 +174,10 @@ class InMemoryStore(StoreBase):
     :class:`EvictionEvent` whenever messages leave a window.
     """
 
-    def __init__(self, policy: MemoryPolicy | None = None, *, on_evict: EvictionHook | None = None) -> None:
+    def __init__(self, policy: MemoryPolicy | None = None, *, on_evict: EvictionHook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         super().__init__(policy, on_evict)
+        self._clock = clock
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -208,11 +213,18 @@ class InMemoryStore(StoreBase):
                 if old is not None:
                     return self._duplicate(conv, message, old, digest)
             outcome = conv.pin(message, digest) if message.pinned else conv.append(message, digest)
+            times = slot.appended_at
+            if outcome.entry is not None:
+                times[message.id] = self._clock()
             if not (outcome.evicted or outcome.abandoned or outcome.dropped):
                 if not outcome.truncated:  # the common case, kept short
                     return _new_tuple(AppendResult, (True, False, 0, 0, (), False, False, outcome.tokens))
-            elif self.policy.remember_evicted:
-                self._remember(slot, outcome)
+            else:
+                for group in (outcome.abandoned, outcome.evicted):
+                    for e in group:
+                        times.pop(e.message.id, None)
+                if self.policy.remember_evicted:
+                    self._remember(slot, outcome)
         return self._finish(conversation_id, outcome)
 
     def _remember(self, slot: _Slot, outcome: Outcome) -> None:
@@ -237,13 +249,24 @@ class InMemoryStore(StoreBase):
         """Remove a pinned message (e.g. replaced instructions). False if it was not pinned."""
         with self._lock:
             slot = self._slot(conversation_id, False)
-            return slot is not None and slot.conv.unpin(message_id) is not None
+            if slot is None or slot.conv.unpin(message_id) is None:
+                return False
+            slot.appended_at.pop(message_id, None)
+            return True
 
-    def window(self, conversation_id: str, *, include_pinned: bool = True) -> list[Message]:
-        """Pinned messages first, then the rest in order; never an unanswered tool call."""
+    def window(self, conversation_id: str, *, include_pinned: bool = True, as_of: float | None = None) -> list[Message]:
+        """Pinned messages first, then the rest in order; never an unanswered tool call.
+
+        ``as_of`` (seconds, the store's clock): leave out what was appended
+        later, by whole blocks (see ``Conversation.window``)."""
         with self._lock:
             slot = self._slot(conversation_id, False)
-            return slot.conv.window(include_pinned) if slot is not None else []
+            if slot is None:
+                return []
+            if as_of is None:
+                return slot.conv.window(include_pinned)
+            hide = {mid for mid, at in slot.appended_at.items() if at > as_of}
+            return slot.conv.window(include_pinned, hide)
 
     def stats(self, conversation_id: str) -> MemoryStats:
         with self._lock:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Container, Iterable, NamedTuple
 
 from memory.errors import OversizeMessageError, PinnedTooLargeError, PolicyError, UnknownToolCallError
 from memory.messages import Message
@@ -221,14 +221,23 @@ class Conversation:
 
     # ---- reading ---------------------------------------------------------------
 
-    def window(self, include_pinned: bool = True) -> list[Message]:
-        """Pinned messages, then the rest in order, without an unfinished tool round."""
+    def window(self, include_pinned: bool = True, hide: Container[str] | None = None) -> list[Message]:
+        """Pinned messages, then the rest in order, without an unfinished tool round.
+
+        ``hide``: message ids to leave out (the stores' ``as_of`` cut-off). A
+        block with a hidden message is left out whole, so a tool call never
+        shows without its results, nor a result without its call."""
         out = [e.message for e in self.pinned.values()] if include_pinned else []
+        if hide:
+            out = [m for m in out if m.id not in hide]
         hidden = self.open_block
         for exchange in self.exchanges:
             for block in exchange.blocks:
-                if block is not hidden:
-                    out.extend([e.message for e in block.entries])
+                if block is hidden:
+                    continue
+                if hide and any(e.message.id in hide for e in block.entries):
+                    continue
+                out.extend([e.message for e in block.entries])
         return out
 
     def stats(self) -> MemoryStats:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -49,12 +50,15 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[str, Any]]],
+def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None], list[dict[str, Any]]],
                                                        Callable[[str, list[tuple[str, str, str]]], int]]:
     """(context reader, exchange writer) over the SQLite memory store.
 
-    The reader opens the file read-only per call and turns any store problem
-    into an empty context with a warning. The writer keeps one connection open
+    The reader opens the file read-only per call, leaves out what was appended
+    after the run's cut-off (``as_of``), and turns any store problem into an
+    empty context with a warning. Both block (SQLite, with a busy timeout);
+    the steps call them in a thread, and the writer takes a lock so that two
+    steps finishing at once in one worker never share its connection's state. The writer keeps one connection open
     (opening and closing a WAL database checkpoints it: 3.7 ms an exchange
     against 0.4 ms kept open), reopens it if the file was replaced or removed
     (a learner wiping memory) or after an error, appends idempotently by
@@ -65,17 +69,17 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
 
     path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
     if path == "off":
-        return (lambda conversation_id: []), (lambda conversation_id, messages: 0)
+        return (lambda conversation_id, as_of=None: []), (lambda conversation_id, messages: 0)
     policy = MemoryPolicy(
         max_tokens=_positive_int(env, "MEMORY_MAX_TOKENS", DEFAULT_MEMORY_MAX_TOKENS),
         max_messages=_positive_int(env, "MEMORY_MAX_MESSAGES", DEFAULT_MEMORY_MAX_MESSAGES),
     )
 
-    def context(conversation_id: str) -> list[dict[str, Any]]:
+    def context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
         if not Path(path).exists():
             return []  # nothing remembered yet: the first run creates the file; not worth a warning
         # Pinned messages left out: the draft step puts its own system prompt first.
-        return read_context(path, conversation_id, include_pinned=False)
+        return read_context(path, conversation_id, include_pinned=False, as_of=as_of)
 
     store = None  # the writer's open store, and the file (device, inode) it was opened on
     opened_on: tuple[int, int] | None = None
@@ -96,7 +100,13 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str], list[dict[s
                 pass
             store = None
 
+    writing = threading.Lock()
+
     def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+        with writing:
+            return _remember(conversation_id, messages)
+
+    def _remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
         nonlocal store, opened_on
         if store is not None and opened_on != _file_id():
             _drop_writer()  # the file was removed or replaced under us: write to the new one
