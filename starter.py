@@ -3,6 +3,8 @@
     python starter.py start RUN_ID "TASK" --email ADDR [--conversation ID] [--wait] [--json]
     python starter.py status RUN_ID [--json] [--live]
     python starter.py watch RUN_ID
+    python starter.py retry RUN_ID [--wait] [--json]
+    python starter.py settle RUN_ID [--json]
     (every command also takes --verbose)
 
 RUN_ID is yours to choose and is the run's identity for ever: it is the
@@ -11,8 +13,17 @@ existing RUN_ID attaches to that run and never creates a second one.
 
 ``status`` reads Temporal's record (history plus pending activities), so it
 works while no worker is running. ``--live`` asks the workflow itself instead
-(a query; needs a worker). Exit codes: 0 completed or running, 1 failed,
-2 bad input or not found.
+(a query; needs a worker). The words it uses are ``steps.runstate``'s. Exit
+codes: 0 completed or running, 1 failed, 2 bad input or not found (or a retry
+refused), 3 parked.
+
+``retry`` restarts a failed or timed-out run at the step that failed: a
+Temporal reset to the workflow task that first scheduled that step, so the
+completed steps are not run again and the step gets a fresh retry budget.
+The run id, and so every idempotency key, stays the same: what was applied
+is replayed or adopted, never applied twice. ``settle`` asks the provider, by
+key, whether each effect step's effect was applied: how a step left in doubt
+is settled.
 
 In a terminal, ``start --wait`` and ``watch`` show the steps ticking through
 in a live table (rich); piped or with ``--json`` they print plain lines, the
@@ -30,56 +41,79 @@ import logging
 import os
 import sys
 import time
+import uuid
 from datetime import timedelta
 from urllib.parse import quote
 
-from temporalio.client import Client
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
-from flowclient.status import RunNotFound, run_status
+from flowclient.status import RunNotFound, activity_traces, read_history, run_status
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.models import STEP_NAMES
+from steps.retry import RetryRule, rule_from_env, run_timeout_floor
+from steps.runstate import EXIT_INPUT, exit_code, render_table, short_result
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
 # A worker that dies mid workflow task is noticed after this, not the 10 s default.
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
-# Backstop: a run that is still open after this is closed as timed out.
-DEFAULT_EXECUTION_TIMEOUT = timedelta(hours=1)
+PARKING_WINDOW = timedelta(hours=24)
+"""How long a run may wait beyond its retry budgets (parked by a bad deploy, or
+with no worker running) before Temporal closes it as timed out."""
 
 
-def execution_timeout() -> timedelta:
-    raw = os.environ.get("RUN_TIMEOUT_SECONDS")
+def execution_timeout(rule: RetryRule | None = None, env=None) -> timedelta:
+    """The run's execution timeout: ``RUN_TIMEOUT_SECONDS``, or by default every
+    step's retry budget plus the parking window. Never below the budgets: a
+    timeout that could cut a retrying step short is refused."""
+    env = os.environ if env is None else env
+    rule = rule or rule_from_env(env)
+    floor = run_timeout_floor(rule, len(STEP_NAMES))
+    raw = (env.get("RUN_TIMEOUT_SECONDS") or "").strip()
     if not raw:
-        return DEFAULT_EXECUTION_TIMEOUT
+        return timedelta(seconds=floor) + PARKING_WINDOW
     try:
         seconds = float(raw)
-        if seconds <= 0:
+        if not seconds > 0:
             raise ValueError
     except ValueError:
-        raise InputError(f"RUN_TIMEOUT_SECONDS={raw!r} must be a positive number of seconds")
+        raise InputError(f"RUN_TIMEOUT_SECONDS={raw!r} must be a positive number of seconds") from None
+    if seconds < floor:
+        raise InputError(
+            f"RUN_TIMEOUT_SECONDS={raw} would cut a retrying step short: it must be at least {floor:g} s, "
+            f"the {len(STEP_NAMES)} steps' retry budgets ({rule.budget_seconds:g} s each, LAB_RETRY_BUDGET_SECONDS) "
+            "plus a minute each. Raise it, or lower the budget."
+        )
     return timedelta(seconds=seconds)
 
 
 async def start_run(
     client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
-    queue: str | None = None, timeouts: str = "tuned",
+    queue: str | None = None, timeouts: str = "tuned", rule: RetryRule | None = None,
 ) -> tuple[bool, dict | None]:
     """Start the run, or attach to the existing one. Returns (created, existing status).
 
     The server decides, atomically: REJECT_DUPLICATE refuses an id whose run has
     closed, FAIL refuses one whose run is open. Either refusal means "attach".
+    The retry rule (``steps.retry``, from the environment unless given) goes
+    into the run's input: the numbers a run runs under are in its history.
     """
+    rule = rule or rule_from_env()
     try:
         await client.start_workflow(
             WORKFLOW_NAME,
             FlowInput(run_id=run_id, task=task, email=email,
-                      conversation_id=conversation_id or run_id, timeouts=timeouts),
+                      conversation_id=conversation_id or run_id, timeouts=timeouts, retry=rule.to_dict()),
             id=run_id,
             task_queue=queue or task_queue(),
             # "defaults" exists for bench/bench_resume.py: Temporal's 10 s task timeout.
             task_timeout=WORKFLOW_TASK_TIMEOUT if timeouts == "tuned" else timedelta(seconds=10),
-            execution_timeout=execution_timeout(),
+            execution_timeout=execution_timeout(rule),
             # One run per RUN_ID, ever: the idempotency keys derive from it.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -107,49 +141,33 @@ async def wait_for_status(client: Client, run_id: str, until, on_change=None, po
 
 
 async def wait_for_close(client: Client, run_id: str, on_change=None, poll: float = 0.25) -> dict:
+    """Until the run completes, fails or is parked (which needs an operator)."""
     return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
 
 
 def step_ticker(indent: str = "  "):
-    """An ``on_change`` callback that prints one line each time a step changes status."""
-    seen: dict[str, str] = {}
+    """An ``on_change`` callback that prints one line each time a step changes status or attempt."""
+    seen: dict[str, tuple] = {}
 
     def tick(status: dict) -> None:
         for step in status["steps"]:
-            if seen.get(step["name"]) != step["status"]:
-                seen[step["name"]] = step["status"]
+            now = (step["status"], step["attempts"])
+            if seen.get(step["name"]) != now:
+                seen[step["name"]] = now
                 if step["status"] != "pending":
+                    extra = ""
+                    if step["status"] == "retrying":
+                        extra = f"; next try at {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error')}"
                     print(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
-                          f" (attempt {step['attempts']})", flush=True)
+                          f" (attempt {step['attempts']}{extra})", flush=True)
+        if status["status"] == "parked":
+            print(f"{indent}{time.strftime('%H:%M:%S')} parked: {status.get('detail')}", flush=True)
 
     return tick
 
 
 async def live_status(client: Client, run_id: str) -> dict:
     return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=timedelta(seconds=5))
-
-
-def render_table(status: dict) -> str:
-    """A readable table, plain text so it is the same in a terminal and a log."""
-    lines = [f"run {status['run_id']}: {status['status']}"
-             + (f", current step {status['current_step']}" if status["current_step"] else "")]
-    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>8}  result")
-    for i, step in enumerate(status["steps"], 1):
-        result = step["result"]
-        shown = "" if result is None else _short(result)
-        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {step['attempts']:>8}  {shown}")
-    if status.get("error"):
-        lines.append(f"  error: {status['error']}")
-    return "\n".join(lines)
-
-
-def _short(result: dict) -> str:
-    keys = ("message_id", "ticket_id", "subject")
-    parts = [f"{k}={result[k]}" for k in keys if k in result]
-    if result.get("replayed"):
-        parts.append("replayed")
-    text = ", ".join(parts) or json.dumps(result)
-    return text if len(text) <= 70 else text[:67] + "..."
 
 
 DEV_SERVER_UI = "http://localhost:8233"
@@ -180,7 +198,8 @@ def _interactive(args) -> bool:
     return not getattr(args, "json", False) and sys.stdout.isatty()
 
 
-_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "completed": "green", "failed": "bold red"}
+_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "waiting": "yellow", "retrying": "bold magenta",
+               "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
 
 
 def rich_table(status: dict):
@@ -194,10 +213,15 @@ def rich_table(status: dict):
         table.add_column(column, justify=justify)
     for i, step in enumerate(status["steps"], 1):
         style = _STEP_STYLE.get(step["status"], "")
-        mark = {"running": "> ", "completed": "ok ", "failed": "x "}.get(step["status"], "  ")
-        result = "" if step["result"] is None else _short(step["result"])
+        mark = {"running": "> ", "retrying": "~ ", "waiting": "… ", "completed": "ok ", "adopted": "ok ",
+                "failed": "x ", "in_doubt": "? "}.get(step["status"], "  ")
+        result = "" if step["result"] is None else short_result(step["result"])
+        if step["status"] == "retrying":
+            result = f"next try {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error') or ''}"
         table.add_row(str(i), step["name"], f"[{style}]{mark}{step['status']}[/]",
                       str(step["attempts"]), result)
+    if status.get("detail"):
+        table.add_row("", "", "[yellow]now[/]", "", status["detail"])
     if status.get("error"):
         table.add_row("", "", "[bold red]error[/]", "", status["error"])
     return table
@@ -214,7 +238,7 @@ async def follow_live(client: Client, run_id: str) -> dict:
 
 
 def _exit_code(status: dict) -> int:
-    return 1 if status["status"] == "failed" else 0
+    return exit_code(status)
 
 
 async def _cmd_start(args) -> int:
@@ -274,6 +298,79 @@ async def _cmd_watch(args) -> int:
     return _exit_code(final)
 
 
+class RetryRefused(ValueError):
+    """A run that cannot be retried; the message says why and what to do."""
+
+
+async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
+    """Reset a failed or timed-out run to the workflow task that first scheduled
+    its failed step. Returns (step, reset event id, new Temporal run id)."""
+    description, history = await read_history(client, run_id)
+    state = description.status
+    if state == WorkflowExecutionStatus.COMPLETED:
+        raise RetryRefused(f"run {run_id} completed; a completed run cannot be retried. "
+                           "Start a new RUN_ID to do the task again.")
+    if state == WorkflowExecutionStatus.RUNNING:
+        raise RetryRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
+                           "retry is for a run that failed or timed out")
+    status = await run_status(client, run_id)
+    if (status.get("error") or "").startswith("input refused"):
+        raise RetryRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
+                           "again. Start a new RUN_ID with corrected input.")
+    step = status["current_step"]
+    traces = [t for t in (await activity_traces(client, history)).values() if t.step == step]
+    if traces:
+        point = traces[0].workflow_task_completed_event_id
+    else:  # closed before the step was ever scheduled (e.g. timed out while parked)
+        completed = [e.event_id for e in history.events
+                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+        if not completed:
+            raise RetryRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
+        point = completed[-1]
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
+            reason=f"starter.py retry: restart at step {step} ({status.get('error') or 'closed'})"[:1000],
+            workflow_task_finish_event_id=point,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    return step or "?", point, response.run_id
+
+
+async def _cmd_retry(args) -> int:
+    run_id = check_run_id(args.run_id)
+    client = await connect()
+    try:
+        step, point, new_run = await retry_run(client, run_id)
+    except RetryRefused as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    if not args.json:
+        print(f"retrying run {run_id} at step {step}: reset to event {point}, Temporal run {new_run}; "
+              "completed steps are not run again, the keys are the same", flush=True)
+    if not args.wait:
+        if args.json:
+            _print_status(await run_status(client, run_id), True)
+        return 0
+    final = await wait_for_close(client, run_id, None if args.json else step_ticker())
+    _print_status(final, args.json)
+    return _exit_code(final)
+
+
+async def _cmd_settle(args) -> int:
+    from provider.client import ProviderClient, provider_url_from_env
+    from steps.settle import render_settle, settle
+
+    run_id = check_run_id(args.run_id)
+    async with ProviderClient(provider_url_from_env(os.environ)) as provider:
+        report = await settle(provider, run_id)
+    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else render_settle(run_id, report),
+          flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="log the SDK's and the lab's debug messages to stderr")
@@ -298,6 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the final status as JSON (no live table)")
     p.set_defaults(func=_cmd_watch)
+    p = sub.add_parser("retry", help="restart a failed or timed-out run at its failed step (a reset; same keys)",
+                       parents=[common])
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--wait", action="store_true", help="follow the run until it completes or fails")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_retry)
+    p = sub.add_parser("settle", help="ask the provider, by key, whether each effect of the run was applied",
+                       parents=[common])
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_settle)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,

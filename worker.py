@@ -27,8 +27,14 @@ benchmark that measures what it buys):
   sticky schedule-to-start timeout (default 10 s), so a run whose worker was
   killed waits about a second longer before resuming (bench/bench_resume.py
   measures both).
-- the sandbox passes imports through instead of re-importing them for every
-  instance (+30% throughput; non-deterministic calls are still refused).
+- the sandbox is Temporal's default (``workflow_restrictions``) plus
+  ``sqlite3``: wall clock, ``random``, ``uuid4``, ``open``, network and
+  database calls in workflow code are refused, and the workflow module is
+  executed afresh for every workflow task. Passing every module through would
+  be faster (docs/benchmarks.md) but turns the refusals off: the lab's first
+  lesson is that workflow code must be deterministic, so the net stays.
+- workflow-task failures are not turned into run failures: a bug or an
+  incompatible deploy parks runs (``workflows.agent_flow``) until good code runs.
 - at most 8 workflow tasks at a time (default 100). A workflow task costs
   ~10-20 ms of CPU here (no cache: each one replays the history in the
   sandbox); 100 taken at once from a burst queue up inside the worker for
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -52,7 +59,7 @@ import sys
 from datetime import timedelta
 
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxMatcher, SandboxRestrictions
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
@@ -66,17 +73,27 @@ log = logging.getLogger("worker")
 # queue; and few workflow-task slots, so a burst waits in the server's queue
 # (where no timeout runs) instead of inside this process, where the 2 s
 # workflow task timeout does run.
+def workflow_restrictions() -> SandboxRestrictions:
+    """Temporal's default sandbox, plus sqlite3, which the default leaves open.
+
+    The default already passes the standard library and temporalio through
+    (imported once, not per workflow task) and refuses their non-deterministic
+    members at run time through proxies; the lab's own modules that workflow
+    code needs are passed through where it imports them
+    (``workflow.unsafe.imports_passed_through``). Passing *every* module
+    through (``with_passthrough_all_modules``) would also pass the workflow
+    module itself, whose imports would then be the real modules, unproxied:
+    nothing would be refused. tests/test_sandbox.py checks each refusal.
+    """
+    default = SandboxRestrictions.default
+    no_database = SandboxMatcher(children={"sqlite3": SandboxMatcher.all_uses_runtime})
+    return dataclasses.replace(default, invalid_module_members=default.invalid_module_members | no_database)
+
+
 TUNED_OPTIONS = {
     "max_cached_workflows": 0,
     "max_concurrent_workflow_tasks": 8,
-    # Still sandboxed (non-deterministic calls are refused), but imports are
-    # passed through instead of re-imported for every workflow instance: with
-    # no cache that is every workflow task. +30% throughput (bench_overhead).
-    # The cost: module-level state is shared between runs, so workflow code
-    # must not keep any (this flow keeps none).
-    "workflow_runner": SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
-    ),
+    "workflow_runner": SandboxedWorkflowRunner(restrictions=workflow_restrictions()),
 }
 
 
@@ -88,7 +105,7 @@ CACHED_STICKY_TIMEOUT = timedelta(seconds=1)
 def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
     """The Worker options: Temporal's defaults, the tuned ones, or tuned with a cache."""
     if defaults:
-        return {}
+        return {"workflow_runner": TUNED_OPTIONS["workflow_runner"]}
     if cache < 0:
         raise ValueError(f"--cache must be 0 or more, not {cache}")
     if cache:

@@ -5,12 +5,21 @@ only Temporal needs:
 
 - heartbeats while the step runs, so that a worker killed mid-step is noticed
   after the activity's heartbeat timeout (about a second) instead of its
-  start-to-close timeout;
-- the attempt number in the output, so the run's status shows it;
-- the error mapping: ``TransientError`` becomes a retryable ApplicationError
-  (with ``next_retry_delay`` when the other side said how long to wait);
-  ``PermanentError`` and ``InputError`` become non-retryable ones, which end
-  the run FAILED at once. Anything else is retried within the bounded policy.
+  start-to-close timeout. The wrapper calls ``heartbeat()`` every 0.3 s; the
+  SDK sends at most one per 0.8 x the heartbeat timeout (0.8 s for the 1 s
+  timeout), so that is the real cadence. The steps never block this event
+  loop: memory's SQLite calls run in a thread (``steps.flow``);
+- the step's attempt number in the output and the log lines. The workflow
+  schedules each attempt as its own activity with id ``<step>/<attempt>``
+  (``workflows.agent_flow``); runs recorded before that use Temporal's attempt;
+- the error mapping, for the workflow's retry rules (``steps.retry``):
+  ``TransientError`` becomes a retryable ApplicationError whose details say how
+  long the attempt took, the other side's Retry-After and whether the effect is
+  in doubt; ``PermanentError`` (an idempotency conflict included) and
+  ``InputError`` become non-retryable ones, which end the run FAILED at once;
+  anything unexpected is retryable, with the same details. An attempt cut
+  short because this worker is shutting down raises ``WorkerShutdown``: a
+  crash, not the step's error.
 
 Idempotency keys are not made here: the workflow derives them (``steps.keys``)
 and passes them in the input, so they are in the history and identical on
@@ -46,8 +55,19 @@ T = TypeVar("T")
 
 log = logging.getLogger("activities")
 
-# Error types the workflow's retry policies list as non-retryable.
-NON_RETRYABLE_TYPES = ["PermanentError", "InputError"]
+# Error types the retry policies of runs recorded before the workflow-side
+# retries list as non-retryable (IdempotencyConflict is a PermanentError subclass,
+# raised under its own type name, so it is listed too).
+NON_RETRYABLE_TYPES = ["PermanentError", "InputError", "IdempotencyConflict"]
+WORKER_SHUTDOWN_TYPE = "WorkerShutdown"
+
+
+def step_attempt() -> int:
+    """This attempt's number within its step: from the activity id ``<step>/<n>``
+    the workflow gives each attempt, else (runs recorded before) Temporal's."""
+    info = activity.info()
+    _, sep, number = info.activity_id.rpartition("/")
+    return int(number) if sep and number.isdigit() else info.attempt
 
 
 @dataclass(frozen=True)
@@ -75,13 +95,13 @@ class FlowActivities:
         self.deps = deps
         self.heartbeat_every = heartbeat_every
 
-    async def _run_logged(self, step: Awaitable[T]) -> T:
+    async def _run_logged(self, step: Awaitable[T], began: float) -> T:
         info = activity.info()
+        attempt = step_attempt()
         # One line per execution: tests count these to prove a step did not run again.
         # Run id, step and attempt on every line; never payload values (the task,
         # the address) and never configuration secrets.
-        log.info("step %s started: run %s attempt %d", info.activity_type, info.workflow_id, info.attempt)
-        began = time.monotonic()
+        log.info("step %s started: run %s attempt %d", info.activity_type, info.workflow_id, attempt)
         task = asyncio.ensure_future(step)
         try:
             while True:
@@ -91,11 +111,11 @@ class FlowActivities:
                 activity.heartbeat()
             result = task.result()
             log.info("step %s completed: run %s attempt %d in %.3f s",
-                     info.activity_type, info.workflow_id, info.attempt, time.monotonic() - began)
+                     info.activity_type, info.workflow_id, attempt, time.monotonic() - began)
             return result
         except BaseException as err:
             log.warning("step %s failed: run %s attempt %d after %.3f s: %s",
-                        info.activity_type, info.workflow_id, info.attempt, time.monotonic() - began,
+                        info.activity_type, info.workflow_id, attempt, time.monotonic() - began,
                         type(err).__name__)
             raise
         finally:
@@ -103,32 +123,43 @@ class FlowActivities:
                 task.cancel()
 
     async def _run(self, step: Awaitable[T]) -> T:
+        began = time.monotonic()
+
+        def details(**more) -> dict:
+            return {"attempt": step_attempt(), "seconds": round(time.monotonic() - began, 3), **more}
+
         try:
-            return await self._run_logged(step)
+            return await self._run_logged(step, began)
         except TransientError as err:
             raise ApplicationError(
                 err.message,
-                {"attempt": activity.info().attempt},
+                details(retry_after=err.retry_after, in_doubt=err.in_doubt),
                 type="TransientError",
+                # Read by server-side retries only (runs recorded before the workflow-side ones).
                 next_retry_delay=timedelta(seconds=err.retry_after) if err.retry_after else None,
             ) from err
         except (PermanentError, InputError) as err:
+            raise ApplicationError(str(err), details(), type=type(err).__name__, non_retryable=True) from err
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    "this worker shut down during the attempt", details(), type=WORKER_SHUTDOWN_TYPE
+                ) from None
+            raise
+        except Exception as err:  # a bug or an unexpected failure: retried within the budget
             raise ApplicationError(
-                str(err),
-                {"attempt": activity.info().attempt},
-                type=type(err).__name__,
-                non_retryable=True,
+                f"{type(err).__name__}: {err}", details(retry_after=None, in_doubt=False), type=type(err).__name__
             ) from err
 
     @activity.defn(name="draft")
     async def draft(self, req: DraftRequest) -> DraftOutput:
         result = await self._run(flow.draft(req, self.deps))
-        return DraftOutput(result=result, attempt=activity.info().attempt)
+        return DraftOutput(result=result, attempt=step_attempt())
 
     @activity.defn(name="send_confirmation")
     async def send_confirmation(self, req: SendRequest) -> SendOutput:
         result = await self._run(flow.send_confirmation(req, self.deps))
-        return SendOutput(result=result, attempt=activity.info().attempt)
+        return SendOutput(result=result, attempt=step_attempt())
 
     @activity.defn(name="record_outcome")
     async def record_outcome(self, req: RecordRequest) -> RecordOutput:
@@ -139,7 +170,7 @@ class FlowActivities:
             # exchange whose outcome was not recorded; a crash in between
             # retries both, and both are idempotent.
             await self._remember_best_effort(req.remember)
-        return RecordOutput(result=result, attempt=activity.info().attempt)
+        return RecordOutput(result=result, attempt=step_attempt())
 
     async def _remember_best_effort(self, req: RememberRequest) -> None:
         # Memory informs later prompts; failing here would retry a step whose

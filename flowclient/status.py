@@ -1,25 +1,49 @@
 """A run's status read back from Temporal's own record: the event history and
-the server's description of pending activities.
+the server's description of what is pending (activities, the workflow task).
 
 This needs no worker, so it works while the worker is dead, which is exactly
 when you want to see where a run stopped. (The workflow's ``progress`` query
 gives the same shape, live from the workflow, but only while a worker runs.)
+The words and fields are ``steps.runstate``'s, shared with the run record.
+
+How each state is read:
+
+- a step's attempts are its activity executions (``<step>/<n>``; runs recorded
+  before the workflow-side retries had one execution retried by the server,
+  whose attempt number counts instead); ``crashes`` are executions that ended
+  in a heartbeat timeout or a worker shutdown;
+- **retrying**: the step's last execution failed and the workflow started a
+  timer after it that has not fired; ``next_try_at`` is the timer's due time.
+  (Runs recorded before: the server's pending activity in backoff.)
+- **running** / **waiting**: describe's pending activity is started / only
+  scheduled (no worker has taken it);
+- **adopted**: the completed result carries ``adopted`` (``steps.adoption``);
+- **in_doubt**: the run failed and one of the step's failed attempts said the
+  outcome was unknown, or crashed mid-effect;
+- **parked**: the last workflow task failed and none has completed since;
+  Temporal writes the first failure to history and then retries the task
+  without writing, counting attempts in describe's pending workflow task.
 
 Why describe as well as history: Temporal writes ActivityTaskStarted only when
-an attempt ends, so a running attempt shows in history as merely scheduled;
-its attempt count lives in describe's pending activities.
+an attempt ends, so a running attempt shows in history as merely scheduled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import TimeoutType as ApiTimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from steps.models import STEP_NAMES
+from steps.runstate import describe_step, iso, run_entry, step_entry
+
+EFFECT_STEPS = ("send_confirmation", "record_outcome")
+WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
 
 
 class RunNotFound(LookupError):
@@ -36,10 +60,11 @@ _CLOSED_AS_FAILED = {
 
 @dataclass
 class ActivityTrace:
-    """One activity execution (all its attempts) as history recorded it."""
+    """One activity execution (all its server-side attempts) as history recorded it."""
 
     step: str
     scheduled_event_id: int
+    activity_id: str = ""
     scheduled_time: Any = None
     started_time: Any = None
     closed_time: Any = None
@@ -47,6 +72,9 @@ class ActivityTrace:
     attempts: int = 0
     output: Any = None
     failure: str | None = None
+    crashed: bool = False  # heartbeat timeout or worker shutdown
+    in_doubt: bool = False  # the failure said the effect may have been applied
+    workflow_task_completed_event_id: int = 0  # the task that scheduled it (a reset point)
     events: list[str] = field(default_factory=list)
 
 
@@ -57,12 +85,16 @@ async def _decode(client: Client, payloads) -> Any:
     return values[0] if values else None
 
 
+async def _decoded_failure(client: Client, failure) -> BaseException:
+    copy = type(failure)()
+    copy.CopyFrom(failure)  # decoding works in place; leave the history as it was read
+    return await client.data_converter.decode_failure(copy)
+
+
 async def failure_text(client: Client, failure) -> str:
     """A failure's message, decoded: with the payload codec on, messages are
     encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure"."""
-    copy = type(failure)()
-    copy.CopyFrom(failure)  # decoding works in place; leave the history as it was read
-    error = await client.data_converter.decode_failure(copy)
+    error = await _decoded_failure(client, failure)
     return getattr(error, "message", None) or str(error)
 
 
@@ -87,11 +119,12 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
     for ev in history.events:
         et = ev.event_type
         if et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            name = ev.activity_task_scheduled_event_attributes.activity_type.name
+            a = ev.activity_task_scheduled_event_attributes
             traces[ev.event_id] = ActivityTrace(
-                step=name, scheduled_event_id=ev.event_id, scheduled_time=ev.event_time.ToDatetime()
+                step=a.activity_type.name, scheduled_event_id=ev.event_id, activity_id=a.activity_id,
+                scheduled_time=ev.event_time.ToDatetime(), events=["ActivityTaskScheduled"],
+                workflow_task_completed_event_id=a.workflow_task_completed_event_id,
             )
-            traces[ev.event_id].events.append("ActivityTaskScheduled")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             a = ev.activity_task_started_event_attributes
             t = traces[a.scheduled_event_id]
@@ -110,7 +143,12 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t = traces[a.scheduled_event_id]
             t.outcome = "failed"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = await failure_text(client, a.failure)
+            error = await _decoded_failure(client, a.failure)
+            t.failure = getattr(error, "message", None) or str(error)
+            details = getattr(error, "details", None) or ()
+            detail = details[0] if details and isinstance(details[0], dict) else {}
+            t.in_doubt = bool(detail.get("in_doubt"))
+            t.crashed = getattr(error, "type", None) == WORKER_SHUTDOWN_TYPE
             t.events.append("ActivityTaskFailed")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             a = ev.activity_task_timed_out_event_attributes
@@ -118,17 +156,77 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t.outcome = "timed_out"
             t.closed_time = ev.event_time.ToDatetime()
             t.failure = await failure_text(client, a.failure)
+            kind = a.failure.timeout_failure_info.timeout_type
+            t.crashed = kind == ApiTimeoutType.TIMEOUT_TYPE_HEARTBEAT
+            t.in_doubt = kind == ApiTimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
             t.events.append("ActivityTaskTimedOut")
     return traces
 
 
-async def _close_error(client: Client, history) -> str | None:
+def _timers(history) -> list[tuple[int, datetime, bool]]:
+    """(event id, due time, fired or canceled) for each timer the workflow started."""
+    started: dict[str, tuple[int, datetime]] = {}
+    closed: set[str] = set()
+    for ev in history.events:
+        if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            a = ev.timer_started_event_attributes
+            due = ev.event_time.ToDatetime() + a.start_to_fire_timeout.ToTimedelta()
+            started[a.timer_id] = (ev.event_id, due)
+        elif ev.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            closed.add(ev.timer_fired_event_attributes.timer_id)
+        elif ev.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
+            closed.add(ev.timer_canceled_event_attributes.timer_id)
+    return [(event_id, due, timer_id in closed) for timer_id, (event_id, due) in started.items()]
+
+
+def _utc(dt: datetime | None) -> float | None:
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=timezone.utc).timestamp() if dt.tzinfo is None else dt.timestamp()
+
+
+# Workflow-task failures the server makes itself, followed by a fresh task at
+# once: a reset's marker, a task that raced a new event. Not the code's fault.
+_ROUTINE_TASK_FAILURES = {
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FAILOVER_CLOSE_COMMAND,
+}
+
+
+async def _parked(client: Client, description, history) -> str | None:
+    """A one-line account of a failing workflow task, or None if the last one did not fail."""
+    last_failed = None
+    for ev in history.events:
+        if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            last_failed = None
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            routine = ev.workflow_task_failed_event_attributes.cause in _ROUTINE_TASK_FAILURES
+            last_failed = None if routine else ev
+    if last_failed is None:
+        return None
+    pending = description.raw_description.pending_workflow_task
+    attempts = pending.attempt if description.raw_description.HasField("pending_workflow_task") else 1
+    a = last_failed.workflow_task_failed_event_attributes
+    cause = WorkflowTaskFailedCause.Name(a.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
+    message = (await failure_text(client, a.failure)).strip().splitlines()
+    since = iso(_utc(last_failed.event_time.ToDatetime()))
+    return (f"the workflow task has failed since {since} ({attempts} attempt(s), Temporal retries it with a "
+            f"growing backoff): {cause}: {message[0] if message else 'no message'}. Deploy code that can "
+            "replay this run (or roll back); it resumes by itself at the next attempt")
+
+
+async def _close_error(client: Client, history, current: str | None, timeout) -> str | None:
     for ev in reversed(history.events):
         et = ev.event_type
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             return await failure_text(client, ev.workflow_execution_failed_event_attributes.failure)
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
-            return "the run timed out (execution timeout reached)"
+            limit = f" of {timeout.total_seconds():g} s" if timeout else ""
+            where = f"at step {current}" if current else "before any step"
+            return (f"the run timed out {where}: it reached its execution timeout{limit} "
+                    "(`python starter.py retry` restarts it at that step)")
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
             reason = ev.workflow_execution_terminated_event_attributes.reason
             return f"terminated: {reason or 'no reason given'}"
@@ -137,51 +235,79 @@ async def _close_error(client: Client, history) -> str | None:
     return None
 
 
+def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bool) -> dict[str, Any]:
+    if not runs:
+        return step_entry(name)
+    last = runs[-1]
+    attempts = sum(max(t.attempts, 1) for t in runs[:-1])
+    crashes = sum(t.crashed for t in runs)
+    errors = [t for t in runs if t.outcome in ("failed", "timed_out")]
+    last_error = errors[-1].failure if errors else None
+    in_doubt = any(t.in_doubt or (t.crashed and name in EFFECT_STEPS) for t in errors)
+    common = dict(crashes=crashes, last_error=last_error)
+    if last.outcome == "completed":
+        out = last.output or {}
+        result = out.get("result")
+        adopted = result.get("adopted") if isinstance(result, dict) else None
+        attempts = out.get("attempt", attempts + max(last.attempts, 1))
+        return step_entry(name, "adopted" if adopted else "completed", attempts, result, **common,
+                          note=adopted.get("reason") if adopted else None)
+    if last.outcome == "running":
+        p = pending.get(name)
+        attempts += p.attempt if p is not None else 1
+        if closed:
+            return step_entry(name, "failed", attempts, **common)
+        if p is not None and p.attempt > 1 and p.HasField("last_failure") and \
+                p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+            # A run recorded before the workflow-side retries: the server backs off.
+            return step_entry(name, "retrying", attempts, crashes=crashes,
+                              last_error=p.last_failure.message or last_error,
+                              next_try_at=iso(_utc(p.scheduled_time.ToDatetime())))
+        if p is not None and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+            since = iso(_utc(p.scheduled_time.ToDatetime())) if p.HasField("scheduled_time") else None
+            return step_entry(name, "waiting", attempts, **common,
+                              note=f"no worker has taken attempt {attempts} since {since}")
+        return step_entry(name, "running", attempts, **common)
+    attempts += max(last.attempts, 1)
+    if closed:
+        return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, **common,
+                          note="an attempt's outcome is unknown: the effect may have been applied; "
+                               "`python starter.py settle RUN_ID` asks the provider" if in_doubt else None)
+    due = [d for event_id, d, done in timers if event_id > last.scheduled_event_id and not done]
+    if due:
+        return step_entry(name, "retrying", attempts, **common, next_try_at=iso(_utc(due[-1])))
+    return step_entry(name, "running", attempts, **common)
+
+
 async def run_status(client: Client, run_id: str) -> dict:
-    """The status JSON shape, from history and describe. See starter.py."""
+    """The status JSON shape (``steps.runstate``), from history and describe."""
     description, history = await read_history(client, run_id)
     traces = await activity_traces(client, history)
-    pending = {
-        p.activity_type.name: p for p in description.raw_description.pending_activities
-    }
-    latest: dict[str, ActivityTrace] = {}
-    for t in traces.values():
-        latest[t.step] = t  # events are in order; the last scheduled wins
-
-    steps = []
-    for name in STEP_NAMES:
-        t = latest.get(name)
-        if t is None:
-            steps.append({"name": name, "status": "pending", "attempts": 0, "result": None})
-            continue
-        if t.outcome == "completed":
-            out = t.output or {}
-            steps.append(
-                {
-                    "name": name,
-                    "status": "completed",
-                    "attempts": out.get("attempt", t.attempts),
-                    "result": out.get("result"),
-                }
-            )
-        elif t.outcome in ("failed", "timed_out"):
-            steps.append({"name": name, "status": "failed", "attempts": t.attempts, "result": None})
-        else:
-            p = pending.get(name)
-            steps.append(
-                {"name": name, "status": "running", "attempts": p.attempt if p else 1, "result": None}
-            )
-
+    pending = {p.activity_type.name: p for p in description.raw_description.pending_activities}
+    by_step: dict[str, list[ActivityTrace]] = {}
+    for t in traces.values():  # in event order
+        by_step.setdefault(t.step, []).append(t)
     wf_status = description.status
+    closed = wf_status != WorkflowExecutionStatus.RUNNING
+    timers = _timers(history)
+    steps = [_step_from(name, by_step.get(name, []), pending, timers, closed and wf_status != WorkflowExecutionStatus.COMPLETED)
+             for name in STEP_NAMES]
     if wf_status == WorkflowExecutionStatus.COMPLETED:
-        status, error = "completed", None
-    elif wf_status in _CLOSED_AS_FAILED:
-        status, error = "failed", await _close_error(client, history)
-        # A step that was in flight when the run was closed did not finish.
-        for s in steps:
-            if s["status"] == "running":
-                s["status"] = "failed"
-    else:
-        status, error = "running", None
-    current = next((s["name"] for s in steps if s["status"] != "completed"), None)
-    return {"run_id": run_id, "status": status, "current_step": current, "steps": steps, "error": error}
+        return run_entry(run_id, "completed", steps)
+    current = next((s["name"] for s in steps if s["status"] not in ("completed", "adopted")), None)
+    if closed:
+        timeout = description.raw_description.execution_config.workflow_execution_timeout
+        error = await _close_error(client, history, current,
+                                   timeout.ToTimedelta() if timeout.ToTimedelta().total_seconds() else None)
+        return run_entry(run_id, "failed", steps, error=error)
+    parked = await _parked(client, description, history)
+    if parked is not None:
+        return run_entry(run_id, "parked", steps, detail=parked)
+    active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
+    detail = describe_step(active) if active is not None else None
+    raw = description.raw_description
+    if active is None and raw.HasField("pending_workflow_task") and \
+            raw.pending_workflow_task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+        since = iso(_utc(raw.pending_workflow_task.scheduled_time.ToDatetime()))
+        detail = f"waiting for a worker to take its workflow task (scheduled at {since})"
+    return run_entry(run_id, "running", steps, detail=detail)

@@ -17,9 +17,16 @@ Contract
   At-least-once execution plus an idempotent receiver: each effect once.
 - The step name at each position is recorded and checked on resume: a
   changed flow is refused (``FlowChanged``), never resumed at the wrong step.
-- Attempts are persisted and bounded (draft 4, effects 6, as on Temporal);
-  non-retryable errors or exhaustion end the run failed, naming the step and
-  the reason. Failed is terminal: resume refuses it.
+- Retries follow ``steps.retry``, the Temporal workflow's rule and numbers:
+  errors spend a per-step time budget (backoff with jitter between attempts),
+  crashes (an attempt started and no outcome recorded) are counted apart and
+  bounded by the worker-death limit. A non-retryable error, a spent budget or
+  one death too many ends the run failed, naming the step and the reason.
+  Failed is terminal for ``resume``; ``retry`` restarts it at the failed step
+  with a fresh budget, the same keys and nothing completed run again.
+- A 409 on an effect is adopted when the provider holds this run's own
+  earlier effect under the key (``steps.adoption``; the run's start id is
+  drawn at ``start`` and recorded).
 - One process drives a run at a time: a lease with an expiry, renewed by
   every commit and a heartbeat (``runrecord.runner``).
 - SQLite in WAL mode with synchronous=FULL: see ``runrecord.store`` for why.
@@ -45,7 +52,7 @@ run again; ``send_confirmation:after_effect`` (a steps point): the email went
 out, its intent is in doubt; resume repeats it, the provider replays.
 """
 
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RetryPolicy, RunInputs
+from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.runner import FlowChanged, Runner, RunTerminal
 from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord
 
@@ -55,7 +62,6 @@ __all__ = [
     "FlowStep",
     "LeaseHeld",
     "LeaseLost",
-    "RetryPolicy",
     "RunExists",
     "RunInputs",
     "RunNotFound",

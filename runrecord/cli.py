@@ -3,7 +3,9 @@ hand-rolled SQLite run record.
 
     python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID]
     python -m runrecord resume RUN_ID
+    python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
+    python -m runrecord settle RUN_ID [--json]
     python -m runrecord list
     python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--json]
 
@@ -15,10 +17,12 @@ they drive the run to its end in this process, printing a line per step.
 Exit codes:
 
 ==  =====================================================================
-0   completed (start, resume, status); status of a running run; list; compare
-1   the run failed (start, resume, or status of a failed run)
-2   bad input, unknown run id, or Temporal/provider unreachable (compare)
-3   start: RUN_ID already exists; nothing was started (resume it instead)
+0   completed (start, resume, retry, status); status of a running run; list; compare; settle
+1   the run failed (start, resume, retry, or status of a failed run)
+2   bad input, unknown run id, Temporal/provider unreachable (compare, settle),
+    or retry of a run that did not fail
+3   start: RUN_ID already exists; nothing was started (resume it instead);
+    status: the run is parked (this code's flow differs from the recorded one)
 4   resume: the run failed earlier; failed is terminal, refused with the reason
 5   resume: another live process holds the run's lease (named, with expiry)
 6   resume: the flow's step list differs from the one the run was started with
@@ -36,8 +40,14 @@ import signal
 import sys
 
 from runrecord import status as status_mod
-from runrecord.runner import FlowChanged, Runner, RunTerminal, check_lease_seconds, lease_seconds_from_env
-from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord, SchemaError, db_path_from
+from runrecord.definition import DEFAULT_FLOW
+from runrecord.runner import (
+    FlowChanged, Runner, RunTerminal, check_flow, check_lease_seconds, lease_seconds_from_env,
+)
+from runrecord.store import (
+    LeaseHeld, LeaseLost, RunExists, RunNotFailed, RunNotFound, RunRecord, SchemaError, db_path_from,
+)
+from steps.runstate import exit_code
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED, EXIT_LEASE_LOST = range(8)
@@ -50,6 +60,17 @@ def _lease(args) -> float:
 def _finish(run, record: RunRecord) -> int:
     print(status_mod.render(run, record.intents(run.run_id)), flush=True)
     return EXIT_FAILED if run.status == "failed" else EXIT_OK
+
+
+def _flow_changed(run) -> str | None:
+    """Why this code cannot resume ``run`` (its flow differs), or None."""
+    if run.status != "running":
+        return None
+    try:
+        check_flow(run, DEFAULT_FLOW)
+    except FlowChanged as err:
+        return str(err)
+    return None
 
 
 def _runner(args) -> Runner:
@@ -91,15 +112,41 @@ async def _cmd_resume(args) -> int:
         runner.close()
 
 
+async def _cmd_retry(args) -> int:
+    run_id = check_run_id(args.run_id)
+    runner = _runner(args)
+    try:
+        return _finish(await runner.retry(run_id), runner.record)
+    finally:
+        await runner.deps.provider.aclose()
+        runner.close()
+
+
 def _cmd_status(args) -> int:
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)
+        changed = _flow_changed(run)
+        status = status_mod.status_of(run, flow_changed=changed)
         if args.json:
-            print(status_mod.dumps(status_mod.status_of(run)), flush=True)
+            print(status_mod.dumps(status), flush=True)
         else:
-            print(status_mod.render(run, record.intents(run_id)), flush=True)
-    return EXIT_FAILED if run.status == "failed" else EXIT_OK
+            print(status_mod.render(run, record.intents(run_id), flow_changed=changed), flush=True)
+    return exit_code(status)
+
+
+async def _cmd_settle(args) -> int:
+    from provider.client import ProviderClient, provider_url_from_env
+    from steps.settle import render_settle, settle
+
+    run_id = check_run_id(args.run_id)
+    with RunRecord(db_path_from(args.db)) as record:
+        record.load(run_id)  # unknown id: say so before asking the provider
+    async with ProviderClient(provider_url_from_env(os.environ)) as provider:
+        report = await settle(provider, run_id)
+    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else render_settle(run_id, report),
+          flush=True)
+    return EXIT_OK
 
 
 def _cmd_list(args) -> int:
@@ -153,6 +200,14 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", parents=[common, running], help="continue a run at its recorded step")
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_resume)
+    p = sub.add_parser("retry", parents=[common, running],
+                       help="restart a failed run at its failed step (fresh budget, same keys)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(func=_cmd_retry)
+    p = sub.add_parser("settle", parents=[common], help="ask the provider, by key, whether each effect was applied")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_settle)
     p = sub.add_parser("status", parents=[common], help="the run's steps, attempts, results, intents and lease")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
@@ -184,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound, SchemaError, ConnectionError) as err:
+    except (InputError, RunNotFound, SchemaError, ConnectionError, RunNotFailed) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_INPUT
     except tuple(_REFUSALS) as err:

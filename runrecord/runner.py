@@ -8,15 +8,21 @@ One loop, whatever brought us here (start, or resume after a SIGKILL):
    effectful step, its *intent* (idempotency key and request) are committed
    before the step function can send anything. On the happy path this commit
    is the previous step's commit (see ``RunRecord.complete_step``); after a
-   crash, a new attempt is committed first. Every attempt is counted, crashed
-   ones included, so crash-and-resume is bounded by the same policy as errors;
+   crash, a new attempt is committed first. An attempt recorded as started
+   with no outcome (``attempt_open``) is a *crash*: it spends no error budget
+   and counts toward the worker-death limit (``steps.retry``);
 3. call the step function (``steps.flow``, shared with Temporal), logging
    ``step <name> started: run <id> attempt <n>``;
 4. success: result + intent outcome + advance (+ next attempt and intent) in
-   ONE transaction. Retryable failure: record it, wait (backoff, or the other
-   side's ``retry_after``), next attempt. Non-retryable (``PermanentError``,
-   ``InputError``) or attempts exhausted: the run becomes failed, naming the
-   step, the attempts and the reason. Nothing loops.
+   ONE transaction. Transient failure: record it with the step's ledger (the
+   budget spent, whether the outcome is in doubt, when the next try is due),
+   wait the backoff, next attempt. Non-retryable (``PermanentError``,
+   ``InputError``), budget spent or a death too many: the run becomes
+   failed, naming the step, the attempts and the reason. Nothing loops.
+
+The rules and numbers are ``steps.retry``'s, the same as the Temporal
+workflow's; the rule is read from the environment at ``start`` and recorded
+with the run, so a resume runs under the numbers the run started with.
 
 At-least-once, plus the provider's idempotency, gives each effect exactly
 once: an intent left ``in_doubt`` by a crash is settled by repeating the
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import secrets
 import socket
 import sqlite3
@@ -46,10 +53,11 @@ from typing import Any, Callable, Mapping, Sequence
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, RunRecord, RunRow
 from steps.crashpoints import crash_point
-from steps.errors import PermanentError, StepError
+from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps import flow
-from steps.models import RememberRequest, to_jsonable
+from steps.models import RememberRequest, sent_reply, to_jsonable
+from steps.retry import RetryRule, StepLedger, rule_from_env
 
 DEFAULT_LEASE_SECONDS = 10.0
 
@@ -64,7 +72,8 @@ class RunTerminal(RecordError):
     def __init__(self, run_id: str, error: str | None) -> None:
         super().__init__(
             f"run {run_id} failed and failed is terminal, so it is not resumed: {error}. "
-            "Start a new run id to try the task again."
+            f"Once the cause is fixed, `python -m runrecord retry {run_id}` restarts it at the failed step "
+            "(same keys, nothing completed runs again)."
         )
         self.error = error
 
@@ -156,6 +165,7 @@ class Runner:
         say: Callable[[str], None] | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
         heartbeat: bool = True,
+        rule: RetryRule | None = None,
     ) -> None:
         self.path = Path(path)
         self.deps = deps
@@ -165,6 +175,7 @@ class Runner:
         self.say = say or (lambda line: print(line, flush=True))
         self.sleep = sleep
         self.heartbeat = heartbeat
+        self.rule = rule  # for new runs; None: from the environment at start
         self.record = RunRecord(self.path)
 
     def close(self) -> None:
@@ -181,13 +192,19 @@ class Runner:
             email=check_email(email),
             conversation_id=check_conversation_id(conversation_id or run_id),
         )
+        rule = self.rule or rule_from_env()
+        start_id = secrets.token_hex(8)
         first = self.flow[0]
-        request = first.request(inputs, {})
-        nxt = NextAttempt(0, 1, self._intent(first, request))
+        # The creation time is fixed by the record's clock in create_run; the
+        # first request is rebuilt from the row so it carries exactly that.
+        probe = first.request(inputs, {})
+        nxt = NextAttempt(0, 1, self._intent(first, probe))
         self.record.create_run(
             run_id, inputs.task, inputs.email, inputs.conversation_id,
             [s.name for s in self.flow], self.holder, self.lease_seconds, nxt,
+            start_id=start_id, retry_rule=rule.to_dict(),
         )
+        request = first.request(self._inputs(self.record.load(run_id)), {})
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
         return await self._drive(run_id, armed=(0, 1, request))
 
@@ -207,6 +224,20 @@ class Runner:
         check_flow(run, self.flow)
         self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
         self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
+        return await self._continue(run_id)
+
+    async def retry(self, run_id: str) -> RunRow:
+        """Restart a failed run at its failed step: fresh error budget and crash
+        count, the same keys (what was applied is replayed or adopted), nothing
+        completed run again. ``RunNotFailed`` if the run did not fail."""
+        run = self.record.load(check_run_id(run_id))
+        check_flow(run, self.flow)
+        position = self.record.reopen_failed(run_id, self.holder, self.lease_seconds)
+        self.say(f"retrying run {run_id} at step {self.flow[position].name} (it failed: {run.error}); "
+                 f"lease held by {self.holder}")
+        return await self._continue(run_id)
+
+    async def _continue(self, run_id: str) -> RunRow:
         for intent in self.record.intents(run_id):
             if intent.state == "in_doubt":
                 self.say(
@@ -222,10 +253,11 @@ class Runner:
 
         Best effort and idempotent by message id; memory is never read to
         decide what has been done, so nothing here touches the record."""
-        draft = run.results().get("draft") or {}
+        results = run.results()
+        draft = results.get("draft") or {}
         await flow.remember_exchange(
-            RememberRequest(run_id=run.run_id, conversation_id=run.conversation_id,
-                            task=run.task, reply=draft.get("body", "")),
+            RememberRequest(run_id=run.run_id, conversation_id=run.conversation_id, task=run.task,
+                            reply=sent_reply(draft.get("body", ""), results.get("send_confirmation") or {})),
             self.deps,
         )
 
@@ -258,41 +290,66 @@ class Runner:
             if beat:
                 beat.stop()
 
+    @staticmethod
+    def _inputs(run: RunRow) -> RunInputs:
+        return RunInputs(run.run_id, run.task, run.email, run.conversation_id,
+                         start_id=run.start_id or "", created_at=run.created_at if run.start_id else None)
+
     async def _one_step(self, run: RunRow, armed, beat: _Heartbeat | None):
         rec, run_id, pos = self.record, run.run_id, run.position
         step, row = self.flow[pos], run.steps[pos]
-        inputs = RunInputs(run.run_id, run.task, run.email, run.conversation_id)
-        policy = step.policy
+        inputs = self._inputs(run)
+        ledger = StepLedger(
+            step.name, RetryRule.from_dict(run.retry_rule), effect=step.effect, attempts=row.attempts,
+            error_attempts=row.error_attempts, error_seconds=row.error_seconds, crashes=row.crashes,
+            in_doubt=row.in_doubt, last_error=row.last_error,
+        )
         if armed is not None and armed[0] == pos and armed[1] == row.attempts and row.status == "running":
             attempt, request = armed[1], armed[2]
         else:
             request = step.request(inputs, run.results())
-            attempt = row.attempts + 1
-            if attempt > policy.maximum_attempts:
-                reason = (row.last_error or "the process running it stopped before recording an outcome") + (
-                    " (the last attempt did not finish: no attempts left)"
-                )
-                self._fail(run_id, step, pos, row.attempts, reason, answered=False)
-                return None
-            rec.begin_attempt(run_id, step.name, NextAttempt(pos, attempt, self._intent(step, request)),
+            crashes = None
+            if row.attempt_open and row.attempts > 0:
+                died = f"the process running attempt {row.attempts} died before recording its outcome"
+                if not ledger.after_crash(died):
+                    self._fail(run_id, step, pos, ledger, answered=False)
+                    return None
+                crashes = ledger.crashes
+            elif row.next_try_at is not None and row.next_try_at > time.time():
+                # A process died during the backoff: the wait is part of the rule, not skipped.
+                await self.sleep(row.next_try_at - time.time())
+            attempt = ledger.attempts = row.attempts + 1
+            rec.begin_attempt(run_id, step.name, NextAttempt(pos, attempt, self._intent(step, request), crashes),
                               self.holder, self.lease_seconds)
+        ledger.attempts = attempt
         if beat is not None and beat.lost:
             raise LeaseLost(run_id, self.holder)
         crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
         self.say(f"step {step.name} started: run {run_id} attempt {attempt}")
+        began = time.monotonic()
+        limit = ledger.rule.attempt_timeout_for(step.name)
         try:
-            result = await step.run(request, self.deps)
+            try:
+                result = await asyncio.wait_for(step.run(request, self.deps), limit)
+            except asyncio.TimeoutError:
+                raise TransientError(f"timed out after {limit:g} s (the attempt timeout)", in_doubt=True) from None
         except (PermanentError, InputError) as err:
-            self._fail(run_id, step, pos, attempt, str(err))
+            ledger.after_permanent(str(err))
+            self._fail(run_id, step, pos, ledger)
             return None
-        except Exception as err:  # TransientError, and anything unexpected: retried within the policy
+        except Exception as err:  # TransientError, and anything unexpected: retried within the budget
             reason = err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
-            if attempt >= policy.maximum_attempts:
-                self._fail(run_id, step, pos, attempt, reason)
+            doubtful = bool(getattr(err, "in_doubt", False))
+            delay = ledger.after_error(reason, time.monotonic() - began, retry_after=getattr(err, "retry_after", None),
+                                       in_doubt=doubtful, u=random.random())
+            if delay is None:
+                self._fail(run_id, step, pos, ledger, answered=not doubtful)
                 return None
-            rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds)
-            delay = policy.delay(attempt, getattr(err, "retry_after", None))
-            self.say(f"  {_clock()} {step.name}: attempt {attempt} failed ({reason}); retrying in {delay:.2f} s")
+            rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds,
+                                     error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds,
+                                     in_doubt=ledger.in_doubt, next_try_at=time.time() + delay, doubtful=doubtful)
+            self.say(f"  {_clock()} {step.name}: attempt {attempt} failed ({reason}); retrying in {delay:.2f} s "
+                     f"(budget {ledger.rule.budget_seconds - ledger.error_seconds:.0f} s left)")
             await self.sleep(delay)
             return None
         value = to_jsonable(result)
@@ -305,14 +362,19 @@ class Runner:
             next_name, armed_next = following.name, (pos + 1, next_attempt, next_request)
         rec.complete_step(run_id, pos, attempt, value, self.holder, self.lease_seconds,
                           effect=step.effect, next_name=next_name, nxt=nxt)
-        self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
+        if isinstance(value, dict) and value.get("adopted"):
+            self.say(f"  {_clock()} {step.name}: adopted (attempt {attempt}): {value['adopted']['reason']}")
+        else:
+            self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
         crash_point(f"runrecord:{step.name}:after_record")
         return armed_next
 
-    def _fail(self, run_id: str, step: FlowStep, pos: int, attempts: int, reason: str, answered: bool = True) -> None:
-        error = f"step {step.name} failed after {attempts} attempt(s): {reason}"
-        self.record.fail_run(run_id, pos, attempts, error, reason, self.holder, self.lease_seconds, answered=answered)
-        self.say(f"  {_clock()} {step.name}: failed (attempt {attempts}): {reason}")
+    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True) -> None:
+        error = ledger.failure or f"step {step.name} failed after {ledger.attempts} attempt(s)"
+        self.record.fail_run(run_id, pos, ledger.attempts, error, ledger.last_error or error, self.holder,
+                             self.lease_seconds, answered=answered, in_doubt=ledger.in_doubt, crashes=ledger.crashes)
+        state = "in doubt" if ledger.in_doubt else "failed"
+        self.say(f"  {_clock()} {step.name}: {state} (attempt {ledger.attempts}): {ledger.last_error}")
 
 
 __all__ = [

@@ -1,7 +1,15 @@
 """A run's status from the record, in exactly the shape ``starter.py status
---json`` prints from Temporal's history::
+--json`` prints from Temporal's history, with the words of ``steps.runstate``.
 
-    {"run_id", "status", "current_step", "steps": [{"name", "status", "attempts", "result"}], "error"}
+How the record's rows map onto them:
+
+- a step row ``completed`` whose result carries ``adopted`` is **adopted**;
+- a step row ``failed`` with ``in_doubt`` set is **in_doubt**;
+- a ``running`` step is **running** while a live process holds the run's
+  lease, **retrying** while its ``next_try_at`` is ahead, and **waiting** when
+  no process holds the run (a crash, or nobody resumed it);
+- the run is **parked** when the code reading it has another flow than the
+  recorded one (``resume`` refuses it, exit 6, until the right code runs).
 
 What only the record knows (intents, the lease) is shown by ``render`` below
 the table, never added to the JSON, so one parser reads both engines.
@@ -11,27 +19,50 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Sequence
 
-from runrecord.store import IntentRow, RunRecord, RunRow
-
-
-def status_of(run: RunRow) -> dict[str, Any]:
-    steps = [
-        {
-            "name": s.name,
-            "status": s.status,
-            "attempts": s.attempts,
-            "result": s.result if s.status == "completed" else None,
-        }
-        for s in run.steps
-    ]
-    current = next((s["name"] for s in steps if s["status"] != "completed"), None)
-    return {"run_id": run.run_id, "status": run.status, "current_step": current, "steps": steps, "error": run.error}
+from runrecord.store import IntentRow, RunRow
+from steps.runstate import describe_step, iso, render_table, run_entry, step_entry
 
 
-def run_status(record: RunRecord, run_id: str) -> dict[str, Any]:
-    """The status JSON for ``run_id``; ``RunNotFound`` if there is none."""
+def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:
+    common = dict(crashes=s.crashes, last_error=s.last_error if s.status != "completed" else None)
+    if s.status == "completed":
+        adopted = s.result.get("adopted") if isinstance(s.result, dict) else None
+        return step_entry(s.name, "adopted" if adopted else "completed", s.attempts, s.result, crashes=s.crashes,
+                          note=adopted.get("reason") if adopted else None)
+    if s.status == "failed":
+        note = (f"an attempt's outcome is unknown: the effect may have been applied; "
+                f"`python -m runrecord settle {run.run_id}` asks the provider") if s.in_doubt else None
+        return step_entry(s.name, "in_doubt" if s.in_doubt else "failed", s.attempts, **common, note=note)
+    if s.status == "pending":
+        return step_entry(s.name)
+    if not live:
+        why = (f"the process running attempt {s.attempts} died" if s.attempt_open
+               else "no process holds the run")
+        return step_entry(s.name, "waiting", s.attempts, **common,
+                          note=f"{why}: `python -m runrecord resume {run.run_id}` continues it")
+    if s.next_try_at is not None and s.next_try_at > now and not s.attempt_open:
+        return step_entry(s.name, "retrying", s.attempts, **common, next_try_at=iso(s.next_try_at))
+    return step_entry(s.name, "running", s.attempts, **common)
+
+
+def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None) -> dict[str, Any]:
+    """The status JSON of ``run``. ``flow_changed``: the reason the reading
+    code's flow differs from the recorded one (then the run is parked)."""
+    now = time.time() if now is None else now
+    live = bool(run.lease_holder) and (run.lease_expires_at or 0) > now
+    steps = [_step(run, s, live, now) for s in run.steps]
+    if run.status in ("completed", "failed"):
+        return run_entry(run.run_id, run.status, steps, error=run.error)
+    if flow_changed:
+        return run_entry(run.run_id, "parked", steps, detail=flow_changed)
+    active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
+    return run_entry(run.run_id, "running", steps, detail=describe_step(active) if active else None)
+
+
+def run_status(record, run_id: str) -> dict[str, Any]:
+    """The status JSON for ``run_id`` in an open ``RunRecord``; ``RunNotFound`` if there is none."""
     return status_of(record.load(run_id))
 
 
@@ -39,24 +70,22 @@ def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
     return [i for i in intents if i.state == "in_doubt"]
 
 
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-def render(run: RunRow, intents: list[IntentRow], now: float | None = None) -> str:
+def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
+           flow_changed: str | None = None) -> str:
     """The starter's table, plus the intents and the lease."""
-    from starter import render_table  # the same table for both engines
-
     now = time.time() if now is None else now
-    lines = [render_table(status_of(run))]
+    lines = [render_table(status_of(run, now, flow_changed))]
     for i in intents:
+        outcome = i.outcome or {}
         note = {
-            "in_doubt": "IN DOUBT: recorded before sending, no answer recorded; resume repeats it with the same key",
+            "in_doubt": (f"IN DOUBT: answered with an error that does not say whether it was applied: {outcome['error']}"
+                         if outcome.get("error") else
+                         "IN DOUBT: recorded before sending, no answer recorded")
+                        + ("; settle asks the provider" if run.status == "failed"
+                           else "; the next attempt repeats it with the same key"),
             "answered": "answered",
-            "error": f"error: {(i.outcome or {}).get('error', '')}",
-            "settled": f"was in doubt; settled by attempt {(i.outcome or {}).get('settled_by_attempt')}",
+            "error": f"error: {outcome.get('error', '')}",
+            "settled": f"was in doubt; settled by attempt {outcome.get('settled_by_attempt')}",
         }[i.state]
         lines.append(f"  intent {i.step} attempt {i.attempt} key {i.idempotency_key}: {note}")
     if run.lease_holder:

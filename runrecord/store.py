@@ -26,12 +26,19 @@ upgrades it and refuses a database written by a newer version):
     one row per run: the inputs (task, email, conversation id), ``status``
     (running | completed | failed), ``position`` (index of the current step;
     the number of steps once completed), ``error`` (the failed step and the
-    reason), the lease (``lease_holder``, ``lease_expires_at``) and times.
+    reason), the lease (``lease_holder``, ``lease_expires_at``) and times;
+    since version 2 ``start_id`` (drawn at start, sent with every effect for
+    ``steps.adoption``) and ``retry_rule`` (the JSON ``steps.retry.RetryRule``
+    the run runs under).
 ``steps``
     one row per (run, position), created with the run: the step ``name`` at
     that position (checked on resume), ``status`` (pending | running |
     completed | failed), ``attempts``, the JSON ``result``, ``last_error`` and
-    times of the first attempt, the latest attempt and completion.
+    times of the first attempt, the latest attempt and completion; since
+    version 2 what the retry rule keeps (``steps.retry.StepLedger``):
+    ``crashes``, ``error_attempts``, ``error_seconds``, ``in_doubt``,
+    ``next_try_at``, and ``attempt_open`` (1 from an attempt's start until its
+    outcome is recorded: still 1 on resume means the process died in it).
 ``intents``
     one row per attempt of an effectful step: the idempotency key and the JSON
     request, written *before* the request can be sent, and its ``state``:
@@ -57,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
 
@@ -104,9 +111,21 @@ CREATE TABLE intents (
 ) WITHOUT ROWID;
 """
 
+_MIGRATE_V1_TO_V2 = """
+ALTER TABLE runs ADD COLUMN start_id TEXT;
+ALTER TABLE runs ADD COLUMN retry_rule TEXT;
+ALTER TABLE steps ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN error_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN error_seconds REAL NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN in_doubt INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN next_try_at REAL;
+ALTER TABLE steps ADD COLUMN attempt_open INTEGER NOT NULL DEFAULT 0;
+UPDATE steps SET attempt_open = 1 WHERE status = 'running'
+"""
+
 # Index = the version a script upgrades *from*. Add new scripts at the end;
 # never edit a released one.
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _MIGRATE_V1_TO_V2)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -161,6 +180,17 @@ class SchemaError(RecordError):
     pass
 
 
+class RunNotFailed(RecordError):
+    """``retry`` of a run that did not fail."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        what = ("a completed run cannot be retried; start a new RUN_ID to do the task again"
+                if status == "completed" else "it is still running; `resume` continues it")
+        super().__init__(f"run {run_id} is {status}: {what}")
+        self.run_id = run_id
+        self.status = status
+
+
 # ---------------------------------------------------------------- rows
 
 
@@ -175,6 +205,12 @@ class StepRow:
     started_at: float | None
     attempt_started_at: float | None
     completed_at: float | None
+    crashes: int = 0
+    error_attempts: int = 0
+    error_seconds: float = 0.0
+    in_doubt: bool = False
+    next_try_at: float | None = None
+    attempt_open: bool = False
 
 
 @dataclass
@@ -203,6 +239,8 @@ class RunRow:
     updated_at: float
     lease_holder: str | None
     lease_expires_at: float | None
+    start_id: str | None = None
+    retry_rule: Any = None
     steps: list[StepRow] = field(default_factory=list)
 
     def results(self) -> dict[str, Any]:
@@ -217,6 +255,7 @@ class NextAttempt:
     position: int
     attempt: int
     intent: tuple[str, Any] | None  # (idempotency key, JSON request) for an effectful step
+    crashes: int | None = None  # set when the attempt before it died: the step's new crash count
 
 
 # ---------------------------------------------------------------- connection
@@ -277,14 +316,15 @@ _SQL_ADVANCE_LAST = (
     "lease_expires_at = NULL WHERE run_id = ? AND lease_holder = ?"
 )
 _SQL_STEP_DONE = (
-    "UPDATE steps SET status = 'completed', result = ?, completed_at = ?, attempts = ? WHERE run_id = ? AND position = ?"
+    "UPDATE steps SET status = 'completed', result = ?, completed_at = ?, attempts = ?, attempt_open = 0, "
+    "in_doubt = 0, next_try_at = NULL WHERE run_id = ? AND position = ?"
 )
 _SQL_INTENT_ANSWERED = (
     "UPDATE intents SET state = 'answered', outcome = ?, settled_at = ? WHERE run_id = ? AND position = ? AND attempt = ?"
 )
 _SQL_STEP_START = (
-    "UPDATE steps SET status = 'running', attempts = ?, attempt_started_at = ?, started_at = coalesce(started_at, ?) "
-    "WHERE run_id = ? AND position = ?"
+    "UPDATE steps SET status = 'running', attempts = ?, attempt_started_at = ?, started_at = coalesce(started_at, ?), "
+    "attempt_open = 1, next_try_at = NULL, crashes = coalesce(?, crashes) WHERE run_id = ? AND position = ?"
 )
 _SQL_INTENT = (
     "INSERT INTO intents (run_id, position, attempt, step, idempotency_key, request, state, recorded_at) "
@@ -354,7 +394,7 @@ class RunRecord:
     def load(self, run_id: str) -> RunRow:
         row = self.conn.execute(
             "SELECT run_id, task, email, conversation_id, status, position, error, created_at, updated_at, "
-            "lease_holder, lease_expires_at FROM runs WHERE run_id = ?",
+            "lease_holder, lease_expires_at, start_id, retry_rule FROM runs WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         if row is None:
@@ -362,12 +402,13 @@ class RunRecord:
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
                 f'python -m runrecord start {run_id} "TASK" --email ADDR'
             )
-        run = RunRow(*row)
+        run = RunRow(*row[:-1], retry_rule=_load(row[-1]))
         run.steps = [
-            StepRow(p, n, s, a, _load(r), e, t0, t1, t2)
-            for p, n, s, a, r, e, t0, t1, t2 in self.conn.execute(
+            StepRow(p, n, s, a, _load(r), e, t0, t1, t2, cr, ea, es, bool(dbt), nt, bool(op))
+            for p, n, s, a, r, e, t0, t1, t2, cr, ea, es, dbt, nt, op in self.conn.execute(
                 "SELECT position, name, status, attempts, result, last_error, started_at, attempt_started_at, "
-                "completed_at FROM steps WHERE run_id = ? ORDER BY position",
+                "completed_at, crashes, error_attempts, error_seconds, in_doubt, next_try_at, attempt_open "
+                "FROM steps WHERE run_id = ? ORDER BY position",
                 (run_id,),
             )
         ]
@@ -419,6 +460,9 @@ class RunRecord:
         holder: str,
         lease_seconds: float,
         first: NextAttempt,
+        *,
+        start_id: str | None = None,
+        retry_rule: Any = None,
     ) -> None:
         """Create the run, holding its lease, with step 0's first attempt started: one commit.
 
@@ -432,8 +476,10 @@ class RunRecord:
                 raise RunExists(run_id, existing[0])
             c.execute(
                 "INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, "
-                "updated_at, lease_holder, lease_expires_at) VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?)",
-                (run_id, task, email, conversation_id, now, now, holder, now + lease_seconds),
+                "updated_at, lease_holder, lease_expires_at, start_id, retry_rule) "
+                "VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?, ?, ?)",
+                (run_id, task, email, conversation_id, now, now, holder, now + lease_seconds, start_id,
+                 None if retry_rule is None else _dump(retry_rule)),
             )
             c.executemany(
                 "INSERT INTO steps (run_id, position, name, status) VALUES (?, ?, ?, 'pending')",
@@ -442,7 +488,7 @@ class RunRecord:
             self._start_attempt(run_id, step_names[first.position], first, now)
 
     def _start_attempt(self, run_id: str, name: str, nxt: NextAttempt, now: float) -> None:
-        self.conn.execute(_SQL_STEP_START, (nxt.attempt, now, now, run_id, nxt.position))
+        self.conn.execute(_SQL_STEP_START, (nxt.attempt, now, now, nxt.crashes, run_id, nxt.position))
         if nxt.intent is not None:
             key, request = nxt.intent
             self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, key, _dump(request), now))
@@ -536,30 +582,38 @@ class RunRecord:
         c.execute("COMMIT")
 
     def record_attempt_error(
-        self, run_id: str, position: int, attempt: int, error: str, holder: str, lease_seconds: float
+        self, run_id: str, position: int, attempt: int, error: str, holder: str, lease_seconds: float,
+        *, error_attempts: int, error_seconds: float, in_doubt: bool, next_try_at: float, doubtful: bool = False,
     ) -> None:
-        """A retryable failure of one attempt: the step stays running, the run goes on."""
+        """A retryable failure of one attempt: the step stays running, the run goes on.
+
+        The ledger (``steps.retry.StepLedger``) comes with it; ``doubtful``: this
+        attempt's outcome is unknown, so its intent stays ``in_doubt``."""
         now = self.clock()
         with self._write() as c:
             self._renew(run_id, holder, lease_seconds, now)
             c.execute(
-                "UPDATE steps SET last_error = ? WHERE run_id = ? AND position = ?", (error, run_id, position)
+                "UPDATE steps SET last_error = ?, attempt_open = 0, error_attempts = ?, error_seconds = ?, "
+                "in_doubt = ?, next_try_at = ? WHERE run_id = ? AND position = ?",
+                (error, error_attempts, error_seconds, int(in_doubt), next_try_at, run_id, position),
             )
             c.execute(
-                "UPDATE intents SET state = 'error', outcome = ?, settled_at = ? "
+                "UPDATE intents SET state = ?, outcome = ?, settled_at = ? "
                 "WHERE run_id = ? AND position = ? AND attempt = ?",
-                (_dump({"error": error}), now, run_id, position, attempt),
+                ("in_doubt" if doubtful else "error", _dump({"error": error}), None if doubtful else now,
+                 run_id, position, attempt),
             )
 
     def fail_run(
         self, run_id: str, position: int, attempts: int, error: str, reason: str, holder: str, lease_seconds: float,
-        *, answered: bool = True,
+        *, answered: bool = True, in_doubt: bool = False, crashes: int | None = None,
     ) -> None:
         """Terminal: the step and the run become failed, naming the step and the reason; lease released.
 
-        ``answered``: the failing attempt got an answer (an error), so its intent
-        is no longer in doubt. False when the run fails because a crashed
-        attempt used the last try: that intent stays in doubt, visibly.
+        ``answered``: the failing attempt got an answer (an error that says
+        nothing was applied), so its intent is no longer in doubt. False when
+        its outcome is unknown (a lost answer, a timeout, a crash): that intent
+        stays in doubt, visibly. ``in_doubt``: the step as a whole is in doubt.
         """
         now = self.clock()
         with self._write() as c:
@@ -568,8 +622,9 @@ class RunRecord:
                 "UPDATE runs SET lease_holder = NULL, lease_expires_at = NULL WHERE run_id = ?", (run_id,)
             )
             c.execute(
-                "UPDATE steps SET status = 'failed', attempts = ?, last_error = ? WHERE run_id = ? AND position = ?",
-                (attempts, reason, run_id, position),
+                "UPDATE steps SET status = 'failed', attempts = ?, last_error = ?, attempt_open = 0, in_doubt = ?, "
+                "next_try_at = NULL, crashes = coalesce(?, crashes) WHERE run_id = ? AND position = ?",
+                (attempts, reason, int(in_doubt), crashes, run_id, position),
             )
             if answered:
                 c.execute(
@@ -577,3 +632,30 @@ class RunRecord:
                     "WHERE run_id = ? AND position = ? AND attempt = ? AND state = 'in_doubt'",
                     (_dump({"error": reason}), now, run_id, position, attempts),
                 )
+
+    def reopen_failed(self, run_id: str, holder: str, lease_seconds: float) -> int:
+        """``retry``: a failed run runs again from its failed step, with a fresh budget.
+
+        The step keeps its attempts (they are history) and its doubt (settled by
+        its next attempt); its error budget and crash count start again. The run
+        holds our lease. Returns the failed step's position; ``RunNotFailed`` if
+        the run is not failed."""
+        now = self.clock()
+        with self._write() as c:
+            row = c.execute("SELECT status, position FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+            if row[0] != "failed":
+                raise RunNotFailed(run_id, row[0])
+            position = row[1]
+            c.execute(
+                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, lease_holder = ?, "
+                "lease_expires_at = ? WHERE run_id = ?",
+                (now, holder, now + lease_seconds, run_id),
+            )
+            c.execute(
+                "UPDATE steps SET status = 'running', attempt_open = 0, error_attempts = 0, error_seconds = 0, "
+                "crashes = 0, next_try_at = NULL WHERE run_id = ? AND position = ?",
+                (run_id, position),
+            )
+            return position

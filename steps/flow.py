@@ -16,7 +16,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from steps.adoption import adopt, start_metadata
 from steps.crashpoints import crash_point
+from steps.errors import IdempotencyConflict
 from steps.models import (
     DraftRequest,
     DraftResult,
@@ -37,7 +39,7 @@ SYSTEM_PROMPT = (
 )
 
 
-def _no_context(conversation_id: str) -> list[dict[str, Any]]:
+def _no_context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
     return []
 
 
@@ -50,16 +52,19 @@ class StepDeps:
     """What the steps need from the outside world, injected by the engine.
 
     ``context`` returns earlier conversation messages (OpenAI chat format) for
-    a conversation id; ``remember`` appends ``(message id, role, content)``
-    triples to a conversation and returns how many were new. Neither may raise
-    for store problems: memory informs prompts, it never stops a run, and no
-    engine reads it to decide what has been done. ``pace_seconds`` slows every step down so a
+    a conversation id, appended at or before ``as_of`` (Unix seconds; None:
+    all); ``remember`` appends ``(message id, role, content)`` triples to a
+    conversation and returns how many were new. Neither may raise for store
+    problems: memory informs prompts, it never stops a run, and no engine
+    reads it to decide what has been done. Both are blocking (SQLite); the
+    steps run them in a thread, so an engine's event loop keeps beating
+    (Temporal's heartbeats) while a store waits for a lock. ``pace_seconds`` slows every step down so a
     person can watch a run (the demo); 0 in tests and production.
     """
 
     provider: Any  # provider.client.ProviderClient (duck-typed to keep this import-light)
     llm: Any  # llm.LanguageModel
-    context: Callable[[str], list[dict[str, Any]]] = field(default=_no_context)
+    context: Callable[[str, float | None], list[dict[str, Any]]] = field(default=_no_context)
     remember: Callable[[str, list[tuple[str, str, str]]], int] = field(default=_no_memory)
     pace_seconds: float = 0.0
 
@@ -78,7 +83,7 @@ async def draft(req: DraftRequest, deps: StepDeps) -> DraftResult:
     """Step 1: ask the model for a structured reply. No external effect."""
     crash_point("draft:before")
     await _pace(deps)
-    context = deps.context(req.conversation_id)
+    context = await asyncio.to_thread(deps.context, req.conversation_id, req.memory_as_of)
     crash_point("draft:during_llm")
     reply = await deps.llm.draft(build_prompt(req.task, context))
     return DraftResult(
@@ -94,13 +99,17 @@ async def send_confirmation(req: SendRequest, deps: StepDeps) -> EmailSent:
     """Step 2: send the confirmation email. Effect: one email, keyed."""
     crash_point("send_confirmation:before")
     await _pace(deps)
-    receipt = await deps.provider.send_email(
-        idempotency_key=req.idempotency_key,
-        run_id=req.run_id,
-        to=req.to,
-        subject=req.subject,
-        body=req.body,
-    )
+    try:
+        receipt = await deps.provider.send_email(
+            idempotency_key=req.idempotency_key,
+            run_id=req.run_id,
+            to=req.to,
+            subject=req.subject,
+            body=req.body,
+            metadata=start_metadata(req.start_id),
+        )
+    except IdempotencyConflict as conflict:
+        return await _adopt_email(req, deps, conflict)
     crash_point("send_confirmation:after_effect")
     if receipt.replayed:
         log.info("email for %s was already sent; the provider replayed %s", req.run_id, receipt.message_id)
@@ -116,18 +125,48 @@ async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
     """Step 3: record the outcome in the ticket system. Effect: one ticket, keyed."""
     crash_point("record_outcome:before")
     await _pace(deps)
-    receipt = await deps.provider.create_ticket(
-        idempotency_key=req.idempotency_key,
-        run_id=req.run_id,
-        summary=req.summary,
-        email_message_id=req.email_message_id,
-    )
+    try:
+        receipt = await deps.provider.create_ticket(
+            idempotency_key=req.idempotency_key,
+            run_id=req.run_id,
+            summary=req.summary,
+            email_message_id=req.email_message_id,
+            metadata=start_metadata(req.start_id),
+        )
+    except IdempotencyConflict as conflict:
+        return await _adopt_ticket(req, deps, conflict)
     crash_point("record_outcome:after_effect")
     return OutcomeRecorded(
         ticket_id=receipt.ticket_id,
         idempotency_key=req.idempotency_key,
         replayed=receipt.replayed,
     )
+
+
+async def _adopt_email(req: SendRequest, deps: StepDeps, conflict: IdempotencyConflict) -> EmailSent:
+    ours = {"run_id": req.run_id, "to": req.to, "subject": req.subject, "body": req.body}
+    if req.start_id:
+        ours["metadata"] = start_metadata(req.start_id)
+    applied = await deps.provider.lookup(req.idempotency_key)
+    adopted = adopt(conflict, applied, kind="email", endpoint="POST /v1/emails", ours=ours,
+                    start_id=req.start_id, key=req.idempotency_key)
+    adopted.update(subject=applied.request["subject"], body=applied.request["body"])
+    log.info("email for %s adopted: %s", req.run_id, adopted["reason"])
+    return EmailSent(message_id=applied.response["message_id"], to=req.to, idempotency_key=req.idempotency_key,
+                     replayed=True, adopted=adopted)
+
+
+async def _adopt_ticket(req: RecordRequest, deps: StepDeps, conflict: IdempotencyConflict) -> OutcomeRecorded:
+    ours = {"run_id": req.run_id, "summary": req.summary, "email_message_id": req.email_message_id}
+    if req.start_id:
+        ours["metadata"] = start_metadata(req.start_id)
+    applied = await deps.provider.lookup(req.idempotency_key)
+    adopted = adopt(conflict, applied, kind="ticket", endpoint="POST /v1/tickets", ours=ours,
+                    start_id=req.start_id, key=req.idempotency_key)
+    adopted.update(summary=applied.request["summary"])
+    log.info("ticket for %s adopted: %s", req.run_id, adopted["reason"])
+    return OutcomeRecorded(ticket_id=applied.response["ticket_id"], idempotency_key=req.idempotency_key,
+                           replayed=True, adopted=adopted)
 
 
 def exchange_message_ids(run_id: str) -> tuple[str, str]:
@@ -142,4 +181,5 @@ async def remember_exchange(req: RememberRequest, deps: StepDeps) -> int:
     for later prompts. Idempotent by message id; returns how many messages
     were new (0 on a repeat, or if memory is unavailable)."""
     task_id, reply_id = exchange_message_ids(req.run_id)
-    return deps.remember(req.conversation_id, [(task_id, "user", req.task), (reply_id, "assistant", req.reply)])
+    messages = [(task_id, "user", req.task), (reply_id, "assistant", req.reply)]
+    return await asyncio.to_thread(deps.remember, req.conversation_id, messages)

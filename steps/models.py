@@ -16,6 +16,10 @@ class DraftRequest:
     run_id: str
     task: str
     conversation_id: str
+    # The memory cut-off: only messages appended at or before this time (Unix
+    # seconds) feed the prompt, so a draft re-run inside the same run (a retry,
+    # a reset) sees the context the first one saw. Fixed at the run's start.
+    memory_as_of: float | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,10 @@ class SendRequest:
     subject: str
     body: str
     idempotency_key: str
+    # Names this start of the run id (kept by resets and retries; new if the id
+    # is ever started again): sent as request metadata, it is how a step tells
+    # its own run's earlier effect from another run's (``steps.adoption``).
+    start_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,10 @@ class EmailSent:
     to: str
     idempotency_key: str
     replayed: bool = False
+    # Set when the provider held a different email of this run under the key and
+    # the step adopted it: the reason, both request digests, and the subject
+    # and body that were really sent (later steps and memory use these).
+    adopted: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class RecordRequest:
     # Set by the Temporal workflow: the activity appends the exchange to memory
     # once the ticket is recorded (best effort), saving a round trip.
     remember: RememberRequest | None = None
+    start_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,16 @@ class OutcomeRecorded:
     ticket_id: str
     idempotency_key: str
     replayed: bool = False
+    adopted: dict[str, Any] | None = None  # as EmailSent.adopted, with the summary that was recorded
+
+
+def sent_reply(drafted_body: str, sent: Any) -> str:
+    """The reply the customer really got: the adopted email's body when the step
+    adopted an earlier one, else the draft's. Memory remembers this one."""
+    adopted = sent.get("adopted") if isinstance(sent, dict) else getattr(sent, "adopted", None)
+    if isinstance(adopted, dict) and isinstance(adopted.get("body"), str):
+        return adopted["body"]
+    return drafted_body
 
 
 def to_jsonable(value: Any) -> Any:

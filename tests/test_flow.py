@@ -20,6 +20,8 @@ from lab.processes import REPO
 from provider.client import ProviderClient, fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
+from steps.retry import RetryRule
+from steps.settle import settle
 from tests.conftest import poll_until, wait_exit
 
 TASK = "Confirm the refund for order 1234"
@@ -43,8 +45,8 @@ async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
     return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
 
 
-async def start(client, run_id, task_queue, email=EMAIL, task=TASK):
-    created, _ = await start_run(client, run_id, task, email, queue=task_queue)
+async def start(client, run_id, task_queue, email=EMAIL, task=TASK, rule=None):
+    created, _ = await start_run(client, run_id, task, email, queue=task_queue, rule=rule)
     assert created
 
 
@@ -199,19 +201,27 @@ async def test_provider_503s_are_retried_then_the_run_completes(client, workers,
     assert (effect.requests, effect.effects_applied) == (4, 1)
 
 
-async def test_provider_down_for_good_ends_failed_after_bounded_attempts(client, workers, provider, run_id, task_queue):
+async def test_provider_down_for_good_ends_failed_when_the_budget_is_spent(client, workers, provider, run_id, task_queue):
+    """A 2 s retry budget (the default is 900 s): the step retries with backoff
+    until the budget is spent, then the run ends FAILED naming the step, the
+    budget and the last error. 503s do not say whether the ticket was created,
+    so the step ends in doubt, and settle asks the provider: not applied."""
     async with ProviderClient(provider.url) as pc:
-        await pc.set_faults(fail_next=100, status=503, kinds=["ticket"])
+        await pc.set_faults(fail_next=1000, status=503, kinds=["ticket"])
     workers()
-    await start(client, run_id, task_queue)
+    await start(client, run_id, task_queue, rule=RetryRule(budget_seconds=2))
     status = await wait_closed(client, run_id, timeout=90)
     assert status["status"] == "failed"
     assert status["current_step"] == "record_outcome"
-    assert status["steps"][2]["status"] == "failed"
-    assert status["steps"][2]["attempts"] == 6
-    assert "after 6 attempt(s)" in status["error"]
+    step = status["steps"][2]
+    assert step["status"] == "in_doubt", step
+    assert "retry budget of 2 s spent" in status["error"] and "503 injected_fault" in status["error"]
     ticket = effects_by_key(provider.url, run_id)[idempotency_key(run_id, "record_outcome")]
-    assert (ticket.requests, ticket.effects_applied) == (6, 0)
+    assert ticket.requests == step["attempts"] >= 3 and ticket.effects_applied == 0
+    async with ProviderClient(provider.url) as pc:
+        report = {e["step"]: e for e in await settle(pc, run_id)}
+    assert report["record_outcome"]["state"] == "not applied"
+    assert report["send_confirmation"]["state"] == "applied"
 
 
 async def test_same_run_id_twice_is_one_run(client, workers, provider, run_id, task_queue):
@@ -219,7 +229,7 @@ async def test_same_run_id_twice_is_one_run(client, workers, provider, run_id, t
     results = await asyncio.gather(
         *(start_run(client, run_id, TASK, EMAIL, queue=task_queue) for _ in range(3))
     )
-    assert sum(created for created, _ in results) <= 1
+    assert sum(created for created, _ in results) == 1
     await wait_closed(client, run_id)
     # After completion, starting again attaches and says so.
     created, existing = await start_run(client, run_id, "another task", EMAIL, queue=task_queue)
@@ -260,8 +270,9 @@ def test_cli_start_wait_and_status_json(dev_server, workers, provider, run_id, t
     shown = _starter(dev_server, "status", run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     status = json.loads(shown.stdout)
-    assert set(status) == {"run_id", "status", "current_step", "steps", "error"}
-    assert all(set(s) == {"name", "status", "attempts", "result"} for s in status["steps"])
+    assert set(status) == {"run_id", "status", "current_step", "steps", "error", "detail"}
+    assert all(set(s) == {"name", "status", "attempts", "result", "crashes", "last_error", "next_try_at", "note"}
+               for s in status["steps"])
     assert status["status"] == "completed"
     again = _starter(dev_server, "start", run_id, TASK, "--email", EMAIL, task_queue=task_queue)
     assert again.returncode == 0 and "already exists (completed)" in again.stderr

@@ -112,7 +112,7 @@ def test_starter_prints_the_ui_link_and_keeps_the_json_shape(dev_server, workers
     shown = subprocess.run([sys.executable, "starter.py", "watch", run_id, "--json"], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     status = json.loads(shown.stdout)
-    assert set(status) == {"run_id", "status", "current_step", "steps", "error"}
+    assert set(status) == {"run_id", "status", "current_step", "steps", "error", "detail"}
     assert "http" not in shown.stdout  # --json prints the JSON and nothing else
 
 

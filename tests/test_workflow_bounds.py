@@ -1,14 +1,20 @@
 """Workflow-level guarantees that need no provider effects: determinism of the
 recorded history under the current code, and that a workflow-task failure
-ends the run instead of being retried for ever."""
+parks the run (visibly, within its execution timeout) instead of failing it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer
 
+from flowclient.status import run_status
+from lab.processes import REPO
 from starter import start_run
 from tests.conftest import poll_until
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
@@ -55,14 +61,27 @@ async def test_new_runs_write_memory_inside_record_outcome(client, workers, prov
     assert len(markers) == 1 and markers[0].marker_name == "core_patch"
 
 
-async def test_input_the_workflow_cannot_decode_fails_the_run(client, workers, run_id, task_queue):
-    """A workflow-task failure (here: an input the code cannot take) fails the run, once."""
+async def test_input_the_workflow_cannot_decode_parks_the_run(client, workers, run_id, task_queue):
+    """An exception in workflow code that is not an ApplicationError (here: an
+    input the code cannot decode, as after a deploy that changed FlowInput)
+    fails the workflow *task*, not the run: the run is parked, and status says
+    which task fails, why and since when (exit code 3). Bounded by the run's
+    execution timeout; here the test ends it."""
     workers()
-    handle = await client.start_workflow(WORKFLOW_NAME, {"unexpected": 1}, id=run_id, task_queue=task_queue)
+    handle = await client.start_workflow(WORKFLOW_NAME, {"unexpected": 1}, id=run_id, task_queue=task_queue,
+                                         execution_timeout=timedelta(minutes=5))
 
-    async def closed():
-        d = await handle.describe()
-        return d if d.status != WorkflowExecutionStatus.RUNNING else None
+    async def parked():
+        status = await run_status(client, run_id)
+        return status if status["status"] == "parked" else None
 
-    described = await poll_until(closed, timeout=30, what="the run to close")
-    assert described.status == WorkflowExecutionStatus.FAILED
+    status = await poll_until(parked, timeout=30, what="the run to be parked")
+    assert "the workflow task has failed since" in status["detail"]
+    assert "Failed decoding arguments" in status["detail"], status["detail"]
+    done = subprocess.run([sys.executable, "starter.py", "status", run_id], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host})
+    assert done.returncode == 3, done
+    assert "parked" in done.stdout
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.RUNNING
+    await handle.terminate("test: parked on purpose")

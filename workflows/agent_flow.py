@@ -5,19 +5,37 @@ event history before the next is scheduled. After a crash, a new worker
 replays that history: completed activities return their recorded results
 without running again, and the flow continues at the first unfinished step.
 
-Bounded on purpose:
+Retries are decided here, in workflow code, by the rules of ``steps.retry``
+(the same rules the run record applies): every activity is scheduled with a
+single attempt, and the workflow reads how it ended.
 
-- every activity has a retry policy with ``maximum_attempts`` and lists the
-  non-retryable error types; exhausting it, or a non-retryable error, ends the
-  run FAILED with ``StepFailed`` naming the step, attempts and reason, and no
-  later step runs;
-- workflow-task failures: ``failure_exception_types=[Exception]`` makes any
-  exception raised by this code (a bug, a non-determinism error, a result the
-  converter cannot handle) fail the *workflow* instead of failing the task,
-  which Temporal would otherwise retry for ever. The cost: a bad deploy fails
-  runs instead of parking them until a fix ships; for this lab a visible
-  terminal failure is the better default. The starter also sets an
-  execution timeout as a backstop for anything that still hangs.
+- a transient error (or a live worker's start-to-close timeout) spends the
+  step's time budget: the workflow waits out a capped, jittered backoff on a
+  durable timer and schedules the next attempt; an error with no budget left
+  ends the run FAILED naming the step, the budget and the last error;
+- a heartbeat timeout (the worker died) or a worker shutdown is a *crash*: it
+  spends no budget and is retried at once, up to the rule's worker-death
+  limit (a poison pill still ends FAILED);
+- a permanent error ends the run FAILED at once; an idempotency conflict the
+  step could not adopt (``steps.adoption``) is one.
+
+Server-side activity retries cannot tell a crash from an error, which is why
+the loop lives here. The cost is history: each attempt is its own activity
+(id ``<step>/<attempt>``) and each backoff a timer.
+
+Workflow-task failures (an exception in this code that is not an
+``ApplicationError``: a bug, a non-determinism error after an incompatible
+deploy, an input the new code cannot decode) fail the *task*, not the run:
+Temporal retries it with a growing backoff and the run is **parked**, visible
+in ``starter.py status``, until compatible code is deployed. The run's
+execution timeout, set by the starter above the sum of the step budgets,
+bounds how long a run may stay parked. Only ``ApplicationError`` fails a run
+from here: the step failures and refused input below.
+
+Runs started before these rules (no ``live-and-honest`` marker in their
+history) keep the path they started on, ``_run_recorded_before_live``:
+server-side retries, no adoption. It stays until no such run is open and
+``workflow.deprecate_patch`` can retire it.
 """
 
 from __future__ import annotations
@@ -27,88 +45,97 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError as TemporalTimeoutError,
+    TimeoutType,
+)
 
 with workflow.unsafe.imports_passed_through():
-    from activities import NON_RETRYABLE_TYPES, FlowActivities
+    from activities import NON_RETRYABLE_TYPES, WORKER_SHUTDOWN_TYPE, FlowActivities
     from steps.crashpoints import crash_point
     from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import STEP_NAMES, DraftRequest, RecordRequest, RememberRequest, SendRequest, to_jsonable
+    from steps.models import (
+        STEP_NAMES,
+        DraftRequest,
+        RecordRequest,
+        RememberRequest,
+        SendRequest,
+        sent_reply,
+        to_jsonable,
+    )
+    from steps.retry import RetryRule, StepLedger
+    from steps.runstate import describe_step, iso
     # The run's input and status types live in their own module: without a
     # workflow cache this module is executed afresh for every workflow task,
-    # and building three dataclasses was ~60% of that (bench/bench_overhead.py).
+    # and building dataclasses was ~60% of that (bench/bench_overhead.py).
     from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
 
-# Timeouts and retries, per step. Heartbeat timeouts are short so a killed
-# worker's activity is retried within about a second (the activity wrapper
-# heartbeats every 0.3 s); start-to-close bounds a single attempt.
-DRAFT_OPTIONS = dict(
-    start_to_close_timeout=timedelta(seconds=60),
-    heartbeat_timeout=timedelta(seconds=1),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(milliseconds=200),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=10),
-        maximum_attempts=4,
-        non_retryable_error_types=NON_RETRYABLE_TYPES,
-    ),
-)
-EFFECT_OPTIONS = dict(
-    start_to_close_timeout=timedelta(seconds=15),
-    heartbeat_timeout=timedelta(seconds=1),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(milliseconds=200),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=3),
-        maximum_attempts=6,
-        non_retryable_error_types=NON_RETRYABLE_TYPES,
-    ),
-)
+# Patch id: runs whose history carries this marker retry in workflow code by
+# steps.retry, send their start id and adopt; runs recorded before it do not.
+LIVE_PATCH = "live-and-honest"
 
-# Temporal's defaults, kept only so bench/bench_resume.py can measure what the
-# tuning above buys: no heartbeat timeout, so a killed worker's activity is
-# retried only after start-to-close (10 s, the figure the brief measured).
-DEFAULT_TIMEOUTS = {
-    "draft": dict(DRAFT_OPTIONS, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
-    "effect": dict(EFFECT_OPTIONS, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
-}
-TUNED_TIMEOUTS = {"draft": DRAFT_OPTIONS, "effect": EFFECT_OPTIONS}
-
-# Patch id (workflow.patched): runs that carry its marker write memory inside
-# record_outcome; runs recorded before it ran a 4th activity, remember_exchange.
-MEMORY_IN_RECORD_PATCH = "memory-in-record-outcome"
-
-# Only for runs recorded before the patch. Remembering the exchange is best
-# effort: memory informs later prompts and must never stop (or fail) a run.
-REMEMBER_OPTIONS = dict(
-    start_to_close_timeout=timedelta(seconds=10),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
-)
+# A killed worker's attempt is noticed within about a second: the activity
+# wrapper heartbeats every 0.3 s, and the SDK sends at most one heartbeat per
+# 0.8 x this timeout (0.8 s). Start-to-close bounds one attempt on a live worker.
+# One attempt's start-to-close: the rule's (steps.retry.ATTEMPT_TIMEOUT_SECONDS).
+HEARTBEAT_TIMEOUT = timedelta(seconds=1)
+# One attempt per scheduled activity: the workflow decides about the next one.
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+# Temporal's defaults (no heartbeat timeout, 10 s start-to-close), kept only so
+# bench/bench_resume.py can measure what the tuning above buys.
+DEFAULTS_ATTEMPT_TIMEOUT = timedelta(seconds=10)
 
 
-def _attempts_from(err: ActivityError, maximum: int) -> int:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        detail = cause.details[0]
-        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
-            return detail["attempt"]
-    # Timeouts carry no details; the policy ran out, so it used them all.
-    return maximum
+def _failure_details(cause: ApplicationError) -> dict[str, Any]:
+    if cause.details and isinstance(cause.details[0], dict):
+        return cause.details[0]
+    return {}
 
 
-def _reason(err: ActivityError) -> str:
+class _Ending:
+    """How one attempt ended, as the retry rules see it."""
+
+    def __init__(self, kind: str, message: str, seconds: float | None = None, retry_after: float | None = None,
+                 in_doubt: bool = False) -> None:
+        self.kind, self.message, self.seconds = kind, message, seconds
+        self.retry_after, self.in_doubt = retry_after, in_doubt
+
+
+def _ending(err: ActivityError, attempt_timeout: timedelta) -> _Ending:
     cause = err.cause
     if isinstance(cause, TemporalTimeoutError):
-        return f"timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
-    if cause is not None:
-        return str(cause)
-    return str(err)
+        if cause.type == TimeoutType.HEARTBEAT:
+            return _Ending("crash", "the worker running it stopped heartbeating (it died, or hung)")
+        seconds = attempt_timeout.total_seconds()
+        return _Ending("transient", f"timed out after {seconds:g} s on a live worker (start-to-close)",
+                       seconds=seconds, in_doubt=True)
+    if isinstance(cause, ApplicationError):
+        details = _failure_details(cause)
+        in_doubt = bool(details.get("in_doubt"))
+        if cause.type == WORKER_SHUTDOWN_TYPE:
+            return _Ending("crash", "the worker running it shut down mid-attempt")
+        if cause.non_retryable:
+            return _Ending("permanent", cause.message, in_doubt=in_doubt)
+        seconds = details.get("seconds")
+        retry_after = details.get("retry_after")
+        return _Ending(
+            "transient", cause.message,
+            seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+            retry_after=float(retry_after) if isinstance(retry_after, (int, float)) else None,
+            in_doubt=in_doubt,
+        )
+    if isinstance(cause, CancelledError):
+        return _Ending("transient", "the attempt was cancelled")
+    return _Ending("transient", str(cause or err))
 
 
-@workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
+@workflow.defn(name=WORKFLOW_NAME)
 class AgentFlow:
     @workflow.init
     def __init__(self, inp: FlowInput) -> None:
@@ -122,39 +149,17 @@ class AgentFlow:
         return self._snapshot()
 
     def _snapshot(self) -> RunStatus:
-        current = next((s.name for s in self._steps if s.status != "completed"), None)
+        current = next((s.name for s in self._steps if s.status not in ("completed", "adopted")), None)
+        active = next((s for s in self._steps if s.status in ("running", "retrying")), None)
+        detail = describe_step(to_jsonable(active)) if active is not None and self._status == "running" else None
         return RunStatus(
             run_id=self._run_id,
             status=self._status,
             current_step=current,
-            steps=[StepState(s.name, s.status, s.attempts, s.result) for s in self._steps],
+            steps=[StepState(**to_jsonable(s)) for s in self._steps],
             error=self._error,
+            detail=detail,
         )
-
-    async def _step(self, index: int, activity: Any, request: Any, options: dict) -> Any:
-        state = self._steps[index]
-        state.status = "running"
-        try:
-            output = await workflow.execute_activity(activity, request, **options)
-        except ActivityError as err:
-            state.status = "failed"
-            state.attempts = _attempts_from(err, options["retry_policy"].maximum_attempts)
-            self._status = "failed"
-            self._error = (
-                f"step {state.name} failed after {state.attempts} attempt(s): {_reason(err)}"
-            )
-            raise ApplicationError(
-                self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
-            ) from err
-        state.status = "completed"
-        state.attempts = output.attempt
-        state.result = to_jsonable(output.result)
-        # Crash point (tests only, docs/crashpoints.md): the completion is in history, the next
-        # activity not yet scheduled. Never on replay, so a resuming worker passes through.
-        if not workflow.unsafe.is_replaying():
-            with workflow.unsafe.sandbox_unrestricted():
-                crash_point(f"temporal:{state.name}:after_record")
-        return output.result
 
     @workflow.run
     async def run(self, inp: FlowInput) -> RunStatus:
@@ -172,19 +177,148 @@ class AgentFlow:
             conversation_id = check_conversation_id(inp.conversation_id or inp.run_id)
             if inp.timeouts not in ("tuned", "defaults"):
                 raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
+            try:
+                rule = RetryRule.from_dict(inp.retry)
+            except (TypeError, ValueError) as err:
+                raise InputError(f"retry rule {inp.retry!r} is unusable: {err}") from None
         except InputError as err:
             self._status = "failed"
             self._error = f"input refused: {err}"
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
 
-        options = TUNED_TIMEOUTS if inp.timeouts == "tuned" else DEFAULT_TIMEOUTS
-        drafted = await self._step(
+        if not workflow.patched(LIVE_PATCH):
+            return await self._run_recorded_before_live(inp, task, email, conversation_id)
+
+        info = workflow.info()
+        # Both kept by a reset: the start id tells this run's earlier effects from
+        # another start of the same id; the memory cut-off keeps the prompt fixed.
+        start_id = info.original_execution_run_id
+        as_of = info.workflow_start_time.timestamp()
+        defaults = inp.timeouts == "defaults"
+
+        drafted = await self._attempts(
+            0, FlowActivities.draft,
+            DraftRequest(run_id=inp.run_id, task=task, conversation_id=conversation_id, memory_as_of=as_of),
+            rule, effect=False, defaults=defaults,
+        )
+        sent = await self._attempts(
+            1, FlowActivities.send_confirmation,
+            SendRequest(
+                run_id=inp.run_id, to=email, subject=drafted.subject, body=drafted.body,
+                idempotency_key=idempotency_key(inp.run_id, "send_confirmation"), start_id=start_id,
+            ),
+            rule, effect=True, defaults=defaults,
+        )
+        # Conversation memory is written after the last effect and never read
+        # here: what happened is the history above, not memory. The
+        # record_outcome activity writes it once the ticket is recorded (best
+        # effort), which saves a round trip. It remembers the reply that was
+        # really sent, the adopted one if the email step adopted.
+        remember = RememberRequest(
+            run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=sent_reply(drafted.body, sent)
+        )
+        await self._attempts(
+            2, FlowActivities.record_outcome,
+            RecordRequest(
+                run_id=inp.run_id, summary=drafted.summary, email_message_id=sent.message_id,
+                idempotency_key=idempotency_key(inp.run_id, "record_outcome"), remember=remember,
+                start_id=start_id,
+            ),
+            rule, effect=True, defaults=defaults,
+        )
+        self._status = "completed"
+        workflow.set_current_details("completed: every step done")
+        return self._snapshot()
+
+    def _show(self, index: int) -> None:
+        """What the Temporal UI shows for this run while it is open."""
+        state = self._steps[index]
+        workflow.set_current_details(
+            f"step {index + 1} of {len(self._steps)}, {state.name}: {state.status} (attempt {state.attempts})"
+            + (f"; next try at {state.next_try_at}" if state.status == "retrying" else "")
+        )
+
+    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool,
+                        defaults: bool) -> Any:
+        """Attempts of one step until it succeeds or the retry rules give up (steps.retry)."""
+        state = self._steps[index]
+        ledger = StepLedger(state.name, rule, effect=effect)
+        attempt_timeout = (DEFAULTS_ATTEMPT_TIMEOUT if defaults
+                           else timedelta(seconds=rule.attempt_timeout_for(state.name)))
+        while True:
+            ledger.attempts += 1
+            state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
+            self._show(index)
+            began = workflow.now()
+            try:
+                output = await workflow.execute_activity(
+                    activity,
+                    request,
+                    activity_id=f"{state.name}/{ledger.attempts}",
+                    summary=f"{state.name}, attempt {ledger.attempts}",
+                    start_to_close_timeout=attempt_timeout,
+                    heartbeat_timeout=None if defaults else HEARTBEAT_TIMEOUT,
+                    retry_policy=ONE_ATTEMPT,
+                )
+            except ActivityError as err:
+                ending = _ending(err, attempt_timeout)
+                state.last_error = ending.message
+                if ending.kind == "crash":
+                    if ledger.after_crash(ending.message):
+                        state.crashes = ledger.crashes
+                        continue
+                    state.crashes = ledger.crashes
+                elif ending.kind == "transient":
+                    seconds = ending.seconds
+                    if seconds is None:
+                        seconds = (workflow.now() - began).total_seconds()
+                    delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
+                                               in_doubt=ending.in_doubt, u=workflow.random().random())
+                    if delay is not None:
+                        state.status = "retrying"
+                        state.next_try_at = iso(workflow.now().timestamp() + delay)
+                        self._show(index)
+                        await workflow.sleep(delay, summary=f"retry {state.name} (attempt {ledger.attempts + 1})")
+                        continue
+                else:
+                    ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
+                self._fail(state, ledger, err)
+            result = output.result
+            state.status = "adopted" if getattr(result, "adopted", None) else "completed"
+            state.result = to_jsonable(result)
+            state.note = result.adopted["reason"] if getattr(result, "adopted", None) else None
+            # Crash point (tests only, docs/crashpoints.md): the completion is in history, the next
+            # activity not yet scheduled. Never on replay, so a resuming worker passes through.
+            if not workflow.unsafe.is_replaying():
+                with workflow.unsafe.sandbox_unrestricted():
+                    crash_point(f"temporal:{state.name}:after_record")
+            return result
+
+    def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> None:
+        state.status = "in_doubt" if ledger.in_doubt else "failed"
+        if ledger.in_doubt:
+            state.note = ("an attempt's outcome is unknown: the effect may have been applied; "
+                          f"`python starter.py settle {self._run_id}` asks the provider")
+        self._status = "failed"
+        self._error = ledger.failure
+        raise ApplicationError(
+            self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
+        ) from err
+
+    # ------------------------------------------------------------------------
+    # The path of runs recorded before LIVE_PATCH, unchanged: server-side retry
+    # policies, no start id, memory written by record_outcome (or, before the
+    # memory patch, by a 4th activity). Do not edit: it must replay as it ran.
+
+    async def _run_recorded_before_live(self, inp: FlowInput, task: str, email: str, conversation_id: str) -> RunStatus:
+        options = _BEFORE_LIVE_TUNED if inp.timeouts == "tuned" else _BEFORE_LIVE_DEFAULTS
+        drafted = await self._step_before_live(
             0,
             FlowActivities.draft,
             DraftRequest(run_id=inp.run_id, task=task, conversation_id=conversation_id),
             options["draft"],
         )
-        sent = await self._step(
+        sent = await self._step_before_live(
             1,
             FlowActivities.send_confirmation,
             SendRequest(
@@ -199,13 +333,8 @@ class AgentFlow:
         remember = RememberRequest(
             run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
         )
-        # Conversation memory is written after the last effect and never read
-        # here: what happened is the history above, not memory. The
-        # record_outcome activity writes it once the ticket is recorded (best
-        # effort), which saves a round trip. Runs recorded before that change
-        # scheduled a separate activity; the patch replays them as they ran.
         memory_in_record = workflow.patched(MEMORY_IN_RECORD_PATCH)
-        await self._step(
+        await self._step_before_live(
             2,
             FlowActivities.record_outcome,
             RecordRequest(
@@ -220,9 +349,79 @@ class AgentFlow:
         if not memory_in_record:
             try:
                 await workflow.execute_activity(
-                    FlowActivities.remember_exchange, remember, **REMEMBER_OPTIONS
+                    FlowActivities.remember_exchange, remember, **_BEFORE_LIVE_REMEMBER
                 )
             except ActivityError as err:
-                workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason(err))
+                workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason_before_live(err))
         self._status = "completed"
         return self._snapshot()
+
+    async def _step_before_live(self, index: int, activity: Any, request: Any, options: dict) -> Any:
+        state = self._steps[index]
+        state.status = "running"
+        try:
+            output = await workflow.execute_activity(activity, request, **options)
+        except ActivityError as err:
+            state.status = "failed"
+            state.attempts = _attempts_before_live(err, options["retry_policy"].maximum_attempts)
+            self._status = "failed"
+            self._error = (
+                f"step {state.name} failed after {state.attempts} attempt(s): {_reason_before_live(err)}"
+            )
+            raise ApplicationError(
+                self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
+            ) from err
+        state.status = "completed"
+        state.attempts = output.attempt
+        state.result = to_jsonable(output.result)
+        if not workflow.unsafe.is_replaying():
+            with workflow.unsafe.sandbox_unrestricted():
+                crash_point(f"temporal:{state.name}:after_record")
+        return output.result
+
+
+# The previous rules, for _run_recorded_before_live only.
+MEMORY_IN_RECORD_PATCH = "memory-in-record-outcome"
+_BEFORE_LIVE_DRAFT = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    heartbeat_timeout=timedelta(seconds=1),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10),
+        maximum_attempts=4, non_retryable_error_types=NON_RETRYABLE_TYPES,
+    ),
+)
+_BEFORE_LIVE_EFFECT = dict(
+    start_to_close_timeout=timedelta(seconds=15),
+    heartbeat_timeout=timedelta(seconds=1),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=3),
+        maximum_attempts=6, non_retryable_error_types=NON_RETRYABLE_TYPES,
+    ),
+)
+_BEFORE_LIVE_TUNED = {"draft": _BEFORE_LIVE_DRAFT, "effect": _BEFORE_LIVE_EFFECT}
+_BEFORE_LIVE_DEFAULTS = {
+    "draft": dict(_BEFORE_LIVE_DRAFT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
+    "effect": dict(_BEFORE_LIVE_EFFECT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
+}
+_BEFORE_LIVE_REMEMBER = dict(
+    start_to_close_timeout=timedelta(seconds=10),
+    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
+)
+
+
+def _attempts_before_live(err: ActivityError, maximum: int) -> int:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.details:
+        detail = cause.details[0]
+        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+            return detail["attempt"]
+    return maximum
+
+
+def _reason_before_live(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, TemporalTimeoutError):
+        return f"timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
+    if cause is not None:
+        return str(cause)
+    return str(err)

@@ -3,6 +3,10 @@
 Kept out of workflows/agent_flow.py on purpose: the worker runs with no
 workflow cache, so the sandbox executes the workflow's module for every
 workflow task, while this module is imported once and passed through.
+
+The status vocabulary (what ``status`` and the fields mean) is defined once,
+in ``steps.runstate``; these dataclasses are the workflow's own copy of that
+shape, answered by its ``progress`` query.
 """
 
 from __future__ import annotations
@@ -18,14 +22,21 @@ class FlowInput:
     email: str
     conversation_id: str = ""
     timeouts: str = "tuned"  # "tuned" | "defaults" (benchmark only)
+    # The retry rule the run records (steps.retry.RetryRule.to_dict()); the
+    # starter fills it from the environment. None: the code's defaults.
+    retry: dict[str, Any] | None = None
 
 
 @dataclass
 class StepState:
     name: str
-    status: str = "pending"  # pending | running | completed | failed
+    status: str = "pending"  # see steps.runstate.STEP_STATES
     attempts: int = 0
     result: Any = None
+    crashes: int = 0
+    last_error: str | None = None
+    next_try_at: str | None = None
+    note: str | None = None
 
 
 @dataclass
@@ -33,7 +44,8 @@ class RunStatus:
     """The shape ``starter.py status --json`` prints, from the workflow itself."""
 
     run_id: str
-    status: str  # running | completed | failed
+    status: str  # see steps.runstate.RUN_STATES
     current_step: str | None
     steps: list[StepState] = field(default_factory=list)
     error: str | None = None
+    detail: str | None = None

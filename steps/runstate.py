@@ -1,0 +1,148 @@
+"""One vocabulary for a run's state, on both engines: the words, the JSON
+fields and the exit codes. ``starter.py status`` (Temporal's history) and
+``python -m runrecord status`` (the SQLite record) print the same shape,
+built from these definitions, and render it with the same table.
+
+The JSON shape::
+
+    {"run_id", "status", "current_step", "error", "detail",
+     "steps": [{"name", "status", "attempts", "result",
+                "crashes", "last_error", "next_try_at", "note"}]}
+
+A run's ``status``:
+
+=========  ====================================================================
+running    making progress: a step is running, retrying after an error, or
+           waiting for a worker (``detail`` says which)
+parked     stopped by its *code*, not by its steps: on Temporal the workflow
+           task keeps failing (an incompatible deploy, a bug in workflow code);
+           on the run record the code's flow differs from the recorded one.
+           ``detail`` names the failing task, the error and since when. It
+           resumes by itself once compatible code runs; nothing is lost
+completed  every step completed (or adopted)
+failed     terminal: ``error`` names the step, the attempts and the reason
+           (Temporal's timed out, terminated and canceled are failed too, and
+           ``error`` says which)
+=========  ====================================================================
+
+A step's ``status``:
+
+=========  ====================================================================
+pending    not reached yet
+running    an attempt is executing
+waiting    an attempt is due but nothing runs it: no worker has taken it
+           (Temporal), or no live process holds the run (run record)
+retrying   the last attempt failed with a transient error; ``next_try_at``
+           says when the next one is due, ``last_error`` why
+completed  done; ``result`` holds its recorded result
+adopted    done by adopting the effect this run had already applied under the
+           step's key (``steps.adoption``); ``note`` gives the reason and both
+           request digests
+failed     this step ended the run
+in_doubt   this step ended the run, and an attempt's outcome is unknown (a
+           timeout, a lost answer, a crash mid-request): the effect may have
+           been applied. ``settle`` asks the provider by key
+=========  ====================================================================
+
+``attempts`` counts every execution of the step, ``crashes`` the ones whose
+process died (not the step's fault: they spend no error budget, see
+``steps.retry``).
+
+Exit codes of ``status``, ``watch`` and ``start --wait`` on both CLIs:
+0 completed or running, 1 failed, 2 bad input or unknown run, 3 parked.
+(The run record's start and resume keep their own codes for their refusals.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+RUN_STATES = ("running", "parked", "completed", "failed")
+STEP_STATES = ("pending", "running", "waiting", "retrying", "completed", "adopted", "failed", "in_doubt")
+DONE_STEP_STATES = ("completed", "adopted")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_PARKED = 3
+
+
+def exit_code(status: dict[str, Any]) -> int:
+    return {"failed": EXIT_FAILED, "parked": EXIT_PARKED}.get(status["status"], EXIT_OK)
+
+
+def iso(ts: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC with milliseconds (the status JSON's time format)."""
+    if ts is None:
+        return None
+    whole = int(ts // 1)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((ts - whole) * 1000):03d}Z"
+
+
+def clock(ts_iso: str | None) -> str:
+    """The HH:MM:SS (UTC) part of an ``iso`` time, for one-line messages."""
+    return ts_iso[11:19] if ts_iso else "?"
+
+
+def step_entry(name: str, status: str = "pending", attempts: int = 0, result: Any = None, *, crashes: int = 0,
+               last_error: str | None = None, next_try_at: str | None = None, note: str | None = None) -> dict[str, Any]:
+    return {"name": name, "status": status, "attempts": attempts, "result": result, "crashes": crashes,
+            "last_error": last_error, "next_try_at": next_try_at, "note": note}
+
+
+def run_entry(run_id: str, status: str, steps: list[dict[str, Any]], *, error: str | None = None,
+              detail: str | None = None) -> dict[str, Any]:
+    current = next((s["name"] for s in steps if s["status"] not in DONE_STEP_STATES), None)
+    return {"run_id": run_id, "status": status, "current_step": current, "steps": steps,
+            "error": error, "detail": detail}
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    """One line on what a step is doing, for ``detail``."""
+    name, status = step["name"], step["status"]
+    if status == "retrying":
+        return (f"retrying {name}: attempt {step['attempts']} failed ({step.get('last_error') or 'error'}); "
+                f"next try at {clock(step.get('next_try_at'))} UTC")
+    if status == "waiting":
+        return f"{name} is waiting: {step.get('note') or 'nothing is running it'}"
+    if status == "running":
+        return f"{name} is running (attempt {step['attempts']})"
+    return f"{name}: {status}"
+
+
+def render_table(status: dict[str, Any]) -> str:
+    """A readable table, plain text so it is the same in a terminal and a log."""
+    lines = [f"run {status['run_id']}: {status['status']}"
+             + (f", current step {status['current_step']}" if status["current_step"] else "")]
+    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>8}  result")
+    for i, step in enumerate(status["steps"], 1):
+        result = step["result"]
+        shown = "" if result is None else short_result(result)
+        attempts = f"{step['attempts']}" + (f" ({step['crashes']} crash)" if step.get("crashes") else "")
+        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {attempts:>8}  {shown}")
+        if step["status"] in ("retrying", "in_doubt", "failed") and step.get("last_error"):
+            lines.append(f"  {'':<2} {'':<18} last error: {step['last_error']}")
+        if step["status"] == "retrying" and step.get("next_try_at"):
+            lines.append(f"  {'':<2} {'':<18} next try at {clock(step['next_try_at'])} UTC")
+        if step.get("note"):
+            lines.append(f"  {'':<2} {'':<18} {step['note']}")
+    if status.get("detail"):
+        lines.append(f"  now: {status['detail']}")
+    if status.get("error"):
+        lines.append(f"  error: {status['error']}")
+    return "\n".join(lines)
+
+
+def short_result(result: Any) -> str:
+    if not isinstance(result, dict):
+        return json.dumps(result)
+    keys = ("message_id", "ticket_id", "subject")
+    parts = [f"{k}={result[k]}" for k in keys if k in result]
+    if result.get("adopted"):
+        parts.append("adopted")
+    elif result.get("replayed"):
+        parts.append("replayed")
+    text = ", ".join(parts) or json.dumps(result)
+    return text if len(text) <= 70 else text[:67] + "..."

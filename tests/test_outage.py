@@ -1,0 +1,155 @@
+"""Ride out an outage, on both engines, with the provider process really
+stopped: a 30 s outage is ridden out (the budget is time, not a count); one
+longer than a (shortened) budget ends FAILED naming the step, the budget and
+the last error; ``retry`` once the provider is back completes the run, each
+effect applied once, nothing completed run again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from flowclient.status import run_status
+from lab.processes import REPO, Proc, start_worker
+from provider.client import fetch_effects
+from starter import start_run
+from steps.keys import idempotency_key
+from steps.retry import RetryRule
+from tests.conftest import poll_until, wait_exit
+from tests.provider_process import ProviderProcess
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+
+
+@pytest.fixture
+def api(tmp_path):
+    """A provider that the test stops and starts again on the same port and database."""
+    proc = ProviderProcess(tmp_path / "provider.db").start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+@pytest.fixture
+def processes():
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.kill()
+
+
+def record_cli(api, tmp_path, *args, env=None) -> Proc:
+    full = {"RUNRECORD_DB": str(tmp_path / "runrecord.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
+            "PROVIDER_URL": api.url, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return Proc("runrecord", [sys.executable, "-m", "runrecord", *args], env=full)
+
+
+def record_status(api, tmp_path, run_id) -> dict | None:
+    """The record's status JSON, or None while the run does not exist yet."""
+    proc = record_cli(api, tmp_path, "status", run_id, "--json")
+    if wait_exit(proc) == 2 and "no run with id" in proc.output():
+        return None
+    return json.loads(proc.output())
+
+
+def applied(api, run_id: str) -> dict[str, tuple[int, int]]:
+    return {e.key.rsplit("/", 1)[-1]: (e.requests, e.effects_applied) for e in fetch_effects(api.url, run_id=run_id)}
+
+
+async def test_a_30_second_outage_is_ridden_out_on_both_engines(client, dev_server, api, processes, tmp_path):
+    queue = f"outage-{uuid.uuid4().hex[:8]}"
+    processes.append(start_worker(dev_server.address, api.url, queue, {"MEMORY_DB": str(tmp_path / "memory.db")}))
+    temporal_id, record_id = f"outage-t-{uuid.uuid4().hex[:6]}", f"outage-r-{uuid.uuid4().hex[:6]}"
+    api.kill()
+    down = time.monotonic()
+    await start_run(client, temporal_id, TASK, EMAIL, queue=queue)
+    record = record_cli(api, tmp_path, "start", record_id, TASK, "--email", EMAIL)
+    processes.append(record)
+
+    async def both_retrying():
+        t = (await run_status(client, temporal_id))["steps"][1]
+        r = (record_status(api, tmp_path, record_id) or {"steps": [{}, {"status": None}]})["steps"][1]
+        return (t, r) if t["status"] == "retrying" and r["status"] == "retrying" else None
+
+    t, r = await poll_until(both_retrying, timeout=20, what="both engines to be retrying send_confirmation")
+    for step in (t, r):
+        assert "unreachable" in step["last_error"] and step["next_try_at"], step
+    await asyncio.sleep(max(0.0, 30 - (time.monotonic() - down)))  # the outage itself, not a wait for state
+    api.restart()
+
+    async def temporal_closed():
+        status = await run_status(client, temporal_id)
+        return status if status["status"] != "running" else None
+
+    status = await poll_until(temporal_closed, timeout=90, what="the Temporal run to finish after the outage")
+    assert status["status"] == "completed", status
+    assert wait_exit(record, 90) == 0, record.output()
+    assert record_status(api, tmp_path, record_id)["status"] == "completed"
+    for run_id in (temporal_id, record_id):
+        effects = applied(api, run_id)
+        assert effects["send_confirmation"][1] == 1 and effects["record_outcome"] == (1, 1), (run_id, effects)
+    # The budget is time: several attempts were refused, none counted as the step's end.
+    assert status["steps"][1]["attempts"] >= 5
+
+
+async def test_outage_past_the_budget_fails_and_retry_completes_on_both_engines(
+        client, dev_server, api, processes, tmp_path):
+    queue = f"outage-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(dev_server.address, api.url, queue, {"MEMORY_DB": str(tmp_path / "memory.db")})
+    processes.append(worker)
+    temporal_id, record_id = f"budget-t-{uuid.uuid4().hex[:6]}", f"budget-r-{uuid.uuid4().hex[:6]}"
+    api.kill()
+    await start_run(client, temporal_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=3))
+    record = record_cli(api, tmp_path, "start", record_id, TASK, "--email", EMAIL,
+                        env={"LAB_RETRY_BUDGET_SECONDS": "3"})
+    processes.append(record)
+
+    async def temporal_closed():
+        status = await run_status(client, temporal_id)
+        return status if status["status"] != "running" else None
+
+    failed = await poll_until(temporal_closed, timeout=60, what="the Temporal run to fail")
+    assert wait_exit(record, 60) == 1, record.output()
+    record_failed = record_status(api, tmp_path, record_id)
+    for status in (failed, record_failed):
+        assert status["status"] == "failed" and status["current_step"] == "send_confirmation", status
+        # Connection refused: the request never left, so nothing is in doubt.
+        assert status["steps"][1]["status"] == "failed", status
+        assert "step send_confirmation failed after" in status["error"]
+        assert "retry budget of 3 s spent" in status["error"] and "unreachable" in status["error"], status["error"]
+
+    api.restart()
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "PROVIDER_URL": api.url}
+    retried = subprocess.run([sys.executable, "starter.py", "retry", temporal_id, "--wait"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "retrying run" in retried.stdout and "at step send_confirmation" in retried.stdout
+    again = record_cli(api, tmp_path, "retry", record_id)
+    processes.append(again)
+    assert wait_exit(again, 60) == 0, again.output()
+    assert "step draft started" not in again.output()
+
+    done = await run_status(client, temporal_id)
+    assert done["status"] == "completed" and done["steps"][0] == failed["steps"][0]  # draft not run again
+    assert worker.output().count("step draft started:") == 1
+    for run_id in (temporal_id, record_id):
+        effects = applied(api, run_id)
+        assert effects["send_confirmation"] == (1, 1) and effects["record_outcome"] == (1, 1), (run_id, effects)
+        assert idempotency_key(run_id, "send_confirmation").endswith(f"{run_id}/send_confirmation")
+
+    # A completed run cannot be retried, on either engine.
+    twice = subprocess.run([sys.executable, "starter.py", "retry", temporal_id], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert twice.returncode == 2 and "a completed run cannot be retried" in twice.stderr, twice
+    twice = record_cli(api, tmp_path, "retry", record_id)
+    processes.append(twice)
+    assert wait_exit(twice) == 2 and "a completed run cannot be retried" in twice.output()
