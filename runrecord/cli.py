@@ -20,7 +20,8 @@ Exit codes:
 2   bad input, unknown run id, or Temporal/provider unreachable (compare)
 3   start: RUN_ID already exists; nothing was started (resume it instead)
 4   resume: the run failed earlier; failed is terminal, refused with the reason
-5   resume: another live process holds the run's lease (named, with expiry)
+5   resume: another process that may be alive holds the run's lease (named,
+    with expiry)
 6   resume: the flow's step list differs from the one the run was started with
 7   the lease was lost mid-run (another process took it after it expired)
 ==  =====================================================================

@@ -23,9 +23,11 @@ once: an intent left ``in_doubt`` by a crash is settled by repeating the
 request with the same key; the provider replays its first answer.
 
 The lease (``RunRecord.acquire_lease``) keeps two processes from driving one
-run: holder ``host:pid:random``, an expiry renewed by every commit and by a
-heartbeat thread every third of the lease. It is a liveness device, not a
-fence for the provider: a process paused longer than its lease can have its
+run: holder ``host:pid:start:random``, an expiry renewed by every commit and
+by a heartbeat thread every third of the lease. A holder that is a dead
+process of this host (``runrecord.lease``) is taken over at once; any other
+is refused until its lease expires. It is a liveness device, not
+a fence for the provider: a process paused longer than its lease can have its
 in-flight request overlap the new holder's; the idempotency key keeps that to
 one effect, and the holder check on every commit keeps the stale process from
 writing.
@@ -35,8 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
-import socket
 import sqlite3
 import threading
 import time
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
+from runrecord.lease import new_holder_id
 from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, RunRecord, RunRow
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
@@ -83,11 +84,6 @@ def check_lease_seconds(raw: Any, name: str = "--lease-seconds") -> float:
     except (TypeError, ValueError):
         raise InputError(f"{name}={raw!r} must be a number of seconds between 0.2 and 3600") from None
     return value
-
-
-def new_holder_id() -> str:
-    """host:pid:random. The random part tells apart two holders that reuse a pid."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
@@ -194,8 +190,9 @@ class Runner:
     async def resume(self, run_id: str) -> RunRow:
         """Continue a run at its recorded step. A completed run is returned as is.
 
+        A dead holder of this host is taken over at once (``runrecord.lease``).
         Raises ``RunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
-        ``LeaseHeld`` (another live process runs it) or ``LeaseLost``.
+        ``LeaseHeld`` (another process that may be alive runs it) or ``LeaseLost``.
         """
         run = self.record.load(check_run_id(run_id))
         if run.status == "completed":
@@ -205,7 +202,9 @@ class Runner:
         if run.status == "failed":
             raise RunTerminal(run_id, run.error)
         check_flow(run, self.flow)
-        self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        taken = self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        if taken is not None:
+            self.say(f"took over the lease of {taken.holder} before its expiry: {taken.reason}")
         self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
         for intent in self.record.intents(run_id):
             if intent.state == "in_doubt":
