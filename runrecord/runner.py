@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.lease import new_holder_id
-from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, RunRecord, RunRow
+from runrecord.store import LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
@@ -202,7 +202,12 @@ class Runner:
         if run.status == "failed":
             raise RunTerminal(run_id, run.error)
         check_flow(run, self.flow)
-        taken = self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        try:
+            taken = self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        except RunEnded as ended:
+            # It completed (or failed) after we read it: take no lease; answer as for an ended run.
+            self.say(f"run {run_id} became {ended.status} before this resume could take its lease; no step to run")
+            return await self.resume(run_id)
         if taken is not None:
             self.say(f"took over the lease of {taken.holder} before its expiry: {taken.reason}")
         self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")

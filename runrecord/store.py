@@ -150,6 +150,15 @@ class LeaseHeld(RecordError):
         self.why = why
 
 
+class RunEnded(RecordError):
+    """The run is no longer running (it completed or failed), so its lease was not taken."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}; no lease taken")
+        self.run_id = run_id
+        self.status = status
+
+
 class LeaseLost(RecordError):
     """This process's lease expired and was taken (or released) by someone else."""
 
@@ -451,18 +460,24 @@ class RunRecord:
             self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, key, _dump(request), now))
 
     def acquire_lease(self, run_id: str, holder: str, lease_seconds: float) -> Verdict | None:
-        """Take the run's lease if it is free, expired, already ours, or held by a dead process.
+        """Take a running run's lease if it is free, expired, already ours, or held by a dead process.
 
         Returns the dead holder's ``Verdict`` when its unexpired lease was taken
         over (``runrecord.lease``: a process of this host that is gone), else
-        None. Raises ``LeaseHeld`` if another holder may be alive.
+        None. Raises ``LeaseHeld`` if another holder may be alive, and
+        ``RunEnded`` if the run completed or failed meanwhile (read in the same
+        transaction, so no lease is ever left on an ended run).
         """
         now = self.clock()
         with self._write() as c:
-            row = c.execute("SELECT lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = c.execute(
+                "SELECT status, lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
             if row is None:
                 raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
-            current, expires = row
+            status, current, expires = row
+            if status != "running":
+                raise RunEnded(run_id, status)
             taken = None
             if current is not None and current != holder and expires is not None and expires > now:
                 verdict = check_holder(current)

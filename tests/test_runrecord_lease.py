@@ -1,6 +1,7 @@
 """The run record's lease against real processes: a dead holder on this host
 is taken over at once (``runrecord.lease``), any other holder is refused
-(exit 5). Effects are counted at the provider."""
+(exit 5), and a resume that races a completion leaves no lease behind.
+Effects are counted at the provider."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import subprocess
 import sys
 import time
 
-from runrecord import DEFAULT_FLOW, RunRecord
+import pytest
+
+from runrecord import DEFAULT_FLOW, Runner, RunRecord
 from runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
-from runrecord.store import NextAttempt
+from runrecord.store import NextAttempt, RunEnded
+from steps.flow import StepDeps
 from tests.test_runrecord import (  # noqa: F401  (db and runrecord are fixtures)
     EMAIL,
     TASK,
     counts,
+    create_unleased,
     db,
     executions,
     finished,
@@ -158,3 +163,38 @@ async def test_holder_whose_pid_now_runs_another_process_is_taken_over(runrecord
     assert lease_of(db, run_id) == (None, None)
     assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
     assert counts(provider.url, run_id, "record_outcome") == (1, 1)
+
+
+# ------------------------------------------------------------------ a resume that races a completion
+
+
+async def test_resume_racing_a_completion_takes_no_lease(db, run_id, monkeypatch):
+    create_unleased(db, run_id)
+    lines: list[str] = []
+    runner = Runner(db, StepDeps(provider=None, llm=None), heartbeat=False, say=lines.append)
+    real_load = runner.record.load
+    completed = []
+
+    def load_then_complete_elsewhere(rid: str):
+        # The run as resume reads it (running); then, before resume takes the lease,
+        # another process completes it.
+        run = real_load(rid)
+        if not completed:
+            with RunRecord(db) as other:
+                other.conn.execute("UPDATE steps SET status = 'completed', result = '{}' WHERE run_id = ?", (rid,))
+                other.conn.execute("UPDATE runs SET status = 'completed', position = 3 WHERE run_id = ?", (rid,))
+            completed.append(rid)
+        return run
+
+    monkeypatch.setattr(runner.record, "load", load_then_complete_elsewhere)
+    try:
+        run = await runner.resume(run_id)
+    finally:
+        runner.close()
+    assert completed and run.status == "completed"
+    assert any("became completed before this resume could take its lease" in line for line in lines), lines
+    assert not any("resuming run" in line for line in lines), lines
+    assert lease_of(db, run_id) == (None, None)
+    with RunRecord(db) as record, pytest.raises(RunEnded, match="completed"):
+        record.acquire_lease(run_id, "someone:1:else", 10)
+    assert lease_of(db, run_id) == (None, None)
