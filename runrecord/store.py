@@ -141,8 +141,8 @@ class LeaseHeld(RecordError):
         when = time.strftime("%H:%M:%S", time.localtime(expires_at))
         super().__init__(
             f"run {run_id} is being run by {holder}" + (f" ({why})" if why else "") + f"; its lease expires at "
-            f"{when} (in {max(0.0, expires_at - now):.1f} s). If that process is dead, resume again after then; "
-            "if it is alive, let it finish."
+            f"{when} (in {max(0.0, expires_at - now):.1f} s). If it is alive, let it finish, or add --wait to "
+            f"wait until it ends or its lease expires: python -m runrecord resume {run_id} --wait"
         )
         self.run_id = run_id
         self.holder = holder

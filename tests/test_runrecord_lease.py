@@ -1,18 +1,21 @@
 """The run record's lease against real processes: a dead holder on this host
 is taken over at once (``runrecord.lease``), any other holder is refused
-(exit 5), and a resume that races a completion leaves no lease behind.
-Effects are counted at the provider."""
+(exit 5) or waited out with ``resume --wait``, and a resume that races a
+completion leaves no lease behind. Effects are counted at the provider."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 
 import pytest
 
+from lab.processes import Proc
 from runrecord import DEFAULT_FLOW, Runner, RunRecord
 from runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
 from runrecord.store import NextAttempt, RunEnded
@@ -160,6 +163,133 @@ async def test_holder_whose_pid_now_runs_another_process_is_taken_over(runrecord
     assert f"took over the lease of {reused} before its expiry: pid {pid} now belongs to another process" \
         in resumed.output()
     assert all(executions(resumed, s) == 1 for s in STEPS)
+    assert lease_of(db, run_id) == (None, None)
+    assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
+    assert counts(provider.url, run_id, "record_outcome") == (1, 1)
+
+
+@pytest.mark.parametrize("form", ["another host", "old three-part id", "no start time"])
+async def test_holder_that_cannot_be_checked_is_waited_out_until_expiry(form, runrecord, provider, db, run_id):
+    gone = reaped_pid()  # dead: a check of its pid would wrongly allow taking over at once
+    start = process_start_time(os.getpid())
+    holder = {"another host": f"elsewhere.example:{gone}:{start}:0badc0de",
+              "old three-part id": f"{HOST}:{gone}:0badc0de",
+              "no start time": f"{HOST}:{gone}:?:0badc0de"}[form]
+    create_held(db, run_id, holder, 60)
+    refused = runrecord("resume", run_id)
+    assert finished(refused) == 5, refused.output()
+    assert f"is being run by {holder}" in refused.output() and "cannot be checked" in refused.output()
+    assert f"resume {run_id} --wait" in refused.output()
+    assert lease_of(db, run_id)[0] == holder
+    # The wait is bounded.
+    bounded = runrecord("resume", run_id, "--wait", "--wait-limit", "0.5")
+    assert finished(bounded) == 5, bounded.output()
+    assert "gave up after waiting" in bounded.output() and f"still held by {holder}" in bounded.output()
+    assert lease_of(db, run_id)[0] == holder
+
+    # The same holder, now 1.5 s from expiry: --wait takes over then, not before.
+    expires = time.time() + 1.5
+    with RunRecord(db) as record:
+        record.conn.execute("UPDATE runs SET lease_expires_at = ? WHERE run_id = ?", (expires, run_id))
+    waiter = runrecord("resume", run_id, "--wait")
+    assert finished(waiter) == 0, waiter.output()
+    out = waiter.output()
+    if "waiting:" in out:  # it was still held when the waiter looked (not on a slow start)
+        assert f"waiting: run {run_id} is held by {holder}" in out and "cannot be checked" in out
+        assert f"the lease of {holder} was released or expired" in out
+    assert "took over" not in out
+    with RunRecord(db) as record:
+        first_write = record.load(run_id).steps[0].attempt_started_at  # draft attempt 2: the waiter's first commit
+    assert first_write >= expires, (first_write, expires)
+    assert all(executions(waiter, s) == 1 for s in STEPS)
+    assert lease_of(db, run_id) == (None, None)
+    assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
+
+
+# ------------------------------------------------------------------ a live holder, and --wait
+
+
+def stop_outside_a_transaction(proc: Proc, db) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write lock (else every writer would wait on it)."""
+    probe = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+    try:
+        for _ in range(100):
+            os.kill(proc.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 10
+            while _state(proc.pid) != "T":
+                assert time.monotonic() < deadline, f"{proc.name} did not stop"
+                time.sleep(0.01)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.execute("ROLLBACK")
+                return
+            except sqlite3.OperationalError:  # it (or a waiter's poll) holds the lock: let it go on
+                os.kill(proc.pid, signal.SIGCONT)
+                time.sleep(0.01)
+        raise AssertionError(f"could not stop {proc.name} outside a transaction")
+    finally:
+        probe.close()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return parse_stat(f.read())[0]
+
+
+async def test_live_holder_is_refused_without_wait_and_waited_out_with_it(runrecord, provider, db, run_id):
+    create_unleased(db, run_id)
+    # A slow holder with a short lease: alive and renewing every third of a second.
+    holder = runrecord("resume", run_id, env={"LAB_STEP_SECONDS": "4", "RUNRECORD_LEASE_SECONDS": "1"})
+    holder.wait_for_line("resuming run", timeout=60)
+    held_by = lease_of(db, run_id)[0]
+    assert parse_holder(held_by).pid == holder.pid
+
+    refused = runrecord("resume", run_id)
+    assert finished(refused) == 5, refused.output()
+    assert f"is being run by {held_by} (its process (pid {holder.pid} on this host) is alive)" in refused.output()
+    assert f"python -m runrecord resume {run_id} --wait" in refused.output()
+    assert sum(executions(refused, s) for s in STEPS) == 0
+
+    waiter = runrecord("resume", run_id, "--wait")
+    waiter.wait_for_line(f"waiting: run {run_id} is held by {held_by}", timeout=60)
+    # While the holder renews, the waiter says so and keeps waiting.
+    waiter.wait_for_line(f"{held_by} renewed its lease", timeout=30)
+    assert waiter.alive() and holder.alive()
+    assert sum(executions(waiter, s) for s in STEPS) == 0
+
+    # Paused, the holder is alive but stops renewing: the waiter takes over once its lease expires.
+    stop_outside_a_transaction(holder, db)
+    try:
+        assert finished(waiter) == 0, waiter.output()
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert f"the lease of {held_by} was released or expired" in waiter.output()
+    assert "took over" not in waiter.output()
+    assert status_json(runrecord, run_id)["status"] == "completed"
+    assert lease_of(db, run_id) == (None, None)
+
+    # Woken, the stale holder may repeat a request (same key) but writes nothing: it stops (exit 7).
+    assert finished(holder) == 7, holder.output()
+    assert "lost the lease" in holder.output()
+    for step in ("send_confirmation", "record_outcome"):
+        requests, applied = counts(provider.url, run_id, step)
+        assert applied == 1 and requests in (1, 2), (step, requests, applied)
+    ran = {s: executions(holder, s) + executions(waiter, s) for s in STEPS}
+    assert all(n >= 1 for n in ran.values()), ran
+
+
+async def test_waiting_resume_sees_the_holder_complete_the_run(runrecord, provider, db, run_id):
+    create_unleased(db, run_id)
+    holder = runrecord("resume", run_id, env={"LAB_STEP_SECONDS": "1"})
+    holder.wait_for_line("resuming run", timeout=60)
+    waiter = runrecord("resume", run_id, "--wait")
+    assert finished(holder) == 0, holder.output()
+    assert finished(waiter) == 0, waiter.output()
+    out = waiter.output()
+    assert sum(executions(waiter, s) for s in STEPS) == 0, out
+    if "waiting:" in out:  # the usual case; a slow start may find the run completed already
+        assert f"run {run_id} became completed before this resume could take its lease" in out
+    assert "ticket_id=tkt_" in out  # the result, as for any completed run
     assert lease_of(db, run_id) == (None, None)
     assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
     assert counts(provider.url, run_id, "record_outcome") == (1, 1)
