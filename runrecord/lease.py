@@ -48,7 +48,9 @@ key, and the provider applies it once. What keeps the stale process from
 overwriting the record is that every write of the runner carries ``WHERE
 lease_holder = me`` and stops it when that matches nothing (``LeaseLost``).
 Taking over early from a *dead* local holder changes neither: a dead process
-sends nothing more.
+starts nothing more, and a request it had already written to its socket may
+still arrive after the takeover, a repeat like any other that the key makes
+harmless.
 """
 
 from __future__ import annotations
