@@ -28,7 +28,8 @@ Contract
   earlier effect under the key (``steps.adoption``; the run's start id is
   drawn at ``start`` and recorded).
 - One process drives a run at a time: a lease with an expiry, renewed by
-  every commit and a heartbeat (``runrecord.runner``).
+  every commit and a heartbeat (``runrecord.runner``); a dead holder on this
+  host is taken over at once, any other waited out (``runrecord.lease``).
 - SQLite in WAL mode with synchronous=FULL: see ``runrecord.store`` for why.
 
 Crash points (``CRASH_AT``, see ``steps.crashpoints``; the steps' own points

@@ -2,7 +2,7 @@
 hand-rolled SQLite run record.
 
     python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID]
-    python -m runrecord resume RUN_ID
+    python -m runrecord resume RUN_ID [--wait [--wait-limit SECONDS]]
     python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
     python -m runrecord settle RUN_ID [--json]
@@ -24,7 +24,8 @@ Exit codes:
 3   start: RUN_ID already exists; nothing was started (resume it instead);
     status: the run is parked (this code's flow differs from the recorded one)
 4   resume: the run failed earlier; failed is terminal, refused with the reason
-5   resume: another live process holds the run's lease (named, with expiry)
+5   resume: another process that may be alive holds the run's lease (named,
+    with expiry); with --wait, it still held it at the end of --wait-limit
 6   resume: the flow's step list differs from the one the run was started with
 7   the lease was lost mid-run (another process took it after it expired)
 ==  =====================================================================
@@ -42,7 +43,7 @@ import sys
 from runrecord import status as status_mod
 from runrecord.definition import DEFAULT_FLOW
 from runrecord.runner import (
-    FlowChanged, Runner, RunTerminal, check_flow, check_lease_seconds, lease_seconds_from_env,
+    DEFAULT_WAIT_LIMIT, FlowChanged, Runner, RunTerminal, check_flow, check_lease_seconds, lease_seconds_from_env,
 )
 from runrecord.store import (
     LeaseHeld, LeaseLost, RunExists, RunNotFailed, RunNotFound, RunRecord, SchemaError, db_path_from,
@@ -55,6 +56,18 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, E
 
 def _lease(args) -> float:
     return check_lease_seconds(args.lease_seconds) if args.lease_seconds is not None else lease_seconds_from_env()
+
+
+def _wait_limit(args) -> float:
+    if args.wait_limit is None:
+        return DEFAULT_WAIT_LIMIT
+    try:
+        value = float(args.wait_limit)
+        if not 0 <= value <= 86400:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"--wait-limit={args.wait_limit!r} must be a number of seconds between 0 and 86400") from None
+    return value
 
 
 def _finish(run, record: RunRecord) -> int:
@@ -99,13 +112,14 @@ async def _cmd_start(args) -> int:
 
 async def _cmd_resume(args) -> int:
     run_id = check_run_id(args.run_id)
+    wait_limit = _wait_limit(args)
     runner = _runner(args)
     try:
         before = runner.record.load(run_id)
         if before.status == "completed":
             print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
             return _finish(await runner.resume(run_id), runner.record)  # resume only remembers the exchange
-        run = await runner.resume(run_id)
+        run = await runner.resume(run_id, wait=args.wait, wait_limit=wait_limit)
         return _finish(run, runner.record)
     finally:
         await runner.deps.provider.aclose()
@@ -199,6 +213,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_start)
     p = sub.add_parser("resume", parents=[common, running], help="continue a run at its recorded step")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--wait", action="store_true",
+                   help="if a process that may be alive holds the lease, wait until it ends, lets the lease "
+                        "expire or dies, instead of refusing (exit 5); a dead process on this host is taken "
+                        "over at once either way")
+    p.add_argument("--wait-limit", default=None, metavar="SECONDS",
+                   help=f"with --wait, give up (exit 5) after this long (default {DEFAULT_WAIT_LIMIT:.0f})")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("retry", parents=[common, running],
                        help="restart a failed run at its failed step (fresh budget, same keys)")

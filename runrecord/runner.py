@@ -29,12 +29,14 @@ once: an intent left ``in_doubt`` by a crash is settled by repeating the
 request with the same key; the provider replays its first answer.
 
 The lease (``RunRecord.acquire_lease``) keeps two processes from driving one
-run: holder ``host:pid:random``, an expiry renewed by every commit and by a
-heartbeat thread every third of the lease. It is a liveness device, not a
-fence for the provider: a process paused longer than its lease can have its
-in-flight request overlap the new holder's; the idempotency key keeps that to
-one effect, and the holder check on every commit keeps the stale process from
-writing.
+run: holder ``host:pid:start:random``, an expiry renewed by every commit and
+by a heartbeat thread every third of the lease. A holder that is a dead
+process of this host (``runrecord.lease``) is taken over at once; any other
+is refused, or waited out with ``resume(wait=True)``. It is a liveness
+device, not a fence for the provider: a process paused longer than its lease
+can have its in-flight request overlap the new holder's; the idempotency key
+keeps that to one effect, and the holder check on every commit keeps the
+stale process from writing.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ import asyncio
 import os
 import random
 import secrets
-import socket
 import sqlite3
 import threading
 import time
@@ -51,7 +52,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
-from runrecord.store import LeaseLost, NextAttempt, RecordError, RunNotFound, RunRecord, RunRow
+from runrecord.lease import new_holder_id
+from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
@@ -60,10 +62,26 @@ from steps.models import RememberRequest, sent_reply, to_jsonable
 from steps.retry import RetryRule, StepLedger, rule_from_env
 
 DEFAULT_LEASE_SECONDS = 10.0
+DEFAULT_WAIT_LIMIT = 600.0  # resume --wait: at most this long behind a holder that keeps renewing
+_WAIT_POLL = 0.1  # a dead local holder is noticed within this; each look is one short transaction
 
 
 class FlowChanged(RecordError):
     """The record was written by a different flow definition than the code's."""
+
+
+class LeaseWaitTimedOut(LeaseHeld):
+    """``resume --wait`` gave up: the holder kept its lease for the whole wait limit."""
+
+    def __init__(self, held: LeaseHeld, waited: float) -> None:
+        RecordError.__init__(
+            self,
+            f"gave up after waiting {waited:.0f} s (the wait limit): run {held.run_id} is still held by "
+            f"{held.holder}" + (f" ({held.why})" if held.why else "") + f", its lease now until "
+            f"{_at(held.expires_at)}. A holder that keeps renewing is alive and running: see "
+            f"`python -m runrecord status {held.run_id}`, or wait longer with --wait --wait-limit SECONDS.",
+        )
+        self.run_id, self.holder, self.expires_at, self.why = held.run_id, held.holder, held.expires_at, held.why
 
 
 class RunTerminal(RecordError):
@@ -92,11 +110,6 @@ def check_lease_seconds(raw: Any, name: str = "--lease-seconds") -> float:
     except (TypeError, ValueError):
         raise InputError(f"{name}={raw!r} must be a number of seconds between 0.2 and 3600") from None
     return value
-
-
-def new_holder_id() -> str:
-    """host:pid:random. The random part tells apart two holders that reuse a pid."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
@@ -145,6 +158,10 @@ class _Heartbeat(threading.Thread):
 
 def _clock() -> str:
     return time.strftime("%H:%M:%S")
+
+
+def _at(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 class Runner:
@@ -208,11 +225,15 @@ class Runner:
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
         return await self._drive(run_id, armed=(0, 1, request))
 
-    async def resume(self, run_id: str) -> RunRow:
+    async def resume(self, run_id: str, *, wait: bool = False, wait_limit: float = DEFAULT_WAIT_LIMIT) -> RunRow:
         """Continue a run at its recorded step. A completed run is returned as is.
 
+        A dead holder of this host is taken over at once (``runrecord.lease``).
+        With ``wait``, any other holder is waited out: until it releases the
+        lease, lets it expire or dies, for at most ``wait_limit`` seconds.
         Raises ``RunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
-        ``LeaseHeld`` (another live process runs it) or ``LeaseLost``.
+        ``LeaseHeld`` (another process that may be alive runs it; with
+        ``wait``, ``LeaseWaitTimedOut``) or ``LeaseLost``.
         """
         run = self.record.load(check_run_id(run_id))
         if run.status == "completed":
@@ -222,7 +243,12 @@ class Runner:
         if run.status == "failed":
             raise RunTerminal(run_id, run.error)
         check_flow(run, self.flow)
-        self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+        try:
+            await self._take_lease(run_id, wait, wait_limit)
+        except RunEnded as ended:
+            # It completed (or failed) after we read it: take no lease; answer as for an ended run.
+            self.say(f"run {run_id} became {ended.status} before this resume could take its lease; no step to run")
+            return await self.resume(run_id)
         self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
         return await self._continue(run_id)
 
@@ -245,6 +271,50 @@ class Runner:
                     f"{intent.idempotency_key}) has no recorded answer; repeating it with the same key"
                 )
         return await self._drive(run_id, armed=None)
+
+    async def _take_lease(self, run_id: str, wait: bool, wait_limit: float) -> None:
+        """Take the lease; with ``wait``, poll until it can be taken, for at most ``wait_limit`` seconds.
+
+        Each poll is one short transaction (``acquire_lease``) every
+        ``_WAIT_POLL`` seconds, so a release, an expiry or the holder's death
+        is acted on within that. The holder's expiry is the expected end of
+        the wait; it moves only while the holder renews it, i.e. is alive and
+        working, and ``wait_limit`` bounds that.
+        """
+        started = time.monotonic()
+        seen: LeaseHeld | None = None  # the first sight of the current holder
+        renewed = False
+        while True:
+            try:
+                taken = self.record.acquire_lease(run_id, self.holder, self.lease_seconds)
+            except LeaseHeld as held:
+                waited = time.monotonic() - started
+                if not wait:
+                    raise
+                if waited >= wait_limit:
+                    raise LeaseWaitTimedOut(held, waited) from None
+                if seen is None or seen.holder != held.holder:
+                    seen, renewed = held, False
+                    self.say(f"waiting: run {run_id} is held by {held.holder} ({held.why}); its lease expires at "
+                             f"{_at(held.expires_at)}; taking over when it ends, expires or its process dies")
+                elif not renewed and held.expires_at > seen.expires_at:
+                    renewed = True
+                    self.say(f"  {held.holder} renewed its lease (now until {_at(held.expires_at)}): it is alive "
+                             f"and running; waiting for it at most until {_at(time.time() + wait_limit - waited)}")
+                await asyncio.sleep(min(_WAIT_POLL, wait_limit - waited))
+                continue
+            except sqlite3.OperationalError:
+                # Locked past busy_timeout: a writer is stuck (paused) mid-transaction. Waiting is what --wait asks.
+                if not wait or time.monotonic() - started >= wait_limit:
+                    raise
+                await asyncio.sleep(_WAIT_POLL)
+                continue
+            if taken is not None:
+                self.say(f"took over the lease of {taken.holder} before its expiry: {taken.reason}")
+            elif seen is not None:
+                self.say(f"the lease of {seen.holder} was released or expired; waited "
+                         f"{time.monotonic() - started:.1f} s")
+            return
 
     # ------------------------------------------------------------ the loop
 
@@ -379,7 +449,9 @@ class Runner:
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_WAIT_LIMIT",
     "FlowChanged",
+    "LeaseWaitTimedOut",
     "Runner",
     "RunNotFound",
     "RunTerminal",

@@ -64,6 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from runrecord.lease import Verdict, check_holder
+
 SCHEMA_VERSION = 2
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
@@ -152,18 +154,28 @@ class RunExists(RecordError):
 
 
 class LeaseHeld(RecordError):
-    """Another live process holds the run's lease."""
+    """Another process holds the run's lease, and is not provably dead (``runrecord.lease``)."""
 
-    def __init__(self, run_id: str, holder: str, expires_at: float, now: float) -> None:
+    def __init__(self, run_id: str, holder: str, expires_at: float, now: float, why: str = "") -> None:
         when = time.strftime("%H:%M:%S", time.localtime(expires_at))
         super().__init__(
-            f"run {run_id} is being run by {holder}; its lease expires at {when} "
-            f"(in {max(0.0, expires_at - now):.1f} s). If that process is dead, resume again after then; "
-            "if it is alive, let it finish."
+            f"run {run_id} is being run by {holder}" + (f" ({why})" if why else "") + f"; its lease expires at "
+            f"{when} (in {max(0.0, expires_at - now):.1f} s). If it is alive, let it finish, or add --wait to "
+            f"wait until it ends or its lease expires: python -m runrecord resume {run_id} --wait"
         )
         self.run_id = run_id
         self.holder = holder
         self.expires_at = expires_at
+        self.why = why
+
+
+class RunEnded(RecordError):
+    """The run is no longer running (it completed or failed), so its lease was not taken."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}; no lease taken")
+        self.run_id = run_id
+        self.status = status
 
 
 class LeaseLost(RecordError):
@@ -493,20 +505,36 @@ class RunRecord:
             key, request = nxt.intent
             self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, key, _dump(request), now))
 
-    def acquire_lease(self, run_id: str, holder: str, lease_seconds: float) -> None:
-        """Take the run's lease if it is free, expired or already ours; else ``LeaseHeld``."""
+    def acquire_lease(self, run_id: str, holder: str, lease_seconds: float) -> Verdict | None:
+        """Take a running run's lease if it is free, expired, already ours, or held by a dead process.
+
+        Returns the dead holder's ``Verdict`` when its unexpired lease was taken
+        over (``runrecord.lease``: a process of this host that is gone), else
+        None. Raises ``LeaseHeld`` if another holder may be alive, and
+        ``RunEnded`` if the run completed or failed meanwhile (read in the same
+        transaction, so no lease is ever left on an ended run).
+        """
         now = self.clock()
         with self._write() as c:
-            row = c.execute("SELECT lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = c.execute(
+                "SELECT status, lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
             if row is None:
                 raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
-            current, expires = row
+            status, current, expires = row
+            if status != "running":
+                raise RunEnded(run_id, status)
+            taken = None
             if current is not None and current != holder and expires is not None and expires > now:
-                raise LeaseHeld(run_id, current, expires, now)
+                verdict = check_holder(current)
+                if not verdict.dead:
+                    raise LeaseHeld(run_id, current, expires, now, verdict.reason)
+                taken = verdict
             c.execute(
                 "UPDATE runs SET lease_holder = ?, lease_expires_at = ? WHERE run_id = ?",
                 (holder, now + lease_seconds, run_id),
             )
+        return taken
 
     def renew_lease(self, run_id: str, holder: str, lease_seconds: float) -> bool:
         """Extend our lease; False if it is no longer ours. One statement, so no BEGIN needed."""

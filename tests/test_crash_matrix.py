@@ -17,7 +17,6 @@ provider's own counts:
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from runrecord.status import run_status as record_status
 from steps.crashpoints import ENGINE_POINTS, POINTS
 from steps.keys import idempotency_key
 from tests.test_flow import wait_closed
-from tests.conftest import poll_until, wait_exit
+from tests.conftest import wait_exit
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -155,8 +154,9 @@ def runner_procs(provider, tmp_path):
             "MEMORY_DB": str(tmp_path / "memory.db"),
             "PROVIDER_URL": provider.url,
             "PYTHONUNBUFFERED": "1",
-            # Short, so the resume need not wait 10 s for the dead holder's lease.
-            "RUNRECORD_LEASE_SECONDS": "0.5",
+            # The default lease (10 s): the resume below starts at once, so it must take
+            # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
+            "RUNRECORD_LEASE_SECONDS": "10",
         }
         if crash_at:
             env["CRASH_AT"] = crash_at
@@ -185,12 +185,6 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
     assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
 
-    def lease_free() -> bool:
-        with RunRecord(runner_procs.db) as record:
-            run = record.load(run_id)
-        return run.lease_holder is None or run.lease_expires_at < time.time()
-
-    await poll_until(lease_free, timeout=30, interval=0.05, what=f"the dead runner's lease on {run_id} to expire")
     second = runner_procs("resume", run_id)
     assert wait_exit(second, timeout=120) == 0, second.output()
     with RunRecord(runner_procs.db) as record:

@@ -76,7 +76,7 @@ def test_lab_md_points_at_code_that_exists():
         "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def retry"),
         "runrecord/store.py": ("def begin_attempt", "def complete_step", "def migrate"),
         "runrecord/definition.py": ("DEFAULT_FLOW", "def _send_request"),
-        "steps/retry.py": ("class StepLedger",),
+        "steps/retry.py": ("StepLedger",),
         "workflows/agent_flow.py": ("def _attempts",),
         "lesson/in_memory.py": ("def run_flow", "def make_key"),
         "steps/deps.py": ("def memory_from_env",),

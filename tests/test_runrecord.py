@@ -15,7 +15,7 @@ import pytest
 
 from lab.processes import REPO, Proc
 from provider.client import ProviderClient, fetch_effects
-from runrecord import DEFAULT_FLOW, FlowChanged, LeaseHeld, Runner, RunRecord
+from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
 from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
 from memory import read_window
 from steps.flow import exchange_message_ids
@@ -302,28 +302,6 @@ async def test_concurrent_resume_only_one_proceeds(runrecord, provider, db, run_
     assert all(executions(winner, s) == 1 for s in ("draft", "send_confirmation", "record_outcome"))
     assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
     assert counts(provider.url, run_id, "record_outcome") == (1, 1)
-
-
-async def test_lease_of_a_sigkilled_holder_is_taken_over_after_expiry(runrecord, provider, db, run_id):
-    first = runrecord("start", run_id, TASK, "--email", EMAIL,
-                      env={"CRASH_AT": "runrecord:draft:after_record", "RUNRECORD_LEASE_SECONDS": "2"})
-    assert finished(first) == -9, first.output()
-    # Before expiry the dead holder's lease still stands, and says whose it is.
-    with RunRecord(db) as record:
-        run = record.load(run_id)
-        assert f":{first.pid}:" in run.lease_holder
-        if run.lease_expires_at - time.time() > 0.3:  # margin: a slow machine may already be past it
-            with pytest.raises(LeaseHeld, match=f"is being run by .*:{first.pid}:"):
-                record.acquire_lease(run_id, "someone:1:else", 5)
-    await wait_lease_expired(db, run_id)
-    second = runrecord("resume", run_id)
-    assert finished(second) == 0, second.output()
-    assert executions(second, "draft") == 0
-    assert executions(second, "send_confirmation") == 1 and executions(second, "record_outcome") == 1
-    with RunRecord(db) as record:
-        run = record.load(run_id)
-    assert run.status == "completed" and run.lease_holder is None  # released on completion
-    assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
 
 
 def test_lease_lost_stops_a_stale_writer(db, run_id):
