@@ -8,6 +8,10 @@ gives the same shape, live from the workflow, but only while a worker runs.)
 Why describe as well as history: Temporal writes ActivityTaskStarted only when
 an attempt ends, so a running attempt shows in history as merely scheduled;
 its attempt count lives in describe's pending activities.
+
+Payloads are decoded with the run's serialization context (its workflow id),
+as the worker decodes them: with the payload codec on, a payload bound to
+another run is refused here too (``flowclient.codec``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError, RPCStatusCode
 
 from steps.models import STEP_NAMES
@@ -50,19 +55,30 @@ class ActivityTrace:
     events: list[str] = field(default_factory=list)
 
 
-async def _decode(client: Client, payloads) -> Any:
+def run_converter(client: Client, workflow_id: str | None) -> DataConverter:
+    """The client's converter in the context of one run, as the SDK uses it for that run."""
+    if not workflow_id:
+        return client.data_converter
+    return client.data_converter.with_context(
+        WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
+    )
+
+
+async def _decode(converter: DataConverter, payloads) -> Any:
     if not payloads.payloads:
         return None
-    values = await client.data_converter.decode(payloads.payloads)
+    values = await converter.decode(payloads.payloads)
     return values[0] if values else None
 
 
-async def failure_text(client: Client, failure) -> str:
+async def failure_text(client: Client | DataConverter, failure) -> str:
     """A failure's message, decoded: with the payload codec on, messages are
-    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure"."""
+    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure".
+    Give a client, or the converter of the run (``run_converter``)."""
+    converter = client.data_converter if isinstance(client, Client) else client
     copy = type(failure)()
     copy.CopyFrom(failure)  # decoding works in place; leave the history as it was read
-    error = await client.data_converter.decode_failure(copy)
+    error = await converter.decode_failure(copy)
     return getattr(error, "message", None) or str(error)
 
 
@@ -83,6 +99,7 @@ async def read_history(client: Client, run_id: str):
 
 
 async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
+    converter = run_converter(client, getattr(history, "workflow_id", None))
     traces: dict[int, ActivityTrace] = {}
     for ev in history.events:
         et = ev.event_type
@@ -103,30 +120,31 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t = traces[a.scheduled_event_id]
             t.outcome = "completed"
             t.closed_time = ev.event_time.ToDatetime()
-            t.output = await _decode(client, a.result)
+            t.output = await _decode(converter, a.result)
             t.events.append("ActivityTaskCompleted")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
             a = ev.activity_task_failed_event_attributes
             t = traces[a.scheduled_event_id]
             t.outcome = "failed"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = await failure_text(client, a.failure)
+            t.failure = await failure_text(converter, a.failure)
             t.events.append("ActivityTaskFailed")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             a = ev.activity_task_timed_out_event_attributes
             t = traces[a.scheduled_event_id]
             t.outcome = "timed_out"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = await failure_text(client, a.failure)
+            t.failure = await failure_text(converter, a.failure)
             t.events.append("ActivityTaskTimedOut")
     return traces
 
 
 async def _close_error(client: Client, history) -> str | None:
+    converter = run_converter(client, getattr(history, "workflow_id", None))
     for ev in reversed(history.events):
         et = ev.event_type
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-            return await failure_text(client, ev.workflow_execution_failed_event_attributes.failure)
+            return await failure_text(converter, ev.workflow_execution_failed_event_attributes.failure)
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
             return "the run timed out (execution timeout reached)"
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
