@@ -6,7 +6,8 @@ Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
 PROVIDER_URL; the model from LLM_BASE_URL / LLM_MODEL / LLM_API_KEY (offline
 model when unset); conversation memory from MEMORY_DB; payload encryption
-from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL. Several
+from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL; Prometheus
+metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
 worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
 
@@ -56,6 +57,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
+from flowclient.metrics import metrics_runtime
 from steps import crashpoints
 from steps.deps import deps_from_env
 from workflows.agent_flow import AgentFlow
@@ -100,7 +102,8 @@ def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
 async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
     options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
-    client = await connect()
+    runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
+    client = await connect(runtime=runtime)
     activities = FlowActivities(deps)
     worker = Worker(
         client,
@@ -116,6 +119,8 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
+        if metrics_url:
+            print(f"worker metrics: {metrics_url}", flush=True)
         codec = client.data_converter.payload_codec
         # Names only: never a key, an API key or a payload.
         encrypted = f"encrypted with key id {codec.key_id!r}" if codec is not None else "not encrypted"
