@@ -57,6 +57,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
+from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
 from steps import crashpoints
 from steps.deps import deps_from_env
@@ -142,15 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cache up to N workflows: more throughput, ~1 s slower resume after a kill "
                              "(default 0: no cache)")
     parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
-    parser.add_argument("--verbose", "-v", action="store_true")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="debug logging (the SDK's, and a line per HTTP request); never payloads or bodies")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # One line per provider request drowns the step lines; --verbose brings them back.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    # --verbose: the SDK's debug lines and one line per HTTP request, but no
+    # request bodies or payloads (flowclient/logs.py).
+    configure_logging(args.verbose)
     try:
         asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
