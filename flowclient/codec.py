@@ -41,6 +41,10 @@ Configuration (environment only; nothing is on unless ``LAB_CODEC_KEY`` is set):
     encryption was turned on). Default: refused with
     :class:`PlaintextPayloadError`, since a plaintext payload in history did
     not come from a process holding the key.
+``LAB_CODEC_BIND_PAYLOADS``
+    ``0`` to write the unbound format while processes running code from
+    before binding (which read only that format) are still being replaced;
+    bound payloads are still read and checked. Default ``1``.
 
 Rotation that survives a rolling restart (docs/deploy.md): (1) add the new key
 to ``LAB_CODEC_DECRYPT_ONLY_KEYS`` on every process and finish that roll;
@@ -50,6 +54,10 @@ drop the old key once no run that used it is within the namespace's
 retention. Switching ``LAB_CODEC_KEY`` before step (1) has finished makes
 processes still on the old key fail with :class:`UnknownKeyError` (which
 names the id) on whatever the switched ones wrote.
+
+Upgrading processes that run the code from before binding is the same kind
+of roll: that code reads only the unbound format, so run the new code with
+``LAB_CODEC_BIND_PAYLOADS=0`` until no old process is left, then drop it.
 
 The key itself never goes into a payload, a log line or an error message.
 Sizes: each payload grows by 28 bytes plus the metadata (and the workflow id).
@@ -91,6 +99,7 @@ _BOUND_AD_PREFIX = b"durable-agent-lab/codec/v2\n"
 
 DECRYPT_ONLY_VARIABLES = ("LAB_CODEC_DECRYPT_ONLY_KEYS", "LAB_CODEC_OLD_KEYS")
 ALLOW_PLAINTEXT_VARIABLE = "LAB_CODEC_ALLOW_PLAINTEXT"
+BIND_VARIABLE = "LAB_CODEC_BIND_PAYLOADS"
 
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _TRUE = ("1", "true", "yes", "on")
@@ -182,13 +191,15 @@ def decrypt_only_keys(env: Mapping[str, str]) -> dict[str, bytes]:
     return keys
 
 
-def _flag(env: Mapping[str, str], variable: str) -> bool:
+def _flag(env: Mapping[str, str], variable: str, default: bool = False) -> bool:
     raw = (env.get(variable) or "").strip().lower()
+    if not raw:
+        return default
     if raw in _TRUE:
         return True
     if raw in _FALSE:
         return False
-    raise CodecConfigError(f"{variable}={raw!r}: give 1 (or true) to turn it on, 0 or nothing to leave it off")
+    raise CodecConfigError(f"{variable}={raw!r}: give 1 (or true) to turn it on, 0 (or false) to turn it off")
 
 
 def _bound_ad(key_id: str, workflow_id: str) -> bytes:
@@ -206,7 +217,7 @@ class AesGcmCodec(PayloadCodec, WithSerializationContext):
     """
 
     def __init__(self, key_id: str, key: bytes, old_keys: Mapping[str, bytes] | None = None,
-                 *, allow_plaintext: bool = False) -> None:
+                 *, allow_plaintext: bool = False, bind: bool = True) -> None:
         AESGCM = _aesgcm()
         self.key_id = check_key_id(key_id)
         if len(key) != KEY_BYTES:
@@ -223,6 +234,7 @@ class AesGcmCodec(PayloadCodec, WithSerializationContext):
         self._ciphers = {kid: AESGCM(material) for kid, material in old.items()}
         self._current = self._ciphers[key_id]
         self.allow_plaintext = allow_plaintext
+        self.bind = bind  # False: encrypt in the unbound format (decode still checks bound payloads)
         self.workflow_id: str | None = None  # set on the copies with_context makes
 
     @property
@@ -251,7 +263,7 @@ class AesGcmCodec(PayloadCodec, WithSerializationContext):
     def encrypt(self, payload: Payload) -> Payload:
         nonce = os.urandom(NONCE_BYTES)
         metadata = {"encoding": ENCODING, KEY_ID_METADATA: self.key_id.encode()}
-        if self.workflow_id is not None:
+        if self.workflow_id is not None and self.bind:
             metadata[WORKFLOW_ID_METADATA] = self.workflow_id.encode("utf-8")
             ad = _bound_ad(self.key_id, self.workflow_id)
         else:
@@ -317,7 +329,8 @@ def codec_from_env(env: Mapping[str, str] | None = None) -> AesGcmCodec | None:
         return None
     key_id = check_key_id((env.get("LAB_CODEC_KEY_ID") or DEFAULT_KEY_ID).strip())
     return AesGcmCodec(key_id, parse_key(raw), decrypt_only_keys(env),
-                       allow_plaintext=_flag(env, ALLOW_PLAINTEXT_VARIABLE))
+                       allow_plaintext=_flag(env, ALLOW_PLAINTEXT_VARIABLE),
+                       bind=_flag(env, BIND_VARIABLE, default=True))
 
 
 def data_converter_from_env(env: Mapping[str, str] | None = None) -> DataConverter:
@@ -340,8 +353,10 @@ def describe(codec: AesGcmCodec | None) -> str:
     staged = f" (decrypt only: {', '.join(codec.decrypt_only_ids)})" if codec.decrypt_only_ids else ""
     plaintext = ("accepted (LAB_CODEC_ALLOW_PLAINTEXT)" if codec.allow_plaintext
                  else f"refused (set {ALLOW_PLAINTEXT_VARIABLE}=1 to read runs recorded before encryption)")
+    bound = ("new payloads bound to their workflow id" if codec.bind
+             else f"new payloads unbound ({BIND_VARIABLE}=0), bound ones still checked")
     return (f"payload encryption on: encrypts with {codec.key_id!r}, decrypts {', '.join(codec.key_ids)}"
-            f"{staged}; new payloads bound to their workflow id; plaintext payloads {plaintext}")
+            f"{staged}; {bound}; plaintext payloads {plaintext}")
 
 
 def new_key() -> str:

@@ -137,6 +137,26 @@ async def test_payloads_are_bound_to_their_workflow_id():
     assert await converter.payload_codec.decode([sealed]) == [plain]
 
 
+async def test_binding_can_be_held_back_while_old_code_is_replaced():
+    """LAB_CODEC_BIND_PAYLOADS=0 writes what the code before binding reads: AES-GCM
+    with the key id alone as associated data (that code's decrypt, verbatim)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    rolling = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1", "LAB_CODEC_BIND_PAYLOADS": "0"})
+    assert "unbound (LAB_CODEC_BIND_PAYLOADS=0)" in describe(rolling)
+    in_run = rolling.with_context(_ctx("run-a"))
+    [written] = await in_run.encode([Payload(data=b"for an old worker")])
+    assert WORKFLOW_ID_METADATA not in written.metadata
+    opened = AESGCM(base64.b64decode(KEY_A)).decrypt(written.data[:12], written.data[12:], b"k1")
+    assert Payload.FromString(opened).data == b"for an old worker"
+    # Bound payloads from processes already binding are still read and checked.
+    [bound] = await codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1"}).with_context(
+        _ctx("run-a")).encode([Payload(data=b"bound")])
+    assert (await in_run.decode([bound]))[0].data == b"bound"
+    with pytest.raises(PayloadBindingError):
+        await rolling.with_context(_ctx("run-b")).decode([bound])
+
+
 async def test_unbound_payloads_as_written_before_still_decrypt_in_any_context():
     """The encrypted replay fixtures hold this format (key id as the only associated data)."""
     codec = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1"})
@@ -183,6 +203,7 @@ async def test_wrong_material_for_a_known_id_and_tampering_are_refused():
         ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_DECRYPT_ONLY_KEYS": f"k2:{KEY_A}", "LAB_CODEC_OLD_KEYS": f"k2:{KEY_B}"},
          "in both LAB_CODEC_DECRYPT_ONLY_KEYS and LAB_CODEC_OLD_KEYS"),
         ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_ALLOW_PLAINTEXT": "maybe"}, "LAB_CODEC_ALLOW_PLAINTEXT='maybe'"),
+        ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_BIND_PAYLOADS": "off please"}, "LAB_CODEC_BIND_PAYLOADS='off please'"),
     ],
 )
 def test_bad_configuration_is_refused_clearly_without_echoing_the_key(env, message):
