@@ -268,6 +268,7 @@ async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_serve
         seen = await browser.dom_with(page, task)
         assert email in seen and ciphertext not in seen
         assert "decode" in codec_proc.output(), codec_proc.output()
+        assert KEY not in codec_proc.output() and task not in codec_proc.output()  # names and counts only
         await browser.screenshot(page, "with-codec-server.png")
 
         # The same history, the same UI, no codec endpoint: ciphertext, and neither value.
