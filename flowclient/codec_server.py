@@ -245,13 +245,15 @@ class Handler(BaseHTTPRequestHandler):
             )
 
     def _drain(self) -> None:
-        length = self.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) <= MAX_BODY_BYTES:
+        """Read a body we will not use, so the next request on this connection starts clean."""
+        length = self.headers.get("Content-Length") or "0"
+        if length.isdigit() and int(length) <= MAX_BODY_BYTES:
             self.rfile.read(int(length))
         else:
             self.close_connection = True
 
     def _not_allowed(self) -> None:
+        self._drain()
         if self._endpoint() is None:
             return self._error(404, "not_found", "the endpoints are POST /decode and POST /encode")
         self._error(405, "method_not_allowed", f"{self.command} is not allowed here: use POST",
