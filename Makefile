@@ -21,8 +21,18 @@ demo: $(STAMP)
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario
 
-## test: the whole suite against real processes (dev server, provider, workers)
-test: $(STAMP)
+# tests/test_codec_server.py checks the Temporal UI in a real browser: Debian's
+# chromium, installed here when missing (root, or sudo), so a fresh machine can
+# run the suite with this one command.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+
+## test: the whole suite against real processes (dev server, provider, workers, a browser)
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 ## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect

@@ -6,7 +6,8 @@ Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
 PROVIDER_URL; the model from LLM_BASE_URL / LLM_MODEL / LLM_API_KEY (offline
 model when unset); conversation memory from MEMORY_DB; payload encryption
-from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL. Several
+from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL; Prometheus
+metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
 worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
 
@@ -63,6 +64,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxM
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
+from flowclient.logs import configure_logging
+from flowclient.metrics import metrics_runtime
 from steps import crashpoints
 from steps.deps import deps_from_env
 from workflows.agent_flow import AgentFlow
@@ -117,7 +120,8 @@ def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
 async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
     options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
-    client = await connect()
+    runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
+    client = await connect(runtime=runtime)
     activities = FlowActivities(deps)
     worker = Worker(
         client,
@@ -133,6 +137,8 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
+        if metrics_url:
+            print(f"worker metrics: {metrics_url}", flush=True)
         codec = client.data_converter.payload_codec
         # Names only: never a key, an API key or a payload.
         encrypted = f"encrypted with key id {codec.key_id!r}" if codec is not None else "not encrypted"
@@ -154,15 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cache up to N workflows: more throughput, ~1 s slower resume after a kill "
                              "(default 0: no cache)")
     parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
-    parser.add_argument("--verbose", "-v", action="store_true")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="debug logging (the SDK's, and a line per HTTP request); never payloads or bodies")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # One line per provider request drowns the step lines; --verbose brings them back.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    # --verbose: the SDK's debug lines and one line per HTTP request, but no
+    # request bodies or payloads (flowclient/logs.py).
+    configure_logging(args.verbose)
     try:
         asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)

@@ -11,8 +11,8 @@ same code reaches the local dev server, a cluster or Temporal Cloud:
   TOML file.
 
 The lab adds settings of its own: ``TASK_QUEUE`` (default ``agent-flow``);
-``LAB_CODEC_KEY`` / ``LAB_CODEC_KEY_ID`` / ``LAB_CODEC_OLD_KEYS`` turn on payload
-encryption (``flowclient.codec``); ``LAB_OTEL`` turns on OpenTelemetry
+``LAB_CODEC_KEY`` / ``LAB_CODEC_KEY_ID`` / ``LAB_CODEC_DECRYPT_ONLY_KEYS`` turn on
+payload encryption (``flowclient.codec``); ``LAB_OTEL`` turns on OpenTelemetry
 tracing (``tracing_interceptors`` below). Every process that connects here (worker, starter,
 demo, run-record compare, tests) gets the same data converter and interceptors
 from the same environment, so what one encrypts the others can read.

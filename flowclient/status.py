@@ -26,6 +26,10 @@ How each state is read:
 
 Why describe as well as history: Temporal writes ActivityTaskStarted only when
 an attempt ends, so a running attempt shows in history as merely scheduled.
+
+Payloads are decoded with the run's serialization context (its workflow id),
+as the worker decodes them: with the payload codec on, a payload bound to
+another run is refused here too (``flowclient.codec``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState, WorkflowTaskFailedCause
 from temporalio.api.enums.v1 import TimeoutType as ApiTimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError, RPCStatusCode
 
 from steps.models import STEP_NAMES
@@ -78,22 +83,33 @@ class ActivityTrace:
     events: list[str] = field(default_factory=list)
 
 
-async def _decode(client: Client, payloads) -> Any:
+def run_converter(client: Client, workflow_id: str | None) -> DataConverter:
+    """The client's converter in the context of one run, as the SDK uses it for that run."""
+    if not workflow_id:
+        return client.data_converter
+    return client.data_converter.with_context(
+        WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
+    )
+
+
+async def _decode(converter: DataConverter, payloads) -> Any:
     if not payloads.payloads:
         return None
-    values = await client.data_converter.decode(payloads.payloads)
+    values = await converter.decode(payloads.payloads)
     return values[0] if values else None
 
 
-async def _decoded_failure(client: Client, failure) -> BaseException:
+async def _decoded_failure(client: Client | DataConverter, failure) -> BaseException:
+    converter = client.data_converter if isinstance(client, Client) else client
     copy = type(failure)()
     copy.CopyFrom(failure)  # decoding works in place; leave the history as it was read
-    return await client.data_converter.decode_failure(copy)
+    return await converter.decode_failure(copy)
 
 
-async def failure_text(client: Client, failure) -> str:
+async def failure_text(client: Client | DataConverter, failure) -> str:
     """A failure's message, decoded: with the payload codec on, messages are
-    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure"."""
+    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure".
+    Give a client, or the converter of the run (``run_converter``)."""
     error = await _decoded_failure(client, failure)
     return getattr(error, "message", None) or str(error)
 
@@ -115,6 +131,7 @@ async def read_history(client: Client, run_id: str):
 
 
 async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
+    converter = run_converter(client, getattr(history, "workflow_id", None))
     traces: dict[int, ActivityTrace] = {}
     for ev in history.events:
         et = ev.event_type
@@ -136,14 +153,14 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t = traces[a.scheduled_event_id]
             t.outcome = "completed"
             t.closed_time = ev.event_time.ToDatetime()
-            t.output = await _decode(client, a.result)
+            t.output = await _decode(converter, a.result)
             t.events.append("ActivityTaskCompleted")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
             a = ev.activity_task_failed_event_attributes
             t = traces[a.scheduled_event_id]
             t.outcome = "failed"
             t.closed_time = ev.event_time.ToDatetime()
-            error = await _decoded_failure(client, a.failure)
+            error = await _decoded_failure(converter, a.failure)
             t.failure = getattr(error, "message", None) or str(error)
             details = getattr(error, "details", None) or ()
             detail = details[0] if details and isinstance(details[0], dict) else {}
@@ -155,7 +172,7 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t = traces[a.scheduled_event_id]
             t.outcome = "timed_out"
             t.closed_time = ev.event_time.ToDatetime()
-            t.failure = await failure_text(client, a.failure)
+            t.failure = await failure_text(converter, a.failure)
             kind = a.failure.timeout_failure_info.timeout_type
             t.crashed = kind == ApiTimeoutType.TIMEOUT_TYPE_HEARTBEAT
             t.in_doubt = kind == ApiTimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
@@ -210,7 +227,8 @@ async def _parked(client: Client, description, history) -> str | None:
     attempts = pending.attempt if description.raw_description.HasField("pending_workflow_task") else 1
     a = last_failed.workflow_task_failed_event_attributes
     cause = WorkflowTaskFailedCause.Name(a.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
-    message = (await failure_text(client, a.failure)).strip().splitlines()
+    converter = run_converter(client, getattr(history, "workflow_id", None))
+    message = (await failure_text(converter, a.failure)).strip().splitlines()
     since = iso(_utc(last_failed.event_time.ToDatetime()))
     return (f"the workflow task has failed since {since} ({attempts} attempt(s), Temporal retries it with a "
             f"growing backoff): {cause}: {message[0] if message else 'no message'}. Deploy code that can "
@@ -218,10 +236,11 @@ async def _parked(client: Client, description, history) -> str | None:
 
 
 async def _close_error(client: Client, history, current: str | None, timeout) -> str | None:
+    converter = run_converter(client, getattr(history, "workflow_id", None))
     for ev in reversed(history.events):
         et = ev.event_type
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-            return await failure_text(client, ev.workflow_execution_failed_event_attributes.failure)
+            return await failure_text(converter, ev.workflow_execution_failed_event_attributes.failure)
         if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
             limit = f" of {timeout.total_seconds():g} s" if timeout else ""
             where = f"at step {current}" if current else "before any step"

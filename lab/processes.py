@@ -175,11 +175,17 @@ class DevServer:
 
     With ``db_file`` the server persists to that SQLite file and a restart
     with the same file keeps every run; without it, state is in memory.
+    ``headless=False`` serves the UI (on ``ui_port``, default the gRPC port +
+    1000), and ``ui_codec_endpoint`` points the UI at a codec server
+    (``python -m flowclient.codec_server``) so it shows payloads decrypted.
     """
 
     def __init__(self, db_file: Path | None = None, port: int | None = None,
                  ui_port: int | None = None, headless: bool = True, echo: bool = False,
-                 dynamic_config: dict[str, str] | None = None) -> None:
+                 dynamic_config: dict[str, str] | None = None, ui_codec_endpoint: str | None = None) -> None:
+        if ui_codec_endpoint and headless:
+            raise ValueError("ui_codec_endpoint needs the UI: pass headless=False")
+        self.ui_codec_endpoint = ui_codec_endpoint
         self.db_file = db_file
         self.dynamic_config = dict(dynamic_config or {})
         self.port = port or free_port()
@@ -192,6 +198,12 @@ class DevServer:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        if self.headless:
+            raise ValueError("this dev server runs headless: no UI")
+        return f"http://127.0.0.1:{self.ui_port or self.port + 1000}"
 
     def start(self, timeout: float = 60.0) -> "DevServer":
         argv = [
@@ -206,6 +218,8 @@ class DevServer:
             argv.append("--headless")
         else:
             argv += ["--ui-ip", "127.0.0.1", "--ui-port", str(self.ui_port or self.port + 1000)]
+            if self.ui_codec_endpoint:
+                argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         for key, value in self.dynamic_config.items():
             argv += ["--dynamic-config-value", f"{key}={value}"]
         if self.db_file is not None:
@@ -281,6 +295,17 @@ def start_provider(db: Path, port: int = 0, echo: bool = False) -> tuple[Proc, s
     proc = Proc("provider", [sys.executable, "-m", "provider", "--port", str(port), "--db", str(db)],
                 echo=echo)
     line = proc.wait_for_line("provider listening on", timeout=30)
+    return proc, line.rsplit(" ", 1)[-1]
+
+
+def start_codec_server(env: dict[str, str], origins: list[str] | None = None, port: int = 0,
+                       echo: bool = False) -> tuple[Proc, str]:
+    """``python -m flowclient.codec_server`` with the codec keys in ``env``; returns (process, URL)."""
+    argv = [sys.executable, "-m", "flowclient.codec_server", "--port", str(port), "--verbose"]
+    for origin in origins or []:
+        argv += ["--origin", origin]
+    proc = Proc("codec-server", argv, env=env, echo=echo)
+    line = proc.wait_for_line("codec server listening on", timeout=30)
     return proc, line.rsplit(" ", 1)[-1]
 
 

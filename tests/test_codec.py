@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
+from datetime import timedelta
 
 import pytest
 
@@ -18,15 +20,21 @@ import temporalio.converter
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
+
 from flowclient.codec import (
     ENCODING,
     KEY_ID_METADATA,
+    WORKFLOW_ID_METADATA,
     AesGcmCodec,
     CodecConfigError,
     DecryptionError,
+    PayloadBindingError,
+    PlaintextPayloadError,
     UnknownKeyError,
     codec_from_env,
     data_converter_from_env,
+    describe,
 )
 from flowclient.connect import connect
 from lab.processes import REPO
@@ -64,14 +72,107 @@ async def test_rotation_old_keys_decrypt_new_key_encrypts():
     [sealed_by_new] = await rotated.encode([Payload(data=b"y")])
     assert sealed_by_new.metadata[KEY_ID_METADATA] == b"k2"
     # A process that never got k2 says which key it lacks, and how to add it.
-    with pytest.raises(UnknownKeyError, match=r"key id 'k2'.*LAB_CODEC_OLD_KEYS"):
+    with pytest.raises(UnknownKeyError, match=r"key id 'k2'.*LAB_CODEC_DECRYPT_ONLY_KEYS as k2:"):
         await old.decode([sealed_by_new])
 
 
-async def test_unencrypted_payloads_pass_through_on_decode():
-    codec = codec_from_env({"LAB_CODEC_KEY": KEY_A})
+async def test_a_staged_key_decrypts_but_never_encrypts():
+    """Step 1 of a rolling rotation: the next key is held decrypt-only, so this
+    process reads what already-switched processes write while still writing k1."""
+    staged = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1",
+                             "LAB_CODEC_DECRYPT_ONLY_KEYS": f"k2:{KEY_B}"})
+    switched = codec_from_env({"LAB_CODEC_KEY": KEY_B, "LAB_CODEC_KEY_ID": "k2",
+                               "LAB_CODEC_DECRYPT_ONLY_KEYS": f"k1:{KEY_A},k2:{KEY_B}"})
+    assert staged.key_ids == ["k1", "k2"] and staged.decrypt_only_ids == ["k2"]
+    assert switched.decrypt_only_ids == ["k1"]  # naming the current key there too is allowed
+    [by_staged] = await staged.encode([Payload(data=b"from k1")])
+    [by_switched] = await switched.encode([Payload(data=b"from k2")])
+    assert by_staged.metadata[KEY_ID_METADATA] == b"k1"  # staged: never encrypts with k2
+    assert (await staged.decode([by_switched]))[0].data == b"from k2"
+    assert (await switched.decode([by_staged]))[0].data == b"from k1"
+    assert "decrypt only: k2" in describe(staged)
+
+
+async def test_unencrypted_payloads_are_refused_unless_allowed():
     plain = Payload(metadata={"encoding": b"json/plain"}, data=b"1")
-    assert await codec.decode([plain]) == [plain]
+    codec = codec_from_env({"LAB_CODEC_KEY": KEY_A})
+    with pytest.raises(PlaintextPayloadError, match=r"encoding 'json/plain'.*LAB_CODEC_ALLOW_PLAINTEXT=1"):
+        await codec.decode([plain])
+    allowing = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_ALLOW_PLAINTEXT": "1"})
+    assert await allowing.decode([plain]) == [plain]
+    # What is written is encrypted either way.
+    [sealed] = await allowing.encode([plain])
+    assert sealed.metadata["encoding"] == ENCODING
+
+
+def _ctx(workflow_id: str) -> WorkflowSerializationContext:
+    return WorkflowSerializationContext(namespace="default", workflow_id=workflow_id)
+
+
+async def test_payloads_are_bound_to_their_workflow_id():
+    converter = data_converter_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1"})
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'"the task"')
+    # The SDK hands the codec the run's context; an activity's context names the same workflow.
+    codec_a = converter.with_context(_ctx("run-a")).payload_codec
+    [sealed] = await codec_a.encode([plain])
+    assert sealed.metadata[WORKFLOW_ID_METADATA] == b"run-a"
+    activity = ActivitySerializationContext(
+        namespace="default", activity_id="1", activity_type="draft", activity_task_queue="q",
+        workflow_id="run-a", workflow_type="AgentFlow", is_local=False)
+    assert await converter.with_context(activity).payload_codec.decode([sealed]) == [plain]
+    # Read for another run: refused, naming both ids.
+    codec_b = converter.with_context(_ctx("run-b")).payload_codec
+    with pytest.raises(PayloadBindingError, match=r"bound to workflow id 'run-a'.*'run-b'"):
+        await codec_b.decode([sealed])
+    # Relabelled to pass the check: the id is associated data, so GCM refuses it.
+    relabelled = Payload(metadata={**sealed.metadata, WORKFLOW_ID_METADATA: b"run-b"}, data=sealed.data)
+    with pytest.raises(DecryptionError, match="workflow id it is bound to"):
+        await codec_b.decode([relabelled])
+    # Stripped of the id, to pass as the older unbound format: refused too.
+    stripped = Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"}, data=sealed.data)
+    with pytest.raises(DecryptionError):
+        await codec_b.decode([stripped])
+    # A reader that does not know the run (the codec server) still decrypts it,
+    # authenticated against the id it carries.
+    assert await converter.payload_codec.decode([sealed]) == [plain]
+
+
+async def test_binding_can_be_held_back_while_old_code_is_replaced():
+    """LAB_CODEC_BIND_PAYLOADS=0 writes what the code before binding reads: AES-GCM
+    with the key id alone as associated data (that code's decrypt, verbatim)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    rolling = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1", "LAB_CODEC_BIND_PAYLOADS": "0"})
+    assert "unbound (LAB_CODEC_BIND_PAYLOADS=0)" in describe(rolling)
+    in_run = rolling.with_context(_ctx("run-a"))
+    [written] = await in_run.encode([Payload(data=b"for an old worker")])
+    assert WORKFLOW_ID_METADATA not in written.metadata
+    opened = AESGCM(base64.b64decode(KEY_A)).decrypt(written.data[:12], written.data[12:], b"k1")
+    assert Payload.FromString(opened).data == b"for an old worker"
+    # Bound payloads from processes already binding are still read and checked.
+    [bound] = await codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1"}).with_context(
+        _ctx("run-a")).encode([Payload(data=b"bound")])
+    assert (await in_run.decode([bound]))[0].data == b"bound"
+    with pytest.raises(PayloadBindingError):
+        await rolling.with_context(_ctx("run-b")).decode([bound])
+
+
+async def test_unbound_payloads_as_written_before_still_decrypt_in_any_context():
+    """The encrypted replay fixtures hold this format (key id as the only associated data)."""
+    codec = codec_from_env({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1"})
+    [unbound] = await codec.encode([Payload(data=b"old")])  # no context: no workflow to bind to
+    assert WORKFLOW_ID_METADATA not in unbound.metadata
+    assert (await codec.with_context(_ctx("any-run")).decode([unbound]))[0].data == b"old"
+    # A payload recorded by the previous codec, as stored in a committed fixture.
+    from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+    fixture = json.loads((REPO / "tests/data/histories/6ad4721c745f/completed-encrypted.json").read_text())
+    started = fixture["events"][0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+    payload = Payload(metadata={k: base64.b64decode(v) for k, v in started["metadata"].items()},
+                      data=base64.b64decode(started["data"]))
+    assert WORKFLOW_ID_METADATA not in payload.metadata
+    old_reader = codec_from_env({"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID})
+    [opened] = await old_reader.with_context(_ctx("completed-encrypted")).decode([payload])
+    assert b"Confirm the refund for order 1234" in opened.data
 
 
 async def test_wrong_material_for_a_known_id_and_tampering_are_refused():
@@ -97,6 +198,12 @@ async def test_wrong_material_for_a_known_id_and_tampering_are_refused():
         ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_OLD_KEYS": "k0:abc"}, "LAB_CODEC_OLD_KEYS entry 1"),
         ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "k1", "LAB_CODEC_OLD_KEYS": f"k1:{KEY_B}"}, "its own id"),
         ({"LAB_CODEC_OLD_KEYS": f"k1:{KEY_A}"}, "LAB_CODEC_KEY is not"),
+        ({"LAB_CODEC_DECRYPT_ONLY_KEYS": f"k1:{KEY_A}"}, "LAB_CODEC_DECRYPT_ONLY_KEYS is set but LAB_CODEC_KEY"),
+        ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_DECRYPT_ONLY_KEYS": "k2:abc"}, "LAB_CODEC_DECRYPT_ONLY_KEYS entry 1"),
+        ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_DECRYPT_ONLY_KEYS": f"k2:{KEY_A}", "LAB_CODEC_OLD_KEYS": f"k2:{KEY_B}"},
+         "in both LAB_CODEC_DECRYPT_ONLY_KEYS and LAB_CODEC_OLD_KEYS"),
+        ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_ALLOW_PLAINTEXT": "maybe"}, "LAB_CODEC_ALLOW_PLAINTEXT='maybe'"),
+        ({"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_BIND_PAYLOADS": "off please"}, "LAB_CODEC_BIND_PAYLOADS='off please'"),
     ],
 )
 def test_bad_configuration_is_refused_clearly_without_echoing_the_key(env, message):
@@ -187,3 +294,173 @@ async def test_failure_messages_are_encrypted_too_and_status_decodes_them(
     history = await plain.get_workflow_handle(run_id).fetch_history()
     raw = History(events=list(history.events)).SerializeToString()
     assert bounced.encode() not in raw and b"grace.hopper" not in raw
+
+
+# --- every payload bound to its run, in a real history ------------------------
+
+def payloads_in(message, path: str = ""):
+    """(path, Payload) for every Payload anywhere inside a protobuf message."""
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            if field.message_type.fields_by_name["value"].type != field.TYPE_MESSAGE:
+                continue
+            items = [(f"{path}/{field.name}[{key}]", item) for key, item in value.items()]
+        elif isinstance(value, Sequence):
+            items = [(f"{path}/{field.name}[{n}]", item) for n, item in enumerate(value)]
+        else:
+            items = [(f"{path}/{field.name}", value)]
+        for item_path, item in items:
+            if item.DESCRIPTOR.full_name == Payload.DESCRIPTOR.full_name:
+                yield item_path, item
+            else:
+                yield from payloads_in(item, item_path)
+
+
+def check_sealed_and_bound(events, workflow_id: str, key_id: str) -> int:
+    """Every payload that went through a codec is encrypted under key_id and bound to workflow_id."""
+    found = [(path, p) for n, ev in enumerate(events) for path, p in payloads_in(ev, f"event {n + 1}")]
+    clear = [(path, p.metadata.get("encoding")) for path, p in found if p.metadata.get("encoding") != ENCODING]
+    # Written by the SDK's core and the server without any codec: the patch
+    # marker's data and the search attribute naming the patch (no personal data).
+    assert all("marker_recorded" in path or "search_attributes" in path for path, _ in clear), clear
+    sealed = [p for _, p in found if p.metadata.get("encoding") == ENCODING]
+    assert {(p.metadata[KEY_ID_METADATA], p.metadata[WORKFLOW_ID_METADATA]) for p in sealed} == {
+        (key_id.encode(), workflow_id.encode())
+    }
+    return len(sealed)
+
+
+async def test_a_real_history_is_bound_to_its_run_for_workers_replay_and_status(
+    dev_server, client, workers, provider, run_id, task_queue
+):
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from flowclient.status import activity_traces
+    from worker import worker_options
+    from workflows.agent_flow import AgentFlow
+
+    codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
+    workers(extra_env=codec_env)
+    sealed_client = await connect({"TEMPORAL_ADDRESS": dev_server.address, **codec_env})
+    await start_run(sealed_client, run_id, TASK, EMAIL, queue=task_queue)
+    assert (await wait_closed(sealed_client, run_id))["status"] == "completed"
+
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    # Input, 3 activity inputs and results, the result: at least 8, all bound.
+    assert check_sealed_and_bound(history.events, run_id, "lab-test") >= 8
+
+    # Replay decodes in the run's context, as a worker does...
+    replayer = Replayer(workflows=[AgentFlow], workflow_runner=worker_options()["workflow_runner"],
+                        data_converter=data_converter_from_env(codec_env))
+    await replayer.replay_workflow(history)
+    # ...so the same events presented as another workflow's are refused.
+    moved = WorkflowHistory(f"other-{run_id}", list(history.events))
+    replayed = await replayer.replay_workflow(moved, raise_on_replay_failure=False)
+    # (The message is encrypted with the failure; its type name is not.)
+    assert "PayloadBindingError" in str(replayed.replay_failure), replayed.replay_failure
+    # The status reader decodes in the run's context too.
+    assert (await activity_traces(sealed_client, history))
+    with pytest.raises(PayloadBindingError, match=f"bound to workflow id {run_id!r}"):
+        await activity_traces(sealed_client, moved)
+
+
+async def _first_workflow_task_failure(raw_client, reader, run_id: str) -> str:
+    """The decoded message of the run's first failed workflow task, once there is one."""
+    from temporalio.api.enums.v1 import EventType
+
+    from flowclient.status import failure_text
+    from tests.conftest import poll_until
+
+    async def failed():
+        history = await raw_client.get_workflow_handle(run_id).fetch_history()
+        return next((ev.workflow_task_failed_event_attributes.failure for ev in history.events
+                     if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), None)
+
+    failure = await poll_until(failed, timeout=60, what=f"a failed workflow task in {run_id}")
+    return await failure_text(reader, failure)
+
+
+async def test_a_payload_copied_from_another_run_is_refused_by_the_worker(
+    dev_server, client, workers, provider, run_id, task_queue
+):
+    """Someone with write access to the server (not the key) starts a run with
+    another run's sealed input: the worker refuses it instead of acting on it."""
+    from temporalio.common import RawValue
+
+    from workflows.agent_flow import WORKFLOW_NAME
+
+    codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
+    worker = workers(extra_env=codec_env)
+    sealed_client = await connect({"TEMPORAL_ADDRESS": dev_server.address, **codec_env})
+    await start_run(sealed_client, run_id, TASK, EMAIL, queue=task_queue)
+    assert (await wait_closed(sealed_client, run_id))["status"] == "completed"
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    [stolen] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+
+    copy_id = f"copy-{run_id}"[:64]
+    # The session client has no codec: the payload is stored exactly as it was.
+    handle = await client.start_workflow(WORKFLOW_NAME, RawValue(stolen), id=copy_id, task_queue=task_queue,
+                                         task_timeout=timedelta(seconds=2))
+    try:
+        message = await _first_workflow_task_failure(client, sealed_client, copy_id)
+        assert f"bound to workflow id {run_id!r} but was read for workflow id {copy_id!r}" in message, message
+        assert "step draft started: run " + copy_id not in worker.output()
+    finally:
+        await handle.terminate("test: a copied payload")
+
+
+async def test_plaintext_input_is_refused_until_the_switch_allows_it(
+    dev_server, client, workers, provider, run_id, task_queue
+):
+    """A run started without the codec (before encryption was on, or by someone
+    without the key) is refused by a worker with the codec; the operator's
+    switch makes it readable, and it completes."""
+    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+
+    codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
+    strict = workers(extra_env=codec_env)
+    sealed_client = await connect({"TEMPORAL_ADDRESS": dev_server.address, **codec_env})
+    # The session client has no codec: this input is stored in clear.
+    await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL),
+                                id=run_id, task_queue=task_queue, task_timeout=timedelta(seconds=2))
+    message = await _first_workflow_task_failure(client, sealed_client, run_id)
+    assert "payload is not encrypted" in message and "LAB_CODEC_ALLOW_PLAINTEXT=1" in message, message
+    strict.kill()
+
+    workers(extra_env={**codec_env, "LAB_CODEC_ALLOW_PLAINTEXT": "1"})
+    status = await wait_closed(sealed_client, run_id)
+    assert status["status"] == "completed", status
+    assert status["steps"][1]["result"]["to"] == EMAIL
+
+
+async def test_memo_queries_results_and_failures_pass_the_codec_with_plaintext_refused(
+    dev_server, client, workers, provider, run_id, task_queue
+):
+    """Everything legitimate a run carries is encrypted by the codec, so the
+    default refusal of plaintext breaks none of it."""
+    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+    from tests.conftest import poll_until
+
+    codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
+    workers(extra_env={**codec_env, "LAB_STEP_SECONDS": "0.3"})
+    sealed_client = await connect({"TEMPORAL_ADDRESS": dev_server.address, **codec_env})
+    assert sealed_client.data_converter.payload_codec.allow_plaintext is False
+    handle = await sealed_client.start_workflow(
+        WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL), id=run_id, task_queue=task_queue,
+        task_timeout=timedelta(seconds=2), memo={"customer": "Grace Hopper"})
+
+    async def running_step():
+        progress = await handle.query("progress")
+        return progress if progress["current_step"] == "send_confirmation" else None
+
+    progress = await poll_until(running_step, timeout=60, what="the progress query to show step 2")
+    assert progress["steps"][0]["status"] == "completed"
+    await handle.result()
+    assert await (await handle.describe()).memo() == {"customer": "Grace Hopper"}
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    raw = History(events=list(history.events)).SerializeToString()
+    assert b"Grace Hopper" not in raw
+    check_sealed_and_bound(history.events, run_id, "lab-test")  # the memo among them

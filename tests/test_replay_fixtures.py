@@ -31,6 +31,8 @@ def test_there_are_fixtures_to_replay():
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_recorded_history_replays_under_the_current_code(path: Path):
+    # The file name is the run's workflow id (tests/record_histories.py names them so):
+    # replay decodes in that workflow's context, and the codec checks bound payloads against it.
     history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
     env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
     replayer = Replayer(
