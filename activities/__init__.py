@@ -163,14 +163,20 @@ class FlowActivities:
 
     @activity.defn(name="record_outcome")
     async def record_outcome(self, req: RecordRequest) -> RecordOutput:
-        result = await self._run(flow.record_outcome(req, self.deps))
+        result = await self._run(self._record_then_remember(req))
+        return RecordOutput(result=result, attempt=step_attempt())
+
+    async def _record_then_remember(self, req: RecordRequest):
+        result = await flow.record_outcome(req, self.deps)
         if req.remember is not None:
             # In this activity rather than a 4th one: a round trip less per run
             # (docs/benchmarks.md). After the effect, so memory never holds an
             # exchange whose outcome was not recorded; a crash in between
-            # retries both, and both are idempotent.
+            # retries both, and both are idempotent. Inside the heartbeating
+            # wrapper: a memory file locked by another process delays the
+            # write, never the heartbeats.
             await self._remember_best_effort(req.remember)
-        return RecordOutput(result=result, attempt=step_attempt())
+        return result
 
     async def _remember_best_effort(self, req: RememberRequest) -> None:
         # Memory informs later prompts; failing here would retry a step whose

@@ -213,26 +213,45 @@ _ROUTINE_TASK_FAILURES = {
 
 
 async def _parked(client: Client, description, history) -> str | None:
-    """A one-line account of a failing workflow task, or None if the last one did not fail."""
-    last_failed = None
+    """A one-line account of a workflow task that keeps failing, or None.
+
+    Two signs, both since the last workflow task that completed: a failure the
+    worker reported (the first failed attempt is reported and written to
+    history), or attempts that only timed out (SDK workers let a task that
+    failed before time out instead of reporting it again, temporalio/features
+    #219, and a worker that died mid-task does too): parked from the third
+    attempt, so that one worker dying mid-task is not called parked.
+    """
+    failed = None
+    first_bad = None
     for ev in history.events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            last_failed = None
+            failed, first_bad = None, None
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            routine = ev.workflow_task_failed_event_attributes.cause in _ROUTINE_TASK_FAILURES
-            last_failed = None if routine else ev
-    if last_failed is None:
+            if ev.workflow_task_failed_event_attributes.cause in _ROUTINE_TASK_FAILURES:
+                continue
+            failed = ev
+            first_bad = first_bad or ev
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            first_bad = first_bad or ev
+    raw = description.raw_description
+    attempts = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 1
+    if failed is None and (first_bad is None or attempts < 3):
         return None
-    pending = description.raw_description.pending_workflow_task
-    attempts = pending.attempt if description.raw_description.HasField("pending_workflow_task") else 1
-    a = last_failed.workflow_task_failed_event_attributes
-    cause = WorkflowTaskFailedCause.Name(a.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
-    converter = run_converter(client, getattr(history, "workflow_id", None))
-    message = (await failure_text(converter, a.failure)).strip().splitlines()
-    since = iso(_utc(last_failed.event_time.ToDatetime()))
+    since = iso(_utc(first_bad.event_time.ToDatetime()))
+    if failed is not None:
+        a = failed.workflow_task_failed_event_attributes
+        cause = WorkflowTaskFailedCause.Name(a.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
+        converter = run_converter(client, getattr(history, "workflow_id", None))
+        message = (await failure_text(converter, a.failure)).strip().splitlines()
+        why = f"{cause}: {message[0] if message else 'no message'}"
+    else:
+        why = ("every attempt timed out: a worker took the task and never completed it (a worker that "
+               "cannot replay this run lets the task time out rather than report it again; its log, or "
+               "the Replayer on this history, tells why)")
     return (f"the workflow task has failed since {since} ({attempts} attempt(s), Temporal retries it with a "
-            f"growing backoff): {cause}: {message[0] if message else 'no message'}. Deploy code that can "
-            "replay this run (or roll back); it resumes by itself at the next attempt")
+            f"growing backoff): {why}. Deploy code that can replay this run (or roll back); it resumes by "
+            "itself at the next attempt")
 
 
 async def _close_error(client: Client, history, current: str | None, timeout) -> str | None:

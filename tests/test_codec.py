@@ -37,8 +37,10 @@ from flowclient.codec import (
     describe,
 )
 from flowclient.connect import connect
+from flowclient.status import run_status
 from lab.processes import REPO
 from starter import start_run
+from tests.conftest import poll_until
 from tests.test_flow import wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
@@ -431,8 +433,13 @@ async def test_plaintext_input_is_refused_until_the_switch_allows_it(
     strict.kill()
 
     workers(extra_env={**codec_env, "LAB_CODEC_ALLOW_PLAINTEXT": "1"})
-    status = await wait_closed(sealed_client, run_id)
-    assert status["status"] == "completed", status
+
+    # Parked until then: the failing workflow task is retried (with a growing backoff) and now succeeds.
+    async def completed():
+        status = await run_status(sealed_client, run_id)
+        return status if status["status"] == "completed" else None
+
+    status = await poll_until(completed, timeout=90, interval=0.5, what="the parked run to complete")
     assert status["steps"][1]["result"]["to"] == EMAIL
 
 

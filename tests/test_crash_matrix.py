@@ -12,6 +12,10 @@ provider's own counts:
 - each effect is applied exactly once at the provider; the effect that was
   accepted just before the crash is requested twice (at-least-once execution,
   idempotent receiver), every other one once.
+
+Every case runs twice: with the deterministic offline model, and with one
+that words every answer differently (``LLM_OFFLINE_VARY=1``), as a real model
+does; a re-run draft then differs from the first, and nothing may change.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ EFFECT_STEPS = ("send_confirmation", "record_outcome")
 class Case:
     engine: str  # "temporal" | "runrecord"
     point: str
+    model: str = "deterministic"  # | "varying"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"LLM_OFFLINE_VARY": "1" if self.model == "varying" else "0"}
+
+    @property
+    def id(self) -> str:
+        return f"{self.point.replace(':', '.')}-{self.model}"
 
     @property
     def step(self) -> str:
@@ -84,7 +97,8 @@ class Case:
         return 1
 
 
-CASES = [Case(engine, point) for engine in ("temporal", "runrecord") for point in (*POINTS, *ENGINE_POINTS[engine])]
+CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for model in ("deterministic", "varying")
+         for point in (*POINTS, *ENGINE_POINTS[engine])]
 
 
 def executions(proc: Proc, step: str) -> int:
@@ -96,8 +110,9 @@ def new_run_id(case: Case) -> str:
 
 
 def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_url: str, run_id: str) -> None:
-    where = f"{case.engine} at {case.point}"
+    where = f"{case.engine} at {case.point} ({case.model} model)"
     assert status["status"] == "completed", (where, status, second.output())
+    assert status["steps"][0]["result"]["model"] == ("offline-varying" if case.model == "varying" else "offline")
     for step in STEPS:
         assert executions(first, step) == case.expected_first(step), (where, step, first.output())
         assert executions(second, step) == case.expected_second(step), (where, step, second.output())
@@ -114,14 +129,13 @@ def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_u
         assert (effect.requests, effect.effects_applied) == (requests, 1), (where, step, effect)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "temporal"],
-                         ids=lambda c: c.point.replace(":", "."))
+@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "temporal"], ids=lambda c: c.id)
 async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, provider, task_queue):
     from flowclient.status import run_status
     from starter import start_run
 
     run_id = new_run_id(case)
-    first = workers(crash_at=case.point)
+    first = workers(crash_at=case.point, extra_env=case.env)
     created, _ = await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
     assert created
     assert wait_exit(first, timeout=90) == -9, first.output()
@@ -132,7 +146,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
     assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
 
-    second = workers()
+    second = workers(extra_env=case.env)
 
     status = await wait_closed(client, run_id, timeout=120)
     check_resume(case, first, second, status, provider.url, run_id)
@@ -148,7 +162,7 @@ def runner_procs(provider, tmp_path):
     db = tmp_path / "runrecord.db"
     started: list[Proc] = []
 
-    def start(*args: str, crash_at: str | None = None) -> Proc:
+    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
         env = {
             "RUNRECORD_DB": str(db),
             "MEMORY_DB": str(tmp_path / "memory.db"),
@@ -157,6 +171,7 @@ def runner_procs(provider, tmp_path):
             # The default lease (10 s): the resume below starts at once, so it must take
             # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
             "RUNRECORD_LEASE_SECONDS": "10",
+            **(env or {}),
         }
         if crash_at:
             env["CRASH_AT"] = crash_at
@@ -172,11 +187,10 @@ def runner_procs(provider, tmp_path):
             proc.kill()
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "runrecord"],
-                         ids=lambda c: c.point.replace(":", "."))
+@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "runrecord"], ids=lambda c: c.id)
 async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, provider):
     run_id = new_run_id(case)
-    first = runner_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point)
+    first = runner_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env=case.env)
     assert wait_exit(first, timeout=90) == -9, first.output()
     assert f"CRASH_AT={case.point}" in first.output()
 
@@ -185,7 +199,7 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
     assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
 
-    second = runner_procs("resume", run_id)
+    second = runner_procs("resume", run_id, env=case.env)
     assert wait_exit(second, timeout=120) == 0, second.output()
     with RunRecord(runner_procs.db) as record:
         status = record_status(record, run_id)

@@ -1,0 +1,99 @@
+"""In doubt, said plainly, on both engines: when every answer to the email
+is lost (the provider applied it, then "lost" the response: 503), the step
+ends the run in doubt, not "failed, nothing sent"; ``settle`` asks the
+provider by key and says it was applied, with its id; ``retry`` once the
+answers come back finishes the run, the email applied once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from lab.processes import REPO, Proc
+from provider.client import ProviderClient, fetch_effects
+from starter import start_run
+from steps.keys import idempotency_key
+from steps.retry import RetryRule
+from tests.conftest import wait_exit
+from tests.test_flow import wait_closed
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+
+
+def email_counts(provider, run_id):
+    effect = {e.key: e for e in fetch_effects(provider.url, run_id=run_id)}[idempotency_key(run_id, "send_confirmation")]
+    return effect.requests, effect.effects_applied
+
+
+async def test_temporal_lost_answers_leave_the_step_in_doubt_and_settle_says_applied(
+        client, dev_server, workers, provider, run_id, task_queue):
+    async with ProviderClient(provider.url) as pc:
+        await pc.set_faults(lose_response_next=1000, kinds=["email"])
+    workers()
+    await start_run(client, run_id, TASK, EMAIL, queue=task_queue, rule=RetryRule(budget_seconds=2))
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "failed"
+    step = status["steps"][1]
+    assert step["status"] == "in_doubt" and "settle" in step["note"], step
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "PROVIDER_URL": provider.url}
+    settled = subprocess.run([sys.executable, "starter.py", "settle", run_id, "--json"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert settled.returncode == 0, settled.stderr
+    report = {e["step"]: e for e in json.loads(settled.stdout)["steps"]}
+    assert report["send_confirmation"]["state"] == "applied"
+    assert report["send_confirmation"]["ids"]["message_id"].startswith("msg_")
+    assert report["record_outcome"]["state"] == "never seen"
+    requests, applied = email_counts(provider, run_id)
+    assert applied == 1 and requests == step["attempts"]
+
+    async with ProviderClient(provider.url) as pc:
+        await pc.clear_faults()
+    retried = subprocess.run([sys.executable, "starter.py", "retry", run_id, "--wait"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    done = await wait_closed(client, run_id)
+    assert done["status"] == "completed"
+    assert done["steps"][1]["result"]["message_id"] == report["send_confirmation"]["ids"]["message_id"]
+    assert email_counts(provider, run_id) == (requests + 1, 1)
+
+
+async def test_temporal_refused_connections_are_not_in_doubt(client, workers, provider, run_id, task_queue):
+    """Connection refused: the request never left, so the step failed, nothing is in doubt."""
+    worker = workers(extra_env={"PROVIDER_URL": "http://127.0.0.1:9"})
+    await start_run(client, run_id, TASK, EMAIL, queue=task_queue, rule=RetryRule(budget_seconds=1))
+    status = await wait_closed(client, run_id)
+    assert status["status"] == "failed" and status["steps"][1]["status"] == "failed", status
+    assert "unreachable" in status["error"] and worker.alive()
+
+
+def test_record_lost_answers_leave_the_step_in_doubt_and_settle_says_applied(provider, tmp_path, run_id):
+    env = {"RUNRECORD_DB": str(tmp_path / "runrecord.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
+           "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1"}
+
+    def cli(*args, extra=None) -> Proc:
+        return Proc("runrecord", [sys.executable, "-m", "runrecord", *args], env={**env, **(extra or {})})
+
+    import asyncio
+
+    async def faults(**spec):
+        async with ProviderClient(provider.url) as pc:
+            await (pc.set_faults(**spec) if spec else pc.clear_faults())
+
+    asyncio.run(faults(lose_response_next=1000, kinds=["email"]))
+    run = cli("start", run_id, TASK, "--email", EMAIL, extra={"LAB_RETRY_BUDGET_SECONDS": "2"})
+    assert wait_exit(run, 60) == 1, run.output()
+    shown = cli("status", run_id, "--json")
+    wait_exit(shown)
+    status = json.loads(shown.output())
+    assert status["steps"][1]["status"] == "in_doubt", status
+    settle = cli("settle", run_id)
+    assert wait_exit(settle) == 0, settle.output()
+    assert "send_confirmation: applied at" in settle.output() and "message_id msg_" in settle.output()
+    asyncio.run(faults())
+    again = cli("retry", run_id)
+    assert wait_exit(again, 60) == 0, again.output()
+    requests, applied = email_counts(provider, run_id)
+    assert applied == 1 and requests == status["steps"][1]["attempts"] + 1
