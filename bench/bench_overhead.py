@@ -4,7 +4,8 @@
 
 Kinds of workflow, each on its own task queue of an in-process worker with
 the options of worker.py (``TUNED_OPTIONS``: no workflow cache, 8
-workflow-task slots, the sandbox with imports passed through), one dev server
+workflow-task slots, the sandbox as shipped: Temporal's default restrictions
+plus sqlite3, the workflow module executed per workflow task), one dev server
 (in memory; ``--server lab``, the default, is the lab's own configuration,
 ``LAB_SERVER_CONFIG``; ``stock`` is Temporal's defaults), one provider
 process, the offline model:
@@ -16,6 +17,9 @@ process, the offline model:
   overhead (heartbeats, error mapping, input checks, status, memory write);
 - ``flow``: AgentFlow as shipped;
 - ``flow-nomem``: the same with ``MEMORY_DB=off``;
+- ``flow-passthrough``: every module passed through the sandbox
+  (``with_passthrough_all_modules``, what worker.py shipped before): faster,
+  and nothing non-deterministic is refused any more: what the refusals cost;
 - ``flow-unsandboxed``: ``UnsandboxedWorkflowRunner``: what the sandbox costs;
 - ``flow-cached``: a workflow cache of 1,000 (the SDK default): what the
   resume tuning (no cache, so no sticky queue to wait on after a kill) costs.
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
 from bare_flows import BareInput, BareN, BareStepActivities, BareSteps, noop  # noqa: E402
@@ -112,6 +117,8 @@ async def main_async(args) -> tuple[dict[str, Kind], dict]:
         variants = (
             ("flow", None, {}),
             ("flow-nomem", "off", {}),
+            ("flow-passthrough", None, {"workflow_runner": SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_all_modules())}),
             ("flow-unsandboxed", None, {"workflow_runner": UnsandboxedWorkflowRunner()}),
             ("flow-cached", None, {"max_cached_workflows": 1000}),
         )
