@@ -33,9 +33,14 @@ bounds how long a run may stay parked. Only ``ApplicationError`` fails a run
 from here: the step failures and refused input below.
 
 Runs started before these rules (no ``live-and-honest`` marker in their
-history) keep the path they started on, ``_run_recorded_before_live``:
+history) keep the path they started on (``workflows.before_live``):
 server-side retries, no adoption. It stays until no such run is open and
 ``workflow.deprecate_patch`` can retire it.
+
+Only this class is compiled and executed by the sandbox for every workflow
+task (there is no workflow cache); its helpers are imported passed through:
+``workflows.attempts`` (how an attempt ended), ``workflows.before_live``,
+``workflows.state`` (the dataclasses). They hold no state.
 """
 
 from __future__ import annotations
@@ -44,17 +49,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TimeoutError as TemporalTimeoutError,
-    TimeoutType,
-)
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import NON_RETRYABLE_TYPES, WORKER_SHUTDOWN_TYPE, FlowActivities
+    from activities import FlowActivities
     from steps.crashpoints import crash_point
     from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
@@ -69,71 +67,16 @@ with workflow.unsafe.imports_passed_through():
     )
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso
+    from workflows.attempts import (
+        DEFAULTS_ATTEMPT_TIMEOUT, HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of,
+    )
+    from workflows.before_live import run_recorded_before_live
     # The run's input and status types live in their own module: without a
     # workflow cache this module is executed afresh for every workflow task,
     # and building dataclasses was ~60% of that (bench/bench_overhead.py).
     from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
-
-# Patch id: runs whose history carries this marker retry in workflow code by
-# steps.retry, send their start id and adopt; runs recorded before it do not.
-LIVE_PATCH = "live-and-honest"
-
-# A killed worker's attempt is noticed within about a second: the activity
-# wrapper heartbeats every 0.3 s, and the SDK sends at most one heartbeat per
-# 0.8 x this timeout (0.8 s). Start-to-close bounds one attempt on a live worker.
-# One attempt's start-to-close: the rule's (steps.retry.ATTEMPT_TIMEOUT_SECONDS).
-HEARTBEAT_TIMEOUT = timedelta(seconds=1)
-# One attempt per scheduled activity: the workflow decides about the next one.
-ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-# Temporal's defaults (no heartbeat timeout, 10 s start-to-close), kept only so
-# bench/bench_resume.py can measure what the tuning above buys.
-DEFAULTS_ATTEMPT_TIMEOUT = timedelta(seconds=10)
-
-
-def _failure_details(cause: ApplicationError) -> dict[str, Any]:
-    if cause.details and isinstance(cause.details[0], dict):
-        return cause.details[0]
-    return {}
-
-
-class _Ending:
-    """How one attempt ended, as the retry rules see it."""
-
-    def __init__(self, kind: str, message: str, seconds: float | None = None, retry_after: float | None = None,
-                 in_doubt: bool = False) -> None:
-        self.kind, self.message, self.seconds = kind, message, seconds
-        self.retry_after, self.in_doubt = retry_after, in_doubt
-
-
-def _ending(err: ActivityError, attempt_timeout: timedelta) -> _Ending:
-    cause = err.cause
-    if isinstance(cause, TemporalTimeoutError):
-        if cause.type == TimeoutType.HEARTBEAT:
-            return _Ending("crash", "the worker running it stopped heartbeating (it died, or hung)")
-        seconds = attempt_timeout.total_seconds()
-        return _Ending("transient", f"timed out after {seconds:g} s on a live worker (start-to-close)",
-                       seconds=seconds, in_doubt=True)
-    if isinstance(cause, ApplicationError):
-        details = _failure_details(cause)
-        in_doubt = bool(details.get("in_doubt"))
-        if cause.type == WORKER_SHUTDOWN_TYPE:
-            return _Ending("crash", "the worker running it shut down mid-attempt")
-        if cause.non_retryable:
-            return _Ending("permanent", cause.message, in_doubt=in_doubt)
-        seconds = details.get("seconds")
-        retry_after = details.get("retry_after")
-        return _Ending(
-            "transient", cause.message,
-            seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
-            retry_after=float(retry_after) if isinstance(retry_after, (int, float)) else None,
-            in_doubt=in_doubt,
-        )
-    if isinstance(cause, CancelledError):
-        return _Ending("transient", "the attempt was cancelled")
-    return _Ending("transient", str(cause or err))
-
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentFlow:
@@ -187,7 +130,7 @@ class AgentFlow:
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
 
         if not workflow.patched(LIVE_PATCH):
-            return await self._run_recorded_before_live(inp, task, email, conversation_id)
+            return await run_recorded_before_live(self, inp, task, email, conversation_id)
 
         info = workflow.info()
         # Both kept by a reset: the start id tells this run's earlier effects from
@@ -261,7 +204,7 @@ class AgentFlow:
                     retry_policy=ONE_ATTEMPT,
                 )
             except ActivityError as err:
-                ending = _ending(err, attempt_timeout)
+                ending = ending_of(err, attempt_timeout)
                 state.last_error = ending.message
                 if ending.kind == "crash":
                     if ledger.after_crash(ending.message):
@@ -304,124 +247,3 @@ class AgentFlow:
         raise ApplicationError(
             self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
         ) from err
-
-    # ------------------------------------------------------------------------
-    # The path of runs recorded before LIVE_PATCH, unchanged: server-side retry
-    # policies, no start id, memory written by record_outcome (or, before the
-    # memory patch, by a 4th activity). Do not edit: it must replay as it ran.
-
-    async def _run_recorded_before_live(self, inp: FlowInput, task: str, email: str, conversation_id: str) -> RunStatus:
-        options = _BEFORE_LIVE_TUNED if inp.timeouts == "tuned" else _BEFORE_LIVE_DEFAULTS
-        drafted = await self._step_before_live(
-            0,
-            FlowActivities.draft,
-            DraftRequest(run_id=inp.run_id, task=task, conversation_id=conversation_id),
-            options["draft"],
-        )
-        sent = await self._step_before_live(
-            1,
-            FlowActivities.send_confirmation,
-            SendRequest(
-                run_id=inp.run_id,
-                to=email,
-                subject=drafted.subject,
-                body=drafted.body,
-                idempotency_key=idempotency_key(inp.run_id, "send_confirmation"),
-            ),
-            options["effect"],
-        )
-        remember = RememberRequest(
-            run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=drafted.body
-        )
-        memory_in_record = workflow.patched(MEMORY_IN_RECORD_PATCH)
-        await self._step_before_live(
-            2,
-            FlowActivities.record_outcome,
-            RecordRequest(
-                run_id=inp.run_id,
-                summary=drafted.summary,
-                email_message_id=sent.message_id,
-                idempotency_key=idempotency_key(inp.run_id, "record_outcome"),
-                remember=remember if memory_in_record else None,
-            ),
-            options["effect"],
-        )
-        if not memory_in_record:
-            try:
-                await workflow.execute_activity(
-                    FlowActivities.remember_exchange, remember, **_BEFORE_LIVE_REMEMBER
-                )
-            except ActivityError as err:
-                workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason_before_live(err))
-        self._status = "completed"
-        return self._snapshot()
-
-    async def _step_before_live(self, index: int, activity: Any, request: Any, options: dict) -> Any:
-        state = self._steps[index]
-        state.status = "running"
-        try:
-            output = await workflow.execute_activity(activity, request, **options)
-        except ActivityError as err:
-            state.status = "failed"
-            state.attempts = _attempts_before_live(err, options["retry_policy"].maximum_attempts)
-            self._status = "failed"
-            self._error = (
-                f"step {state.name} failed after {state.attempts} attempt(s): {_reason_before_live(err)}"
-            )
-            raise ApplicationError(
-                self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
-            ) from err
-        state.status = "completed"
-        state.attempts = output.attempt
-        state.result = to_jsonable(output.result)
-        if not workflow.unsafe.is_replaying():
-            with workflow.unsafe.sandbox_unrestricted():
-                crash_point(f"temporal:{state.name}:after_record")
-        return output.result
-
-
-# The previous rules, for _run_recorded_before_live only.
-MEMORY_IN_RECORD_PATCH = "memory-in-record-outcome"
-_BEFORE_LIVE_DRAFT = dict(
-    start_to_close_timeout=timedelta(seconds=60),
-    heartbeat_timeout=timedelta(seconds=1),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10),
-        maximum_attempts=4, non_retryable_error_types=NON_RETRYABLE_TYPES,
-    ),
-)
-_BEFORE_LIVE_EFFECT = dict(
-    start_to_close_timeout=timedelta(seconds=15),
-    heartbeat_timeout=timedelta(seconds=1),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=3),
-        maximum_attempts=6, non_retryable_error_types=NON_RETRYABLE_TYPES,
-    ),
-)
-_BEFORE_LIVE_TUNED = {"draft": _BEFORE_LIVE_DRAFT, "effect": _BEFORE_LIVE_EFFECT}
-_BEFORE_LIVE_DEFAULTS = {
-    "draft": dict(_BEFORE_LIVE_DRAFT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
-    "effect": dict(_BEFORE_LIVE_EFFECT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
-}
-_BEFORE_LIVE_REMEMBER = dict(
-    start_to_close_timeout=timedelta(seconds=10),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
-)
-
-
-def _attempts_before_live(err: ActivityError, maximum: int) -> int:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        detail = cause.details[0]
-        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
-            return detail["attempt"]
-    return maximum
-
-
-def _reason_before_live(err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, TemporalTimeoutError):
-        return f"timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
-    if cause is not None:
-        return str(cause)
-    return str(err)

@@ -1,0 +1,170 @@
+"""Outages of the email and ticket API, on both engines: the provider process
+is really stopped while runs reach their email, for each length given, and
+started again on the same port and store; then, for a run that failed
+because the outage outlasted its budget, ``retry``.
+
+    .venv/bin/python -m lab.outage [--outages 12,30,120] [--budget 900] [--json]
+
+Each outage length gets a provider of its own, so the rows run side by side
+(the longest outage sets the wall time). Per row and engine: the outcome
+when the provider is back, the attempts the email step made, how long after
+the provider's return the run completed, and, for a run that failed, the
+outcome of ``retry`` and the effects the provider applied (each must be 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from flowclient.connect import connect
+from flowclient.status import run_status
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker, wait_until
+from provider.client import fetch_effects
+from steps.retry import RetryRule
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+
+
+class _Provider:
+    """A provider on a fixed port, stopped and started again on the same store."""
+
+    def __init__(self, db: Path) -> None:
+        from lab.processes import free_port
+
+        self.db, self.port = db, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: Proc | None = None
+
+    def start(self) -> None:
+        self.proc = Proc("provider", [sys.executable, "-m", "provider", "--port", str(self.port), "--db", str(self.db)])
+        self.proc.wait_for_line("provider listening on", timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+
+async def _row(client, server, work: Path, outage: float, budget: float, say) -> dict:
+    provider = _Provider(work / f"provider-{outage:g}.db")
+    provider.start()
+    queue = f"outage-{outage:g}-{uuid.uuid4().hex[:6]}"
+    worker = start_worker(server.address, provider.url, queue, {"MEMORY_DB": str(work / f"memory-{outage:g}.db")})
+    record_env = {**os.environ, "RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
+                  "MEMORY_DB": str(work / f"memory-r-{outage:g}.db"), "PROVIDER_URL": provider.url,
+                  "LAB_RETRY_BUDGET_SECONDS": f"{budget:g}", "PYTHONUNBUFFERED": "1"}
+    temporal_id, record_id = f"outage-{outage:g}-t-{uuid.uuid4().hex[:4]}", f"outage-{outage:g}-r-{uuid.uuid4().hex[:4]}"
+    procs = [worker]
+    try:
+        from starter import start_run
+
+        provider.stop()
+        down = time.monotonic()
+        await start_run(client, temporal_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=budget))
+        record = Proc("runrecord", [sys.executable, "-m", "runrecord", "start", record_id, TASK, "--email", EMAIL],
+                      env=record_env)
+        procs.append(record)
+        await asyncio.sleep(max(0.0, outage - (time.monotonic() - down)))
+        provider.start()
+        back = time.monotonic()
+        say(f"  outage {outage:g} s: provider back")
+
+        async def temporal_closed():
+            status = await run_status(client, temporal_id)
+            return status if status["status"] != "running" else None
+
+        t_status = await wait_until(temporal_closed, budget + 300, f"run {temporal_id} to close", interval=0.5)
+        t_done = time.monotonic() - back
+        await wait_until(lambda: not record.alive(), budget + 300, f"run {record_id} to end", interval=0.5)
+        r_done = time.monotonic() - back
+        r_status = json.loads(_record_cli(record_env, "status", record_id, "--json"))
+        result = {"outage seconds": outage, "budget seconds": budget, "engines": {}}
+        for engine, run_id, status, took in (("temporal", temporal_id, t_status, t_done),
+                                            ("runrecord", record_id, r_status, r_done)):
+            entry = {"outcome": status["status"], "email attempts": status["steps"][1]["attempts"],
+                     "completed after return (s)": round(took, 1) if status["status"] == "completed" else None,
+                     "error": status.get("error"), "retry": None}
+            if status["status"] == "failed":
+                if engine == "temporal":
+                    from starter import retry_run
+
+                    await retry_run(client, run_id)
+                    retried = await wait_until(temporal_closed, 300, f"run {run_id} to close after retry", interval=0.5)
+                    entry["retry"] = retried["status"]
+                else:
+                    _record_cli(record_env, "retry", run_id)
+                    entry["retry"] = json.loads(_record_cli(record_env, "status", run_id, "--json"))["status"]
+            effects = {e.key.rsplit("/", 1)[-1]: e.effects_applied for e in fetch_effects(provider.url, run_id=run_id)}
+            entry["emails applied"] = effects.get("send_confirmation", 0)
+            entry["tickets applied"] = effects.get("record_outcome", 0)
+            result["engines"][engine] = entry
+        return result
+    finally:
+        for proc in procs:
+            proc.kill()
+        provider.stop()
+
+
+def _record_cli(env: dict, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "runrecord", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    return done.stdout
+
+
+async def table(outages: list[float], budget: float, say=print) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="outage-") as tmp:
+        server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
+        try:
+            client = await connect({"TEMPORAL_ADDRESS": server.address})
+            return list(await asyncio.gather(*(_row(client, server, Path(tmp), o, budget, say) for o in outages)))
+        finally:
+            server.stop()
+
+
+def render(rows: list[dict]) -> str:
+    lines = [f"{'outage':>7} {'budget':>7} {'engine':<10} {'outcome':<10} {'email attempts':>14} "
+             f"{'done after return':>17} {'retry':<10} {'emails':>6} {'tickets':>7}"]
+    for row in rows:
+        for engine, e in row["engines"].items():
+            done = "" if e["completed after return (s)"] is None else f"{e['completed after return (s)']:.1f} s"
+            lines.append(f"{row['outage seconds']:>6g}s {row['budget seconds']:>6g}s {engine:<10} {e['outcome']:<10} "
+                         f"{e['email attempts']:>14} {done:>17} {e['retry'] or '':<10} {e['emails applied']:>6} "
+                         f"{e['tickets applied']:>7}")
+    return "\n".join(lines)
+
+
+def ok(rows: list[dict]) -> bool:
+    return all(e["emails applied"] == 1 and e["tickets applied"] == 1
+               and (e["outcome"] == "completed" or e["retry"] == "completed")
+               for row in rows for e in row["engines"].values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.outage", description=__doc__.splitlines()[0])
+    parser.add_argument("--outages", default="12,30,120", help="outage lengths in seconds, comma-separated")
+    parser.add_argument("--budget", type=float, default=900.0, help="the step budget the runs record (default 900)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    outages = [float(x) for x in args.outages.split(",") if x.strip()]
+    rows = asyncio.run(table(outages, args.budget, say=(lambda line: None) if args.json else print))
+    print(json.dumps(rows, indent=2) if args.json else render(rows))
+    if not args.json:
+        print("PASS every run completed (or completed on retry), each effect applied once" if ok(rows)
+              else "FAIL see the rows above")
+    return 0 if ok(rows) else 1
+
+
+if __name__ == "__main__":
+    from flowclient.connect import exit_now
+
+    exit_now(main())

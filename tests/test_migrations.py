@@ -1,0 +1,104 @@
+"""Files written by the previous main keep working: the run record (with a run
+in flight), the provider's store and conversation memory, each created at
+their previous schema version and opened by this code, which upgrades them in
+place. The workflow histories of the previous main are tests/test_replay_fixtures.py's."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+
+from lab.processes import Proc
+from memory import Message, SQLiteStore, read_context
+from provider.client import fetch_effects
+from provider.store import _SCHEMA as PROVIDER_V1_SCHEMA
+from provider.store import SCHEMA_VERSION as PROVIDER_SCHEMA, Store
+from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
+from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
+from steps.keys import idempotency_key
+from tests.conftest import wait_exit
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
+         "model": "offline", "context_messages": 0}
+
+
+def v1_record_in_flight(path, run_id: str) -> None:
+    """What the previous runner left after a SIGKILL during send_confirmation:
+    the draft recorded, the email's attempt 1 and intent committed, no answer."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in RECORD_V1_SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version=1")
+    now = time.time()
+    conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?, 'running', 1, NULL, ?, ?, NULL, NULL)",
+                 (run_id, TASK, EMAIL, run_id, now, now))
+    conn.execute("INSERT INTO steps VALUES (?, 0, 'draft', 'completed', 1, ?, NULL, ?, ?, ?)",
+                 (run_id, json.dumps(DRAFT), now, now, now))
+    conn.execute("INSERT INTO steps VALUES (?, 1, 'send_confirmation', 'running', 1, NULL, NULL, ?, ?, NULL)",
+                 (run_id, now, now))
+    conn.execute("INSERT INTO steps VALUES (?, 2, 'record_outcome', 'pending', 0, NULL, NULL, NULL, NULL, NULL)",
+                 (run_id,))
+    request = {"run_id": run_id, "to": EMAIL, "subject": DRAFT["subject"], "body": DRAFT["body"],
+               "idempotency_key": idempotency_key(run_id, "send_confirmation")}
+    conn.execute("INSERT INTO intents VALUES (?, 1, 1, 'send_confirmation', ?, ?, 'in_doubt', NULL, ?, NULL)",
+                 (run_id, request["idempotency_key"], json.dumps(request), now))
+    conn.close()
+
+
+def test_a_run_in_flight_in_a_version_1_record_is_resumed(provider, tmp_path, run_id):
+    db = tmp_path / "runrecord.db"
+    v1_record_in_flight(db, run_id)
+    env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
+           "PYTHONUNBUFFERED": "1"}
+    resumed = Proc("runrecord", [sys.executable, "-m", "runrecord", "resume", run_id], env=env)
+    assert wait_exit(resumed, 60) == 0, resumed.output()
+    assert "step draft started" not in resumed.output()
+    # The attempt the old process died in counts as a crash, not as an error.
+    shown = Proc("status", [sys.executable, "-m", "runrecord", "status", run_id, "--json"], env=env)
+    wait_exit(shown)
+    status = json.loads(shown.output())
+    assert status["status"] == "completed"
+    assert (status["steps"][1]["attempts"], status["steps"][1]["crashes"]) == (2, 1), status["steps"][1]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == RECORD_SCHEMA
+    effects = {e.key: e for e in fetch_effects(provider.url, run_id=run_id)}
+    assert all(e.effects_applied == 1 for e in effects.values()) and len(effects) == 2
+
+
+def test_a_version_1_provider_store_is_upgraded_and_keeps_its_effects(tmp_path):
+    db = tmp_path / "provider.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(PROVIDER_V1_SCHEMA)
+    conn.execute("PRAGMA user_version=1")
+    conn.execute("INSERT INTO idempotency_keys VALUES ('k1', 1, 'email', 'r1', 1, 200, 'POST', '/v1/emails', 'f', "
+                 "?, 't', 't')", (json.dumps({"message_id": "msg_1", "replayed": False}),))
+    conn.execute("INSERT INTO emails VALUES ('msg_1', 'k1', 'r1', 'a@example.com', 's', 'b', 't')")
+    conn.close()
+    store = Store(db)
+    found = store.lookup("k1")
+    assert found["applied"] and found["request"] == {"run_id": "r1", "to": "a@example.com", "subject": "s", "body": "b"}
+    assert found["response"]["message_id"] == "msg_1"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == PROVIDER_SCHEMA
+
+
+def test_a_version_1_memory_file_is_upgraded_and_its_messages_count_as_old(tmp_path):
+    path = tmp_path / "memory.db"
+    store = SQLiteStore(str(path))
+    store.append("c1", Message(id="m1", role="user", content="written by the previous main"))
+    store.close()
+    with sqlite3.connect(path) as conn:  # back to what the previous main wrote
+        conn.execute("ALTER TABLE messages DROP COLUMN appended_at")
+        conn.execute("PRAGMA user_version=1")
+    # Read as the previous schema, before any writer upgraded it: nothing is hidden.
+    assert [m["content"] for m in read_context(str(path), "c1", as_of=0.0)] == ["written by the previous main"]
+    store = SQLiteStore(str(path))
+    store.append("c1", Message(id="m2", role="assistant", content="written now"))
+    store.close()
+    cut = read_context(str(path), "c1", as_of=time.time() - 3600)
+    assert [m["content"] for m in cut] == ["written by the previous main"]
