@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo scenario test bench clean chaos
+.PHONY: demo scenario scenario-deploy test bench clean chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 ## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal); one table
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario
+
+## scenario-deploy: the restart that is a deploy (and a move) on every engine; one table
+scenario-deploy: $(STAMP)
+	$(PY) -m lesson.scenario --deploy
 
 # tests/test_codec_server.py checks the Temporal UI in a real browser: Debian's
 # chromium, installed here when missing (root, or sudo), so a fresh machine can

@@ -1,6 +1,6 @@
 """Runs the Temporal worker for the agent flow.
 
-    python worker.py [--task-queue Q] [--cache N] [--defaults] [--verbose]
+    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--defaults] [--verbose]
 
 Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
@@ -59,6 +59,7 @@ import signal
 import sys
 from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxMatcher, SandboxRestrictions
 
@@ -117,11 +118,11 @@ def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
     return TUNED_OPTIONS
 
 
-async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
+async def run_worker(queue: str, *, defaults: bool, cache: int = 0, identity: str | None = None) -> None:
     options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
-    client = await connect(runtime=runtime)
+    client = await connect(runtime=runtime, **({"identity": identity} if identity else {}))
     activities = FlowActivities(deps)
     worker = Worker(
         client,
@@ -145,7 +146,8 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = 0) -> None:
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
             f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "
-            f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}",
+            f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}, "
+            f"identity {client.identity}",
             flush=True,
         )
         await stop.wait()
@@ -159,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=int, default=0, metavar="N",
                         help="cache up to N workflows: more throughput, ~1 s slower resume after a kill "
                              "(default 0: no cache)")
+    parser.add_argument("--identity", default=None,
+                        help="the name this worker gives Temporal (history records it on every task it runs); "
+                             "default: pid@host")
     parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="debug logging (the SDK's, and a line per HTTP request); never payloads or bodies")
@@ -166,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     # --verbose: the SDK's debug lines and one line per HTTP request, but no
     # request bodies or payloads (flowclient/logs.py).
     configure_logging(args.verbose)
+    # Workflow log lines (the replay report) carry the run id in their text already.
+    workflow.logger.workflow_info_on_message = False
     try:
-        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache))
+        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache,
+                               identity=args.identity))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -188,6 +188,7 @@ class DevServer:
         self.ui_codec_endpoint = ui_codec_endpoint
         self.db_file = db_file
         self.dynamic_config = dict(dynamic_config or {})
+        self._chosen_port = port is None  # ours to pick again if another process takes it first
         self.port = port or free_port()
         self.ui_port = ui_port
         self.metrics_port = free_port()  # Prometheus text at http://127.0.0.1:<port>/metrics
@@ -205,7 +206,23 @@ class DevServer:
             raise ValueError("this dev server runs headless: no UI")
         return f"http://127.0.0.1:{self.ui_port or self.port + 1000}"
 
-    def start(self, timeout: float = 60.0) -> "DevServer":
+    def start(self, timeout: float = 60.0, tries: int = 3) -> "DevServer":
+        """Start it and wait until the default namespace answers.
+
+        Free ports are picked by binding port 0 and letting go, so another
+        process starting at the same moment can take one first; when the server
+        dies of that ("address already in use") and the ports were ours to
+        pick, it is started again on new ones."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self._start(timeout)
+            except RuntimeError as err:
+                if attempt == tries or "address already in use" not in str(err) or not self._chosen_port:
+                    raise
+                self.port, self.metrics_port = free_port(), free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> "DevServer":
         argv = [
             temporal_cli(), "server", "start-dev",
             "--ip", "127.0.0.1",

@@ -2,6 +2,8 @@
 step two and step three".
 
     make scenario        (or: python -m lesson.scenario [--json] [--state-dir DIR])
+    make scenario-deploy (or: python -m lesson.scenario --deploy [--json]): the
+                          restart that is a deploy, and a move (lesson/deploy.py)
 
 Starts what it needs (one provider process with its own database, a Temporal
 dev server in memory on free ports, workers), stops all of it at the end, and
@@ -88,6 +90,8 @@ class Observed:
     final_status: str = ""
     effects: dict[str, dict[str, int]] = field(default_factory=dict)
     keys: list[dict[str, Any]] = field(default_factory=list)
+    # How the restarted process knew what was done: what it read (run record) or replayed (Temporal).
+    how_it_knew: str = ""
 
     @property
     def resumed_at(self) -> str | None:
@@ -109,6 +113,7 @@ class Observed:
         return {
             "engine": self.engine, "label": LABELS[self.engine], "run_id": self.run_id,
             "crash_at": CRASH[self.engine], "completed_before_restart": self.completed_before,
+            "how_it_knew": self.how_it_knew,
             "resumed_at": self.resumed_at,
             "resumed_at_position": STEP_NAMES.index(self.resumed_at) + 1 if self.resumed_at else None,
             "restarted_process_executed": self.restarted_executed, "executed_again": self.executed_again,
@@ -209,6 +214,8 @@ class Scenario:
         if code != 0:
             raise ScenarioError(f"runrecord resume exited with {code}. Its output:\n{resumer.output()}")
         obs.restarted_executed = executed(resumer.output())
+        obs.how_it_knew = next((line for line in resumer.output().splitlines() if "read the record of run" in line), "")
+        self.say(f"  {obs.how_it_knew}")
         obs.final_status = self._record_status(obs.run_id)["status"]
         return obs
 
@@ -248,6 +255,9 @@ class Scenario:
             status = await run_status(client, obs.run_id)
         second.stop()
         obs.restarted_executed = executed(second.output())
+        replayed = [line for line in second.output().splitlines() if "history events of run" in line]
+        obs.how_it_knew = replayed[0].split("temporalio.workflow: ", 1)[-1] if replayed else ""
+        self.say(f"  worker 2 {obs.how_it_knew}")
         obs.final_status = status["status"]
         return obs
 
@@ -319,12 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the observations as JSON (progress goes to stderr)")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="keep the provider's, record's and memory's files here (default: a temp dir, removed)")
+    parser.add_argument("--deploy", action="store_true",
+                        help="the restart that is a deploy (and a move), on every engine (lesson/deploy.py)")
     args = parser.parse_args(argv)
 
     out = sys.stderr if args.json else sys.stdout
 
     def say(text: str) -> None:
         print(f"==> {text}", file=out, flush=True)
+
+    if args.deploy:
+        from lesson.deploy import main as deploy_main
+
+        return deploy_main(as_json=args.json, state_dir=str(args.state_dir) if args.state_dir else None, say=say)
 
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-scenario-"))
     state.mkdir(parents=True, exist_ok=True)

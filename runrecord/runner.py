@@ -250,7 +250,23 @@ class Runner:
             self.say(f"run {run_id} became {ended.status} before this resume could take its lease; no step to run")
             return await self.resume(run_id)
         self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
+        self.say(self._what_was_read(run))
         return await self._continue(run_id)
+
+    @staticmethod
+    def _what_was_read(run: RunRow) -> str:
+        """Resuming is reading: the rows this resume read, and what it takes from them."""
+        rows = []
+        for s in run.steps:
+            if s.status == "completed":
+                rows.append(f"{s.name} completed (its recorded result is used; it is not run again)")
+            elif s.status == "running":
+                rows.append(f"{s.name} running, attempt {s.attempts}"
+                            + (" with no outcome recorded (its process died)" if s.attempt_open else ""))
+            else:
+                rows.append(f"{s.name} {s.status}")
+        return (f"read the record of run {run.run_id}: the run row (position {run.position}) and its step rows: "
+                + "; ".join(rows))
 
     async def retry(self, run_id: str) -> RunRow:
         """Restart a failed run at its failed step: fresh error budget and crash

@@ -150,6 +150,10 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
     assert before["effects"]["send_confirmation"]["applied"] == 2
     assert before["effects"]["record_outcome"] == {"keys": 1, "requests": 1, "applied": 1}
 
+    # How each durable engine knew: the record was read; the history was replayed, its activities not run.
+    assert "send_confirmation completed (its recorded result is used" in engines["runrecord"]["how_it_knew"]
+    assert "draft attempt 1, send_confirmation attempt 1 came from history, not executed again" in \
+        engines["temporal"]["how_it_knew"], engines["temporal"]
     for name in ("runrecord", "temporal"):
         durable = engines[name]
         assert durable["completed_before_restart"] == ["draft", "send_confirmation"], durable
@@ -158,5 +162,29 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
         assert durable["executed_again"] == [] and durable["final_status"] == "completed", durable
         assert len(durable["keys"]) == 2 and all(k["applied"] == 1 for k in durable["keys"]), durable
     # Everything the scenario started is gone.
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout == "", leftovers.stdout
+
+
+def test_scenario_deploy_on_every_engine(tmp_path):
+    """The restart that is a deploy (lesson/deploy.py): the record refuses a changed
+    flow, Temporal parks an unversioned change and takes a patched one in its
+    stride, a changed retry rule changes nothing for a waiting run, and a move
+    to another worker or directory finishes the run; no effect happens twice
+    on a durable engine."""
+    done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--deploy", "--json", "--state-dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    rows = {(r["engine"], r["change"]): r for r in report["rows"]}
+    assert report["ok"] and len(rows) == 8, report
+    assert rows["runrecord", "before"]["with the new code"] == "refused: the flow changed (exit 6)"
+    assert rows["temporal", "before"]["with the new code"] == "parked: NON_DETERMINISTIC_ERROR"
+    assert rows["temporal", "before, versioned"]["then"] == "a run started now takes the new path"
+    assert rows["in_memory", "before"]["email applied"] == 2
+    for (engine, change), row in rows.items():
+        if engine != "in_memory":
+            assert (row["email applied"], row["ticket applied"]) == (1, 1), row
+            assert "draft" not in row["steps run again by the new code"], row
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", leftovers.stdout

@@ -86,6 +86,9 @@ class AgentFlow:
         self._steps = [StepState(name) for name in STEP_NAMES]
         self._status = "running"
         self._error: str | None = None
+        # What this worker replayed before it ran anything new (see _replay_seen).
+        self._replayed: list[str] = []
+        self._replayed_events = 0
 
     @workflow.query(name="progress")
     def progress(self) -> RunStatus:
@@ -204,6 +207,7 @@ class AgentFlow:
                     retry_policy=ONE_ATTEMPT,
                 )
             except ActivityError as err:
+                self._replay_seen(f"{state.name} attempt {ledger.attempts} (failed)")
                 ending = ending_of(err, attempt_timeout)
                 state.last_error = ending.message
                 if ending.kind == "crash":
@@ -222,10 +226,12 @@ class AgentFlow:
                         state.next_try_at = iso(workflow.now().timestamp() + delay)
                         self._show(index)
                         await workflow.sleep(delay, summary=f"retry {state.name} (attempt {ledger.attempts + 1})")
+                        self._replay_seen(f"{state.name} backoff timer")
                         continue
                 else:
                     ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
                 self._fail(state, ledger, err)
+            self._replay_seen(f"{state.name} attempt {ledger.attempts}")
             result = output.result
             state.status = "adopted" if getattr(result, "adopted", None) else "completed"
             state.result = to_jsonable(result)
@@ -236,6 +242,23 @@ class AgentFlow:
                 with workflow.unsafe.sandbox_unrestricted():
                     crash_point(f"temporal:{state.name}:after_record")
             return result
+
+    def _replay_seen(self, what: str) -> None:
+        """Make the replay visible. Called where the code gets an activity's outcome
+        or a timer: while replaying, that outcome is the one recorded in history
+        (the activity is not executed again); the first one that is not a replay
+        is new, and the worker says what it replayed to get there. With no
+        workflow cache that is every workflow task; with one, only after the
+        instance was lost (a restart, an eviction)."""
+        if workflow.unsafe.is_replaying():
+            self._replayed.append(what)
+            self._replayed_events = workflow.info().get_current_history_length()
+        elif self._replayed:
+            workflow.logger.info(
+                "replayed %d history events of run %s: %s came from history, not executed again",
+                self._replayed_events, self._run_id, ", ".join(self._replayed),
+            )
+            self._replayed = []
 
     def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> None:
         state.status = "in_doubt" if ledger.in_doubt else "failed"

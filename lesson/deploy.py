@@ -1,0 +1,363 @@
+"""The restart that is a deploy, and the one that is a move, on every engine.
+
+    make scenario-deploy      (or: python -m lesson.scenario --deploy [--json])
+
+A run waits between step 2 and step 3 (its process killed there); new code
+is deployed (a checkout of its own, patched, as a release would be) and
+started; what happens to the waiting run is read from the processes, the
+engines' records and the provider's counts. The changes:
+
+``before``
+    a step inserted *before* the waiting point (a pause before the email):
+    it changes the recorded past. The run record's step-name check refuses
+    to resume (exit 6; the rolled-back code resumes it). Temporal replays the
+    new code against the history, meets a timer where the history has the
+    email's activity, and parks the run (non-determinism, visible in
+    ``starter.py status``); the rolled-back code finishes it.
+``before, versioned``
+    the same change behind ``workflow.patched``: the waiting run replays
+    without the marker and finishes on the old path; a run started after the
+    deploy records the marker and takes the new one (Temporal only: the run
+    record has no versioning, its flow is one list).
+``rule``
+    a changed retry rule (the default budget), nothing in the recorded past:
+    every engine continues. A started run keeps the rule it recorded.
+``moved``
+    not a code change: the run is finished by a process with another identity
+    and another state directory, as after a move to another machine (a
+    Temporal worker with ``--identity``; the run record's file copied and
+    resumed from its new place).
+
+The in-memory "before" has nothing to be broken: whatever the change, it
+starts over at step 1 and sends the email twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
+from lesson.effects import per_step
+from provider.client import fetch_effects
+from steps.models import STEP_NAMES
+
+TASK = "Confirm the refund for order 1234"
+EMAIL = "ada@example.com"
+PACKAGES = ("activities", "flowclient", "lab", "lesson", "llm", "memory", "provider", "runrecord", "steps",
+            "workflows")
+TIMEOUT = 90.0
+
+# The patches a "release" makes to a checkout: (file, old text, new text).
+SEND = "        sent = await self._attempts(\n"
+PATCHES: dict[str, list[tuple[str, str, str]]] = {
+    "before": [
+        ("workflows/agent_flow.py", SEND, "        await workflow.sleep(0.01)  # the release: a pause before the email\n"
+                                          + SEND),
+        ("runrecord/definition.py", '    FlowStep("send_confirmation",',
+         '    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause before the email\n'
+         '    FlowStep("send_confirmation",'),
+        ("runrecord/definition.py", "DEFAULT_FLOW: tuple[FlowStep, ...] = (",
+         "async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
+         "def _no_request(inputs: RunInputs, results: Mapping[str, Any]) -> None:\n    return None\n\n\n"
+         "DEFAULT_FLOW: tuple[FlowStep, ...] = ("),
+        ("runrecord/definition.py", 'assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES', "assert True"),
+    ],
+    "before, versioned": [
+        ("workflows/agent_flow.py", SEND, '        if workflow.patched("pause-before-send"):  # the release, versioned\n'
+                                          "            await workflow.sleep(0.01)\n" + SEND),
+    ],
+    "rule": [
+        ("steps/retry.py", "DEFAULT_BUDGET_SECONDS = 900.0", "DEFAULT_BUDGET_SECONDS = 600.0  # the release"),
+    ],
+    "moved": [],
+}
+EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
+    ("in_memory", "before"): {"with the new code": "started over at step 1 draft", "then": "-",
+                              "email applied": 2, "ticket applied": 1},
+    ("runrecord", "before"): {"with the new code": "refused: the flow changed (exit 6)",
+                              "then": "rolled back: resumed at step 3 record_outcome",
+                              "email applied": 1, "ticket applied": 1},
+    ("runrecord", "rule"): {"with the new code": "resumed at step 3 record_outcome", "then": "-",
+                            "email applied": 1, "ticket applied": 1},
+    ("runrecord", "moved"): {"with the new code": "resumed at step 3 record_outcome", "then": "-",
+                             "email applied": 1, "ticket applied": 1},
+    ("temporal", "before"): {"with the new code": "parked: NON_DETERMINISTIC_ERROR",
+                             "then": "rolled back: finished at step 3 record_outcome",
+                             "email applied": 1, "ticket applied": 1},
+    ("temporal", "before, versioned"): {"with the new code": "finished at step 3 record_outcome, on the old path",
+                                        "then": "a run started now takes the new path",
+                                        "email applied": 1, "ticket applied": 1},
+    ("temporal", "rule"): {"with the new code": "finished at step 3 record_outcome", "then": "-",
+                           "email applied": 1, "ticket applied": 1},
+    ("temporal", "moved"): {"with the new code": "finished at step 3 record_outcome, by worker elsewhere-1",
+                            "then": "-", "email applied": 1, "ticket applied": 1},
+}
+
+
+class DeployError(RuntimeError):
+    """The scenario could not be played as planned (a process did not start or die)."""
+
+
+@dataclass
+class Row:
+    engine: str
+    change: str
+    run_id: str
+    outcome: str = ""
+    then: str = "-"
+    ran_again: list[str] = field(default_factory=list)
+    email_applied: int = 0
+    ticket_applied: int = 0
+
+    def comparable(self) -> dict[str, Any]:
+        return {"with the new code": self.outcome, "then": self.then, "email applied": self.email_applied,
+                "ticket applied": self.ticket_applied}
+
+    @property
+    def ok(self) -> bool:
+        return self.comparable() == EXPECTED[(self.engine, self.change)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "change": self.change, "run_id": self.run_id, **self.comparable(),
+                "steps run again by the new code": self.ran_again, "expected": EXPECTED[(self.engine, self.change)],
+                "ok": self.ok}
+
+
+def checkout(root: Path, change: str) -> Path:
+    """A copy of the code, patched as a release with ``change`` would be."""
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("worker.py", "starter.py"):
+        shutil.copy(REPO / name, root / name)
+    for path, old, new in PATCHES[change]:
+        file = root / path
+        text = file.read_text()
+        if text.count(old) != 1:
+            raise DeployError(f"the {change!r} release no longer applies to {path}: {old.strip()!r} not found once")
+        file.write_text(text.replace(old, new))
+    return root
+
+
+def _executed(text: str) -> list[str]:
+    return [s for line in text.splitlines() for s in (*STEP_NAMES, "pause") if f"step {s} started:" in line]
+
+
+class Deploy:
+    def __init__(self, work: Path, say: Callable[[str], None]) -> None:
+        self.work, self.say = work, say
+        self.stamp = time.strftime("%H%M%S")
+        self.procs: list[Proc] = []
+        self.provider_url = ""
+        self.checkouts: dict[str, Path] = {}
+
+    def code(self, change: str | None) -> Path:
+        """The repository itself (None: the code the run started with), or the release's checkout."""
+        if change is None:
+            return REPO
+        if change not in self.checkouts:
+            self.checkouts[change] = checkout(self.work / f"release-{_slug(change)}", change)
+        return self.checkouts[change]
+
+    def spawn(self, name: str, args: list[str], code: Path, env: dict[str, str] | None = None) -> Proc:
+        full = {"PROVIDER_URL": self.provider_url, "MEMORY_DB": str(self.work / "memory.db"),
+                "RUNRECORD_DB": str(self.work / "runrecord.db"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(code),
+                "CRASH_AT": "", **(env or {})}
+        proc = Proc(name, [sys.executable, *args], env=full, cwd=code)
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, proc: Proc, timeout: float = TIMEOUT) -> int:
+        try:
+            return proc.popen.wait(timeout=timeout)
+        except Exception:
+            proc.kill()
+            raise DeployError(f"{proc.name} did not exit in {timeout:.0f} s:\n{proc.output()}") from None
+
+    def killed(self, proc: Proc) -> None:
+        if self.wait(proc) != -9:
+            raise DeployError(f"{proc.name} was to die at its crash point:\n{proc.output()}")
+
+    def effects(self, row: Row) -> Row:
+        steps = per_step(fetch_effects(self.provider_url, run_id=row.run_id))
+        row.email_applied = steps.get("send_confirmation", {}).get("applied", 0)
+        row.ticket_applied = steps.get("record_outcome", {}).get("applied", 0)
+        return row
+
+    # -- in memory ------------------------------------------------------------
+
+    def in_memory(self) -> Row:
+        row = Row("in_memory", "before", f"deploy-mem-{self.stamp}")
+        argv = ["-m", "lesson.in_memory", row.run_id, TASK, "--email", EMAIL]
+        self.killed(self.spawn("in-memory", argv, self.code(None), {"CRASH_AT": "in_memory:after_send_confirmation"}))
+        again = self.spawn("in-memory-new", argv, self.code("before"))
+        if self.wait(again) != 0:
+            raise DeployError(f"the in-memory flow did not finish:\n{again.output()}")
+        row.ran_again = _executed(again.output())
+        row.outcome = f"started over at step 1 {row.ran_again[0]}" if row.ran_again else "ran nothing"
+        return self.effects(row)
+
+    # -- run record -----------------------------------------------------------
+
+    def runrecord(self, change: str) -> Row:
+        row = Row("runrecord", change, f"deploy-rec-{_slug(change)}-{self.stamp}")
+        start = ["-m", "runrecord", "start", row.run_id, TASK, "--email", EMAIL]
+        self.killed(self.spawn("runrecord", start, self.code(None), {"CRASH_AT": "runrecord:send_confirmation:after_record"}))
+        env = {}
+        if change == "moved":
+            moved = self.work / "elsewhere"
+            moved.mkdir(exist_ok=True)
+            for suffix in ("", "-wal", "-shm"):
+                src = self.work / f"runrecord.db{suffix}"
+                if src.exists():
+                    shutil.copy(src, moved / src.name)
+            env = {"RUNRECORD_DB": str(moved / "runrecord.db"), "MEMORY_DB": str(moved / "memory.db")}
+        new = self.spawn("runrecord-new", ["-m", "runrecord", "resume", row.run_id],
+                         self.code(None if change == "moved" else change), env)
+        code = self.wait(new)
+        row.ran_again = _executed(new.output())
+        if code == 6:
+            row.outcome = "refused: the flow changed (exit 6)"
+            back = self.spawn("runrecord-rollback", ["-m", "runrecord", "resume", row.run_id], self.code(None))
+            if self.wait(back) != 0:
+                raise DeployError(f"the rolled-back resume failed:\n{back.output()}")
+            first = _executed(back.output())[:1]
+            row.then = f"rolled back: resumed at {self._where(first)}"
+        elif code == 0:
+            row.outcome = f"resumed at {self._where(row.ran_again[:1])}"
+        else:
+            raise DeployError(f"resume with the {change!r} release exited {code}:\n{new.output()}")
+        return self.effects(row)
+
+    @staticmethod
+    def _where(first: list[str]) -> str:
+        return f"step {STEP_NAMES.index(first[0]) + 1} {first[0]}" if first and first[0] in STEP_NAMES else "nothing"
+
+    # -- Temporal ---------------------------------------------------------------
+
+    def worker(self, server: DevServer, queue: str, code: Path, name: str, *args: str, env: dict | None = None) -> Proc:
+        proc = self.spawn(name, ["worker.py", *args], code,
+                          {"TEMPORAL_ADDRESS": server.address, "TASK_QUEUE": queue, **(env or {})})
+        proc.wait_for_line("worker ready", timeout=60)
+        return proc
+
+    async def temporal(self, server: DevServer, change: str) -> Row:
+        from flowclient.connect import connect
+        from flowclient.status import run_status
+        from starter import start_run
+
+        row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
+        queue = f"deploy-{_slug(change)}-{self.stamp}"
+        client = await connect({"TEMPORAL_ADDRESS": server.address})
+        old = self.worker(server, queue, self.code(None), "worker-old", env={"CRASH_AT": "record_outcome:before"})
+        await start_run(client, row.run_id, TASK, EMAIL, queue=queue)
+        self.killed(old)
+        args, env = ((["--identity", "elsewhere-1"], {"MEMORY_DB": str(self.work / "elsewhere-memory.db")})
+                     if change == "moved" else ([], {}))
+        new = self.worker(server, queue, self.code(None if change == "moved" else change), "worker-new", *args, env=env)
+
+        async def settled():
+            status = await run_status(client, row.run_id)
+            return status if status["status"] in ("completed", "parked", "failed") else None
+
+        status = await wait_until(settled, TIMEOUT, f"run {row.run_id} to finish or park")
+        row.ran_again = [s for s in _executed(new.output()) if s != "record_outcome"]
+        if status["status"] == "parked":
+            cause = "NON_DETERMINISTIC_ERROR" if "NON_DETERMINISTIC_ERROR" in (status["detail"] or "") else "other"
+            row.outcome = f"parked: {cause}"
+            new.kill()
+            self.worker(server, queue, self.code(None), "worker-rollback")
+
+            async def completed():
+                status = await run_status(client, row.run_id)
+                return status if status["status"] == "completed" else None
+
+            await wait_until(completed, TIMEOUT, f"run {row.run_id} to finish after the rollback")
+            row.then = "rolled back: finished at step 3 record_outcome"
+        elif status["status"] == "completed":
+            row.outcome = "finished at step 3 record_outcome"
+            history = await client.get_workflow_handle(row.run_id).fetch_history()
+            if change == "before, versioned":
+                row.outcome += ", on the old path" if not _has_timer(history) else ", on the NEW path"
+                fresh = f"{row.run_id}-after"
+                await start_run(client, fresh, TASK, EMAIL, queue=queue)
+                await client.get_workflow_handle(fresh).result()
+                took = _has_timer(await client.get_workflow_handle(fresh).fetch_history())
+                row.then = "a run started now takes the new path" if took else "a run started now takes the OLD path"
+            if change == "moved":
+                identities = {e.activity_task_started_event_attributes.identity for e in history.events
+                              if e.HasField("activity_task_started_event_attributes")}
+                row.outcome += f", by worker {'elsewhere-1' if 'elsewhere-1' in identities else '?'}"
+        else:
+            row.outcome = f"failed: {status['error']}"
+        return self.effects(row)
+
+    # -- all of it --------------------------------------------------------------
+
+    def play(self) -> list[Row]:
+        server = DevServer(dynamic_config=LAB_SERVER_CONFIG)
+        try:
+            self.say("starting a provider and a Temporal dev server (in memory)")
+            provider, self.provider_url = start_provider(self.work / "provider.db")
+            self.procs.append(provider)
+            server.start()
+            rows = [self.in_memory()]
+            for change in ("before", "rule", "moved"):
+                rows.append(self.runrecord(change))
+                self.say(_line(rows[-1]))
+            for change in ("before", "before, versioned", "rule", "moved"):
+                rows.append(asyncio.run(self.temporal(server, change)))
+                self.say(_line(rows[-1]))
+            return rows
+        finally:
+            for proc in reversed(self.procs):
+                if proc.alive():
+                    proc.kill()
+            server.stop()
+
+
+def _slug(change: str) -> str:
+    return change.replace(", ", "-").replace(" ", "-")
+
+
+def _has_timer(history) -> bool:
+    return any(e.HasField("timer_started_event_attributes") for e in history.events)
+
+
+HEADER = (f"{'engine':<10} {'release':<18} {'the waiting run, with the new code':<58} {'then':<46} "
+          f"{'email':>5} {'ticket':>6}  check")
+
+
+def _line(row: Row) -> str:
+    return (f"{row.engine:<10} {row.change:<18} {row.outcome:<58} {row.then:<46} {row.email_applied:>5} "
+            f"{row.ticket_applied:>6}  {'as expected' if row.ok else 'NOT AS EXPECTED'}")
+
+
+def render(rows: list[Row]) -> str:
+    return "\n".join([HEADER, "-" * len(HEADER), *(_line(r) for r in rows)])
+
+
+def main(as_json: bool = False, state_dir: str | None = None, say: Callable[[str], None] | None = None) -> int:
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    with tempfile.TemporaryDirectory(prefix="deploy-") as tmp:
+        work = Path(state_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            rows = Deploy(work, say).play()
+        except DeployError as err:
+            print(f"error: the deploy scenario could not be played: {err}", file=sys.stderr)
+            return 2
+    if as_json:
+        print(json.dumps({"rows": [r.to_json() for r in rows], "ok": all(r.ok for r in rows)}, indent=2))
+    else:
+        print(render(rows))
+    return 0 if all(r.ok for r in rows) else 1
