@@ -1,16 +1,17 @@
 # The two commands of the README, and a few more. Each creates .venv and
-# installs the project if needed (again whenever pyproject.toml changes).
+# installs the project if needed (again whenever pyproject.toml or the lock
+# changes): the locked dependencies with their hashes, then the project alone.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo scenario scenario-deploy test bench clean chaos
+.PHONY: demo scenario scenario-deploy test bench clean chaos lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 ## demo: kill a worker mid-run and watch the run resume (starts and stops everything itself)
@@ -45,3 +46,13 @@ chaos: $(STAMP)
 
 clean:
 	rm -rf .state
+
+## lock: regenerate requirements/*.lock (hashes included) from pyproject.toml, with pip-tools in a throwaway venv
+lock:
+	rm -rf $(VENV)-lock && $(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet 'pip-tools>=7.4,<8'
+	$(VENV)-lock/bin/pip-compile --quiet --extra dev --all-build-deps --generate-hashes --strip-extras --allow-unsafe \
+	  --no-emit-index-url --no-emit-find-links --output-file requirements/dev.lock pyproject.toml
+	$(VENV)-lock/bin/pip-compile --quiet --extra crypto --extra otel --all-build-deps --generate-hashes --strip-extras \
+	  --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements/deploy.lock pyproject.toml
+	rm -rf $(VENV)-lock

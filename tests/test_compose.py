@@ -145,10 +145,11 @@ def test_paths_in_compose_and_dockerfile_exist(compose):
     setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     needed = set(setup["packages"]) | {f"{m}.py" for m in setup["py-modules"]} | {"pyproject.toml", "README.md"}
     assert needed <= set(copied), f"the Dockerfile does not copy {sorted(needed - set(copied))}"
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    installed = re.search(r"pip install '\.\[([^\]]*)\]'", DOCKERFILE.read_text())
-    assert installed, "the Dockerfile installs the project with pip install '.[extras]'"
-    assert set(installed.group(1).split(",")) <= set(extras)
+    # Locked: the dependencies from requirements/deploy.lock with their hashes, then the project alone.
+    text = DOCKERFILE.read_text()
+    assert "pip install --require-hashes -r requirements/deploy.lock" in text
+    assert "pip install --no-deps --no-build-isolation ." in text
+    assert text.index("requirements/deploy.lock") < text.index("--no-deps")
 
 
 def _compose_cli() -> list[str] | None:
