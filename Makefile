@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo scenario scenario-deploy test bench clean chaos lock
+.PHONY: demo scenario scenario-deploy test ui-check bench clean chaos lock
 
 $(STAMP): pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+
+## ui-check: the Temporal UI in headless Chromium shows an encrypted run decrypted through the codec server
+ui-check: $(STAMP) $(CHROMIUM)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec_server.py -k "ui_shows"
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
 test: $(STAMP) $(CHROMIUM)

@@ -73,7 +73,7 @@ async def one(server, provider_url, point: str, mode: str, workdir: Path) -> tup
     """(seconds from the replacement being ready, seconds from the first worker's death) to completion."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     run_id = f"bench-{mode.replace('+', '-')}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
-    client = await connect({"TEMPORAL_ADDRESS": server.address})
+    client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
     args = {"defaults": ["--defaults"], "tuned+cache": ["--cache", "1000"]}.get(mode, [])
     timeouts = "defaults" if mode == "defaults" else "tuned"
     memory = {"MEMORY_DB": str(workdir / f"{queue}-memory.db")}  # removed with the bench's temp dir

@@ -72,7 +72,7 @@ async def scenario(server: DevServer, provider_url: str, tmp: Path, n_workers: i
     sampler.start()
     at_start = {w.pid: rss_mb(w.pid) for w in workers}
     milestones = {runs * q // 4: None for q in (1, 2, 3, 4)}
-    client = await connect({"TEMPORAL_ADDRESS": server.address})
+    client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
     done = 0
     gate = asyncio.Semaphore(in_flight)
     failed = []

@@ -35,15 +35,25 @@ Protocol (Temporal's codec server protocol, as the UI and ``temporal ...
   instead: 400 (not JSON, not payloads, a payload that does not decrypt),
   403, 404, 405, 411, 413. No message carries key material.
 
-There is no authentication: anyone who can reach the port can have payloads
-decrypted. It listens on loopback only, unless ``LAB_CODEC_SERVER_ALLOW_REMOTE=1``
-says the network is private (the same rule as the provider's). Prints
-``codec server listening on http://HOST:PORT`` once it accepts requests.
+Authentication, optional: with ``LAB_CODEC_SERVER_TOKEN`` set, ``/decode``
+and ``/encode`` answer only requests carrying ``Authorization: Bearer
+<token>`` (401 otherwise; CORS preflights, which browsers send without
+credentials, are answered either way). The CLI sends it with ``temporal ...
+--codec-auth "Bearer <token>"``; the Temporal UI forwards its user's access
+token when "pass access token" is on, so behind a UI with single sign-on the
+token is that one, checked by a proxy in front (the dev server's UI has no
+login and sends none: leave the token unset there). Without a token anyone who
+can reach the port can have payloads decrypted, which is why it listens on
+loopback only, unless ``LAB_CODEC_SERVER_ALLOW_REMOTE=1`` says the network is
+private (the same rule as the provider's). The token is compared in constant
+time and never logged. Prints ``codec server listening on http://HOST:PORT``
+once it accepts requests.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import ipaddress
 import json
 import os
@@ -65,6 +75,7 @@ DEFAULT_PORT = 8081
 DEFAULT_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 ORIGINS_VARIABLE = "LAB_CODEC_SERVER_ORIGINS"
 ALLOW_REMOTE_VARIABLE = "LAB_CODEC_SERVER_ALLOW_REMOTE"
+TOKEN_VARIABLE = "LAB_CODEC_SERVER_TOKEN"
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a history's payloads; Temporal caps each at 2 MB
 _ENDPOINTS = ("decode", "encode")
@@ -140,9 +151,10 @@ class CodecServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: int, codec: AesGcmCodec,
-                 origins: Sequence[str], verbose: bool = False) -> None:
+                 origins: Sequence[str], verbose: bool = False, token: str | None = None) -> None:
         self.address_family = family
         self.codec = codec
+        self.token = token
         self.origins = frozenset(origins)
         self.verbose = verbose
         super().__init__(address, Handler)
@@ -197,6 +209,20 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def _refuse_unauthenticated(self) -> bool:
+        token = self.server.token
+        if not token:
+            return False
+        given = self.headers.get("Authorization") or ""
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode()):
+            return False
+        self._error(401, "unauthorized",
+                    "this codec server needs Authorization: Bearer <token> (the value of "
+                    f"{TOKEN_VARIABLE}; with the CLI: --codec-auth \"Bearer <token>\")",
+                    {"WWW-Authenticate": 'Bearer realm="codec"'})
+        return True
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             sys.stderr.write(f"codec server: {self.address_string()} {format % args}\n")
@@ -221,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
         if endpoint is None:
             self._drain()
             return self._error(404, "not_found", "the endpoints are POST /decode and POST /encode")
-        if self._refuse_origin():
+        if self._refuse_origin() or self._refuse_unauthenticated():
             self._drain()
             return
         length = self.headers.get("Content-Length")
@@ -304,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codec server: port {args.port} is out of range; give 0 to 65535 (0 picks a free port)", file=sys.stderr)
         return 2
     host = args.host
+    token = (os.environ.get(TOKEN_VARIABLE) or "").strip() or None
+    if token is not None and len(token) < 16:
+        print(f"codec server: {TOKEN_VARIABLE} is too short to be a secret: give at least 16 characters "
+              "(python -c 'import secrets; print(secrets.token_urlsafe(24))')", file=sys.stderr)
+        return 2
     if not is_loopback(host) and os.environ.get(ALLOW_REMOTE_VARIABLE) != "1":
         print(
             f"codec server: refusing to listen on {host!r}: the codec server has no authentication and "
@@ -314,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        server = CodecServer((host, args.port), _address_family(host), codec, origins, verbose=args.verbose)
+        server = CodecServer((host, args.port), _address_family(host), codec, origins, verbose=args.verbose,
+                             token=token)
     except OSError as exc:
         print(f"codec server: cannot listen on {host}:{args.port}: {exc.strerror or exc}. "
               "Stop the other process on that port, or pass --port 0 to pick a free one.", file=sys.stderr)

@@ -204,7 +204,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         workers = _Workers(address, url, report.task_queue,
                            {"MEMORY_DB": str(work / "memory.db"), "LAB_STEP_SECONDS": str(config.pace),
                             "LLM_OFFLINE_VARY": "1" if config.vary else "0"}, config.echo)
-        client = await connect({"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
+        client = await connect({**os.environ, "TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
         workers.spawn("A")
         await _wait(lambda: workers.ready().get("A"), 60, "worker A to be ready")
 

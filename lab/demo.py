@@ -31,7 +31,16 @@ from rich.table import Table
 
 from flowclient.connect import connect, exit_now
 from flowclient.status import run_status
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, free_port, start_provider, start_worker
+from lab.processes import (
+    LAB_SERVER_CONFIG,
+    REPO,
+    DevServer,
+    Proc,
+    free_port,
+    start_codec_server,
+    start_provider,
+    start_worker,
+)
 from provider.client import fetch_effects
 from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.models import STEP_NAMES
@@ -62,7 +71,7 @@ def executed(proc: Proc) -> list[str]:
 async def story(server: DevServer, provider_url: str, pace: str, run_id: str, state: Path) -> int:
     queue = "agent-flow-demo"
     env = {"LAB_STEP_SECONDS": pace, "MEMORY_DB": str(state / "memory.db")}
-    client = await connect({"TEMPORAL_ADDRESS": server.address})
+    client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
 
     say(f"starting worker 1 (steps slowed to {pace} s each so you can watch)")
     first = start_worker(server.address, provider_url, queue, env, name="worker1")
@@ -139,9 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     # LAB_SERVER_CONFIG: the resume waits on two server timers (heartbeat timeout,
     # retry backoff) that a stock dev server fires up to ~1 s late, and each step on
     # a transfer-queue read a stock server rate-limits; see lab/processes.py.
-    server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False,
-                       dynamic_config=LAB_SERVER_CONFIG)
     provider: Proc | None = None
+    codec_server: Proc | None = None
+    codec_url = None
+    if (os.environ.get("LAB_CODEC_KEY") or "").strip():
+        # Payloads are encrypted: the UI sees them through a codec server (docs/deploy.md).
+        ui = f"http://127.0.0.1:{port + 1000}"
+        codec_server, codec_url = start_codec_server(dict(os.environ), origins=[ui, f"http://localhost:{port + 1000}"])
+        say(f"payloads are encrypted (LAB_CODEC_KEY): the UI decrypts them through the codec server at {codec_url}")
+    server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False,
+                       dynamic_config=LAB_SERVER_CONFIG, ui_codec_endpoint=codec_url)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
@@ -168,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         say("stopping what the demo started")
         if provider:
             provider.stop()
+        if codec_server:
+            codec_server.stop()
         server.stop()
 
 

@@ -125,7 +125,7 @@ async def table(outages: list[float], budget: float, say=print) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="outage-") as tmp:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
         try:
-            client = await connect({"TEMPORAL_ADDRESS": server.address})
+            client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
             return list(await asyncio.gather(*(_row(client, server, Path(tmp), o, budget, say) for o in outages)))
         finally:
             server.stop()

@@ -26,6 +26,7 @@ What a re-run step did to its effect is read from the status: ``replayed``
 
 from __future__ import annotations
 
+import os
 import argparse
 import asyncio
 import json
@@ -108,7 +109,7 @@ async def matrix(say=print) -> list[dict]:
         provider_proc, url = start_provider(work / "provider.db")
         workers = []
         try:
-            client = await connect({"TEMPORAL_ADDRESS": server.address})
+            client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
             for mode, vary in (("deterministic", "0"), ("varying", "1")):
                 queue = f"resets-{mode}-{uuid.uuid4().hex[:6]}"
                 workers.append(start_worker(server.address, url, queue,

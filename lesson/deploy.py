@@ -38,7 +38,6 @@ import asyncio
 import json
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -257,7 +256,7 @@ class Deploy:
 
         row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
         queue = f"deploy-{_slug(change)}-{self.stamp}"
-        client = await connect({"TEMPORAL_ADDRESS": server.address})
+        client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
         old = self.worker(server, queue, self.code(None), "worker-old", env={"CRASH_AT": "record_outcome:before"})
         await start_run(client, row.run_id, TASK, EMAIL, queue=queue)
         self.killed(old)

@@ -238,7 +238,7 @@ class Scenario:
         self.say(f"Temporal: worker 1 with CRASH_AT={CRASH['temporal']}; starting run {obs.run_id}")
         first = start_worker(server.address, self.provider_url, queue, env, name="worker1")
         self.procs.append(first)
-        client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
+        client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
         await start_run(client, obs.run_id, TASK, EMAIL, queue=queue)
         expect_killed(first)
         status = await run_status(client, obs.run_id)

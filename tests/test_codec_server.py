@@ -314,3 +314,32 @@ def test_the_temporal_cli_starts_and_reads_runs_through_it(dev_server, workers, 
     # Decoded, the history's payloads are json/plain; stored, they are encrypted.
     assert b64(b"json/plain") in shown.stdout and b64(ENCODING) not in shown.stdout
     assert b64(ENCODING) in plain.stdout
+
+
+def test_with_a_token_only_bearers_of_it_are_answered():
+    token = "a-token-of-twenty-four-chars"
+    proc, url = start_codec_server({**ENV, "LAB_CODEC_SERVER_TOKEN": token}, origins=[UI_ORIGIN])
+    try:
+        plain = temporalio.converter.default().payload_converter.to_payloads(["hello"])
+        body = {"payloads": [as_json(p) for p in plain]}
+        refused = httpx.post(f"{url}/encode", json=body)
+        assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
+        assert "LAB_CODEC_SERVER_TOKEN" in refused.json()["message"] and token not in refused.text
+        wrong = httpx.post(f"{url}/encode", json=body, headers={"Authorization": "Bearer not-the-token-at-all"})
+        assert wrong.status_code == 401
+        sealed = httpx.post(f"{url}/encode", json=body, headers={"Authorization": f"Bearer {token}"})
+        assert sealed.status_code == 200, sealed.text
+        # A browser's preflight carries no credentials and is still answered.
+        preflight = httpx.options(f"{url}/decode", headers={"Origin": UI_ORIGIN,
+                                                            "Access-Control-Request-Method": "POST"})
+        assert preflight.status_code == 204
+    finally:
+        proc.stop()
+    assert token not in proc.output()
+
+
+def test_a_short_token_is_refused_at_start():
+    done = subprocess.run([sys.executable, "-m", "flowclient.codec_server", "--port", "0"], cwd=REPO,
+                          env={**os.environ, **ENV, "LAB_CODEC_SERVER_TOKEN": "short"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "too short" in done.stderr

@@ -28,13 +28,14 @@ DOCKERFILE = REPO / "deploy" / "Dockerfile"
 
 EXPECTED_SERVICES = {
     "postgresql", "temporal-schema", "temporal", "temporal-create-namespace",
-    "temporal-ui", "provider", "worker", "starter",
+    "temporal-ui", "codec-server", "provider", "worker", "starter",
 }
 # Published ports, as docs/deploy.md lists them: all on the host's loopback only.
 EXPECTED_PORTS = {
     "temporal": ["127.0.0.1:7233:7233"],
     "temporal-ui": ["127.0.0.1:8080:8080"],
     "provider": ["127.0.0.1:8780:8780"],
+    "codec-server": ["127.0.0.1:8081:8081"],
 }
 
 
@@ -102,6 +103,11 @@ def test_workers_reach_the_server_and_the_provider_by_service_name(compose):
     assert svc["worker"]["deploy"]["replicas"] >= 2
     assert svc["starter"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert svc["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+    # The codec server, behind its profile, serves the UI's origin; the UI knows where it is.
+    codec = svc["codec-server"]
+    assert codec["profiles"] == ["codec"] and codec["environment"]["LAB_CODEC_SERVER_ALLOW_REMOTE"] == "1"
+    assert "http://localhost:8080" in codec["command"]
+    assert svc["temporal-ui"]["environment"]["TEMPORAL_CODEC_ENDPOINT"] == "${LAB_UI_CODEC_ENDPOINT:-}"
     provider = svc["provider"]
     assert provider["environment"]["PROVIDER_ALLOW_REMOTE"] == "1"
     cmd = provider["command"]
