@@ -34,7 +34,7 @@ def test_demo_with_encryption_points_the_ui_at_a_codec_server(tmp_path):
 
     key = base64.b64encode(bytes(range(90, 122))).decode()
     done = subprocess.run(
-        [sys.executable, "-m", "lab.demo", "--pace", "0", "--port", "0", "--state-dir", str(tmp_path)],
+        [sys.executable, "-m", "lab.demo", "--pace", "0.5", "--port", "0", "--state-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=240, env={**os.environ, "LAB_CODEC_KEY": key},
     )
     out = done.stdout + done.stderr
