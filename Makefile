@@ -6,7 +6,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo scenario scenario-deploy test ui-check bench clean chaos lock
+.PHONY: help install demo scenario scenario-deploy test ui-check bench clean chaos lock
+
+## help: list the targets (the default)
+help:
+	@echo "make TARGET, where TARGET is one of (each sets up .venv itself):"
+	@grep -E '^## [a-z-]+:' $(MAKEFILE_LIST) | sed -E 's/^## ([a-z-]+): (.*)/  \1\t\2/' | expand -t 20
+
+## install: create .venv and install the locked dependencies and the project (the other targets do it too)
+install: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +58,16 @@ chaos: $(STAMP)
 
 clean:
 	rm -rf .state
+
+## bench: the benchmarks, one after the other (~25 min; docs/benchmarks.md has the figures and each one's own command)
+bench: $(STAMP)
+	$(PY) bench/bench_step_time.py --runs 20
+	$(PY) bench/bench_overhead.py --latency-runs 20 --batch 50 --rounds 2
+	$(PY) bench/bench_resume.py --trials 3
+	$(PY) bench/bench_resume_record.py --trials 3
+	$(PY) bench/bench_runrecord.py --temporal
+	$(PY) bench/bench_memory.py
+	$(PY) bench/bench_scale.py --runs 300 --workers 1,2
 
 ## lock: regenerate requirements/*.lock (hashes included) from pyproject.toml, with pip-tools in a throwaway venv
 lock:
