@@ -34,6 +34,7 @@ another run is refused here too (``flowclient.codec``).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -305,7 +306,13 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
             since = iso(_utc(p.scheduled_time.ToDatetime())) if p.HasField("scheduled_time") else None
             return step_entry(name, "waiting", attempts, **common,
                               note=f"no worker has taken attempt {attempts} since {since}")
-        return step_entry(name, "running", attempts, **common)
+        beat = None
+        if p is not None and p.HasField("last_heartbeat_time"):
+            beat = _utc(p.last_heartbeat_time.ToDatetime())
+        elif p is not None and p.HasField("last_started_time"):
+            beat = _utc(p.last_started_time.ToDatetime())
+        note = f"last heartbeat {max(0.0, time.time() - beat):.1f} s ago" if beat is not None else None
+        return step_entry(name, "running", attempts, **common, note=note)
     attempts += max(last.attempts, 1)
     if closed:
         return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, **common,
@@ -314,7 +321,11 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
     due = [d for event_id, d, done in timers if event_id > last.scheduled_event_id and not done]
     if due:
         return step_entry(name, "retrying", attempts, **common, next_try_at=iso(_utc(due[-1])))
-    return step_entry(name, "running", attempts, **common)
+    if last.crashed:
+        # The workflow schedules the next attempt at once, in a workflow task a worker must run.
+        return step_entry(name, "waiting", attempts, **common,
+                          note=f"the worker running attempt {attempts} died; the next attempt waits for a worker")
+    return step_entry(name, "retrying", attempts, **common)
 
 
 async def run_status(client: Client, run_id: str) -> dict:

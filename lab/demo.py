@@ -30,9 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from flowclient.connect import connect, exit_now
-from flowclient.status import run_status
 from lab.processes import (
     LAB_SERVER_CONFIG,
+    wait_until,
     REPO,
     DevServer,
     Proc,
@@ -61,7 +61,7 @@ def _port_free(port: int) -> bool:
 
 
 def say(text: str) -> None:
-    console.print(f"[bold cyan]==>[/] {text}")
+    console.print(f"[bold cyan]==>[/] {text}", soft_wrap=True)  # one line each, however long the path
 
 
 def executed(proc: Proc) -> list[str]:
@@ -82,11 +82,17 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
     tick = step_ticker(indent="    ")  # shared by both workers' halves: a step is printed when it changes
     await wait_for_status(client, run_id, lambda s: s["steps"][1]["status"] == "completed", tick,
                           poll=0.1, timeout=120)
+    # Kill inside step 3, before its effect (the step's pace comes first), so
+    # the story is the same every time; at --pace 0 the step may beat the kill.
+    await wait_until(lambda: "step record_outcome started" in first.output(), 60,
+                     "worker 1 to start step 3", interval=0.02)
 
-    say(f"step 2 is recorded: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
+    say(f"step 2 is recorded and step 3 has begun: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
     first.kill()
-    await asyncio.sleep(1.0)  # only so the reader can see that nothing moves; no state is awaited here
-    waiting = await run_status(client, run_id)
+    # Temporal notices by the missing heartbeats (about a second): then the step is waiting for a worker.
+    waiting = await wait_for_status(client, run_id, lambda s: s["steps"][2]["status"] in ("waiting", "completed"),
+                                    poll=0.1, timeout=60)
+    tick(waiting)
     say("with no worker alive, Temporal's record of the run says:")
     console.print(render_table(waiting))
 

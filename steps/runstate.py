@@ -106,9 +106,10 @@ def describe_step(step: dict[str, Any]) -> str:
         return (f"retrying {name}: attempt {step['attempts']} failed ({step.get('last_error') or 'error'}); "
                 f"next try at {clock(step.get('next_try_at'))} UTC")
     if status == "waiting":
-        return f"{name} is waiting: {step.get('note') or 'nothing is running it'}"
+        return f"{name} is waiting for a worker (attempt {step['attempts']})"
     if status == "running":
-        return f"{name} is running (attempt {step['attempts']})"
+        beat = f"; {step['note']}" if step.get("note") else ""
+        return f"{name} is running (attempt {step['attempts']}{beat})"
     return f"{name}: {status}"
 
 
@@ -116,12 +117,13 @@ def render_table(status: dict[str, Any]) -> str:
     """A readable table, plain text so it is the same in a terminal and a log."""
     lines = [f"run {status['run_id']}: {status['status']}"
              + (f", current step {status['current_step']}" if status["current_step"] else "")]
-    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>8}  result")
+    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>12}  result")
     for i, step in enumerate(status["steps"], 1):
         result = step["result"]
         shown = "" if result is None else short_result(result)
-        attempts = f"{step['attempts']}" + (f" ({step['crashes']} crash)" if step.get("crashes") else "")
-        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {attempts:>8}  {shown}")
+        crashes = step.get("crashes") or 0
+        attempts = f"{step['attempts']}" + (f" ({crashes} crash{'es' if crashes > 1 else ''})" if crashes else "")
+        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {attempts:>12}  {shown}".rstrip())
         if step["status"] in ("retrying", "in_doubt", "failed") and step.get("last_error"):
             lines.append(f"  {'':<2} {'':<18} last error: {step['last_error']}")
         if step["status"] == "retrying" and step.get("next_try_at"):

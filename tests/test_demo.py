@@ -43,3 +43,53 @@ def test_demo_with_encryption_points_the_ui_at_a_codec_server(tmp_path):
     assert out.count("PASS") == 4 and "FAIL" not in out
     leftovers = subprocess.run(["pgrep", "-f", "flowclient.codec_server"], capture_output=True, text=True)
     assert str(tmp_path) not in leftovers.stdout
+
+
+NORMALISE = [
+    (r"\d{2}:\d{2}:\d{2}", "HH:MM:SS"),
+    (r"demo-\d{8}-\d{6}", "demo-RUN"),
+    (r"pid \d+", "pid N"),
+    (r"127\.0\.0\.1:\d+", "127.0.0.1:PORT"),
+    (r"msg_[0-9a-f]{24}", "msg_ID"),
+    (r"tkt_[0-9a-f]{24}", "tkt_ID"),
+    (r"history in \S+temporal\.db\)", "history in STATE/temporal.db)"),
+    (r"\d+(\.\d+)? s\b", "N s"),
+    (r"[ ─━]+", " "),  # table widths follow the values' lengths
+]
+
+
+def normalise(text: str) -> list[str]:
+    import re
+
+    lines = []
+    for line in text.splitlines():
+        for pattern, replacement in NORMALISE:
+            line = re.sub(pattern, replacement, line)
+        if line.strip():
+            lines.append(line.rstrip())
+    return lines
+
+
+def test_the_readmes_transcript_is_what_the_demo_prints(tmp_path):
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- demo-transcript -->\n```\n(.*?)\n```", readme, re.S)
+    assert block, "README.md has no demo transcript block"
+    import shutil
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="demo-")  # a short path: the demo's lines wrap at 120 columns
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lab.demo", "--port", "0", "--state-dir", state],
+            cwd=REPO, capture_output=True, text=True, timeout=240,
+        )
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = normalise(done.stdout + done.stderr)
+    shown = normalise(block.group(1))
+    assert printed == shown, "\n".join(
+        f"{'  ' if a == b else '≠ '}{b!r}\n   {a!r}" for a, b in zip(printed, shown)
+    ) + f"\n(demo printed {len(printed)} lines, README shows {len(shown)})"
