@@ -15,8 +15,13 @@ model mode), and prints one row per (model, run, reset point):
 - ``last``: ``-t LastWorkflowTask``.
 
 A completed run is reset at each point in turn (each reset starts from the
-newest run of the id); a failed run (the ticket API refusing with 503s until
-its 2 s budget was spent) once, to ``first``, after the provider is back.
+newest run of the id); failed runs (the ticket API refusing with 503s until
+their 2 s budget was spent) one per point, after the provider is back. A
+reset is an operator's "try again from here": the attempts it keeps are
+history, and every step's budget and death count start again at the reset
+(``workflows/agent_flow.py``, ``_attempts``), so a failed run reset even to
+its last task tries its failed step again. ``starter.py retry`` resets to
+just before the failed step's first attempt.
 What a re-run step did to its effect is read from the status: ``replayed``
 (the same request as before: the provider answered from its store),
 ``adopted`` (a different request of the same run: ``steps.adoption``),
@@ -128,19 +133,21 @@ async def matrix(say=print) -> list[dict]:
                     rows.append(await _row(client, mode, "completed", point, run_id, after, url, event_id))
                     say(_line(rows[-1]))
 
-                # A failed run: the ticket API down until the budget was spent; back up; reset to first.
-                run_id = f"reset-{mode}-failed-{uuid.uuid4().hex[:6]}"
-                async with ProviderClient(url) as pc:
-                    await pc.set_faults(fail_next=10_000, status=503, kinds=["ticket"])
-                    await start_run(client, run_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=2))
-                    await _closed(client, run_id)
-                    await pc.clear_faults()
-                handle = client.get_workflow_handle(run_id)
-                old_run = (await handle.describe()).run_id
-                event_id = reset(server.address, run_id, "first", await handle.fetch_history())
-                after = await _closed(client, run_id, newer_than=old_run)
-                rows.append(await _row(client, mode, "failed", "first", run_id, after, url, event_id))
-                say(_line(rows[-1]))
+                # Failed runs (the ticket API down until the 2 s budget was spent), one per reset
+                # point, each reset once the API is back.
+                for point in POINTS:
+                    run_id = f"reset-{mode}-failed-{uuid.uuid4().hex[:6]}"
+                    async with ProviderClient(url) as pc:
+                        await pc.set_faults(fail_next=10_000, status=503, kinds=["ticket"])
+                        await start_run(client, run_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=2))
+                        await _closed(client, run_id)
+                        await pc.clear_faults()
+                    handle = client.get_workflow_handle(run_id)
+                    old_run = (await handle.describe()).run_id
+                    event_id = reset(server.address, run_id, point, await handle.fetch_history())
+                    after = await _closed(client, run_id, newer_than=old_run)
+                    rows.append(await _row(client, mode, "failed", point, run_id, after, url, event_id))
+                    say(_line(rows[-1]))
         finally:
             for w in workers:
                 w.kill()

@@ -70,15 +70,17 @@ async def test_an_incompatible_deploy_parks_runs_and_a_rollback_completes_them(
         # after step 2 (that task times out, and is retried).
         crash_points = ("record_outcome:before", "temporal:send_confirmation:after_record")
         run_ids = [f"deploy-{n}-{uuid.uuid4().hex[:6]}" for n in range(2)]
-        for run_id, crash_at in zip(run_ids, crash_points):
-            old = worker_from(REPO, dev_server, provider, task_queue, "old", {"CRASH_AT": crash_at})
+        # A queue per run: a worker started for one run must not pick up the other's tasks.
+        queues = [f"{task_queue}-{n}" for n in range(2)]
+        for run_id, crash_at, queue in zip(run_ids, crash_points, queues):
+            old = worker_from(REPO, dev_server, provider, queue, "old", {"CRASH_AT": crash_at})
             procs.append(old)
-            await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
+            await start_run(client, run_id, TASK, EMAIL, queue=queue)
             assert wait_exit(old, 60) == -9, old.output()
 
         # The new, incompatible code is deployed.
-        new = worker_from(deployed, dev_server, provider, task_queue, "new")
-        procs.append(new)
+        news = [worker_from(deployed, dev_server, provider, queue, "new") for queue in queues]
+        procs.extend(news)
 
         async def all_parked():
             statuses = [await run_status(client, r) for r in run_ids]
@@ -95,11 +97,12 @@ async def test_an_incompatible_deploy_parks_runs_and_a_rollback_completes_them(
         shown = subprocess.run([sys.executable, "starter.py", "status", run_ids[0]], cwd=REPO, capture_output=True,
                                text=True, timeout=60, env={**os.environ, "TEMPORAL_ADDRESS": dev_server.address})
         assert shown.returncode == 3 and "parked" in shown.stdout, shown
-        assert "step record_outcome started" not in new.output()  # parked: it ran no step
+        assert all("step record_outcome started" not in new.output() for new in news)  # parked: no step ran
 
         # Roll back: the old code again. The parked tasks are retried and succeed.
-        new.kill()
-        procs.append(worker_from(REPO, dev_server, provider, task_queue, "rolled-back"))
+        for new in news:
+            new.kill()
+        procs.extend(worker_from(REPO, dev_server, provider, queue, "rolled-back") for queue in queues)
 
         async def all_completed():
             statuses = [await run_status(client, r) for r in run_ids]

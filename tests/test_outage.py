@@ -153,3 +153,33 @@ async def test_outage_past_the_budget_fails_and_retry_completes_on_both_engines(
     twice = record_cli(api, tmp_path, "retry", record_id)
     processes.append(twice)
     assert wait_exit(twice) == 2 and "a completed run cannot be retried" in twice.output()
+
+
+async def test_a_timed_out_run_names_its_step_and_retry_finishes_it(client, dev_server, workers, provider, run_id,
+                                                                    task_queue):
+    """The execution timeout is the backstop (the starter sets it above the step
+    budgets; here it is forced short): a run that reaches it says at which step,
+    and `starter.py retry` restarts it there."""
+    from datetime import timedelta
+
+    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+
+    slow = workers(extra_env={"LAB_STEP_SECONDS": "4"})
+    await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL), id=run_id,
+                                task_queue=task_queue, execution_timeout=timedelta(seconds=2),
+                                task_timeout=timedelta(seconds=2))
+
+    async def closed():
+        status = await run_status(client, run_id)
+        return status if status["status"] != "running" else None
+
+    status = await poll_until(closed, timeout=30, what="the run to time out")
+    assert status["status"] == "failed" and "the run timed out at step draft" in status["error"], status
+    slow.kill()
+    workers()
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    retried = subprocess.run([sys.executable, "starter.py", "retry", run_id, "--wait"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert (await run_status(client, run_id))["status"] == "completed"
+    assert all(e.effects_applied == 1 for e in fetch_effects(provider.url, run_id=run_id))

@@ -210,11 +210,20 @@ class AgentFlow:
                 self._replay_seen(f"{state.name} attempt {ledger.attempts} (failed)")
                 ending = ending_of(err, attempt_timeout)
                 state.last_error = ending.message
+                if ending.kind != "permanent" and not self._counts(state.name, ledger.attempts):
+                    # An attempt the run this one was reset from made: its failure is history, and
+                    # the retry that followed it is in history too. A reset (an operator's "try
+                    # again from here") gives the step a fresh budget and death count, so it is
+                    # not counted: the same rule then decides again, from the reset on.
+                    state.crashes += ending.kind == "crash"
+                    if ending.kind == "transient":
+                        await workflow.sleep(ledger.rule.backoff(1, 0.0), summary=f"retry {state.name}")
+                    continue
                 if ending.kind == "crash":
                     if ledger.after_crash(ending.message):
-                        state.crashes = ledger.crashes
+                        state.crashes += 1
                         continue
-                    state.crashes = ledger.crashes
+                    state.crashes += 1
                 elif ending.kind == "transient":
                     seconds = ending.seconds
                     if seconds is None:
@@ -242,6 +251,22 @@ class AgentFlow:
                 with workflow.unsafe.sandbox_unrestricted():
                     crash_point(f"temporal:{state.name}:after_record")
             return result
+
+    def _counts(self, step: str, attempt: int) -> bool:
+        """Whether a failed attempt counts toward the step's budget and death limit.
+
+        Always, but in a run made by a reset (its run id is not the original
+        one): there the attempts kept from before the reset point are history,
+        and the budget starts again at the reset. Workflow code cannot see where
+        that point is, so the reset run marks it: the first failure it decides
+        on itself records a patch marker (``workflow.patched``, an id per run,
+        step and attempt), which every later replay finds in place, while the
+        failures replayed from before the reset have none. The cost: a marker
+        per failure, in reset runs only."""
+        info = workflow.info()
+        if info.run_id == info.original_execution_run_id:
+            return True
+        return workflow.patched(f"counted-{info.run_id}-{step}-{attempt}")
 
     def _replay_seen(self, what: str) -> None:
         """Make the replay visible. Called where the code gets an activity's outcome
