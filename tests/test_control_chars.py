@@ -1,0 +1,288 @@
+"""Control characters (README, input limits): refused where they can do harm,
+never printed raw.
+
+One list of hostile strings goes through the paths a user's text takes in: the
+starter, the run record's CLI and the workflow's input check. Where the rule
+refuses a string, the answer names the field, the character (``U+001B``) and
+its position; where it accepts one (a zero-width joiner, a run of combining
+marks, newline and tab in a task), the run completes and its status output
+holds no raw control byte.
+
+The checks here use their own definition of a raw control byte, not the
+code's, so breaking ``steps.controls`` makes them fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import logging
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from flowclient.codec import data_converter_from_env
+from flowclient.status import RunNotFound, run_status
+from lab.processes import REPO
+from provider.client import fetch_effects
+from steps import flow
+from steps.errors import PermanentError
+from steps.models import DraftRequest, RecordRequest, SendRequest
+from tests.fake_openai_server import FakeOpenAIServer, completion
+from tests.provider_process import running_provider
+from tests.test_flow import wait_closed
+from worker import worker_options
+from workflows.agent_flow import WORKFLOW_NAME, AgentFlow, FlowInput
+
+EMAIL = "ada@example.com"
+TASK = "Confirm the refund for order 1234"
+
+# What must never reach a terminal: C0 (newline aside), DEL, C1, bidi overrides and isolates.
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+@dataclass(frozen=True)
+class Hostile:
+    name: str
+    text: str
+    refused: str | None  # the character the rule names, e.g. "U+001B (ESC)"; None: accepted
+    position: int | None = None  # counting from 1
+
+
+HOSTILE = [
+    Hostile("issue-example", "Refund \x1b[2J\x1b]0;owned\x07 order \x1b[31mRED\x1b[0m 42", "U+001B (ESC)", 8),
+    Hostile("csi-clear-screen", "Refund \x1b[2J order 42", "U+001B (ESC)", 8),
+    Hostile("osc-window-title", "Refund order 42\x1b]0;owned\x07", "U+001B (ESC)", 16),
+    Hostile("bel", "Refund\x07 order 42", "U+0007 (BEL)", 7),
+    Hostile("nul", "Refund order\x00 42", "U+0000 (NUL)", 13),
+    Hostile("del", "Refund\x7f order 42", "U+007F (DEL)", 7),
+    Hostile("c1-csi", "Refund \x9b2J order 42", "U+009B (CSI)", 8),
+    Hostile("rlo", "Refund order \u202e24 redro", "U+202E (RIGHT-TO-LEFT OVERRIDE)", 14),
+    Hostile("zero-width-joiner", "Refund order 42 for \U0001F469\u200d\U0001F4BB", None),
+    Hostile("combining-4000", "\u0301" * 4000, None),
+    Hostile("newline-and-tab", "Refund order 42\n\tand order 43", None),
+]
+REFUSED = [h for h in HOSTILE if h.refused]
+ACCEPTED = [h for h in HOSTILE if not h.refused]
+IDS = [h.name for h in HOSTILE]
+
+
+def assert_no_raw(text: str, where: str) -> None:
+    found = RAW.search(text)
+    assert found is None, f"{where} holds raw {found.group()!r} at {found.start()}: {text[max(0, found.start() - 60):found.start() + 60]!r}"
+
+
+def offline_subject(task: str) -> str:
+    """What the offline model writes as the subject (llm/offline.py): tests must not trust the code's escaping."""
+    one_line = " ".join(task.split())
+    if len(one_line) <= 196:
+        return "Re: " + one_line
+    return "Re: " + one_line[:193] + "..."
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A CLI as a user runs it; output kept as bytes, decoded strictly, so nothing is hidden."""
+    done = subprocess.run([sys.executable, *args], cwd=REPO, env={**os.environ, **env}, capture_output=True,
+                          timeout=120)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode("utf-8"),
+                                       done.stderr.decode("utf-8"))
+
+
+def starter(dev_server, *args: str, queue: str = "unused") -> subprocess.CompletedProcess:
+    return run_cli(["starter.py", *args], {"TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": queue})
+
+
+def refusal(field: str, h: Hostile) -> str:
+    return f"{field} holds {h.refused} at position {h.position}"
+
+
+# -- the starter -------------------------------------------------------------------
+
+
+async def test_the_starter_refuses_hostile_tasks_naming_the_character_and_starts_nothing(dev_server, client, capsys):
+    import asyncio
+
+    import starter as starter_module
+
+    for h in REFUSED:
+        run = f"ctl-start-{h.name}"
+        if "\x00" in h.text:
+            # No process can be given a NUL in an argument (execve refuses it): call the CLI's main
+            # (in a thread: it runs its own event loop).
+            code = await asyncio.to_thread(starter_module.main, ["start", run, h.text, "--email", EMAIL])
+            err = capsys.readouterr().err
+        else:
+            done = starter(dev_server, "start", run, h.text, "--email", EMAIL, "--wait")
+            code, err = done.returncode, done.stderr
+            assert_no_raw(done.stdout + done.stderr, f"starter output for {h.name}")
+        assert code == 2, (h.name, err)
+        assert refusal("task", h) in err, (h.name, err)
+        assert "Remove it and try again" in err, err
+        with pytest.raises(RunNotFound):
+            await run_status(client, run)
+
+
+def test_the_starter_refuses_hostile_addresses_and_conversation_ids(dev_server):
+    cases = [
+        (["--email", "ada\t@example.com"], "email address holds U+0009 (TAB) at position 4"),
+        (["--email", "ada@example.com\x1b[2J"], "email address holds U+001B (ESC) at position 16"),
+        (["--email", EMAIL, "--conversation", "conv\u20661"], "conversation id holds U+2066 (LEFT-TO-RIGHT ISOLATE) at position 5"),
+    ]
+    for extra, expected in cases:
+        done = starter(dev_server, "start", "ctl-start-fields", TASK, *extra)
+        assert done.returncode == 2 and expected in done.stderr, (extra, done.stderr)
+        assert_no_raw(done.stderr, "starter's refusal")
+
+
+async def test_accepted_text_runs_and_the_starters_output_holds_no_raw_control_byte(
+    dev_server, client, workers, provider, task_queue, run_id
+):
+    workers()
+    for h in ACCEPTED:
+        run = f"ctl-{h.name}-{run_id[-8:]}"
+        done = starter(dev_server, "start", run, h.text, "--email", EMAIL, "--wait", queue=task_queue)
+        assert done.returncode == 0, (h.name, done.stdout, done.stderr)
+        assert f"run {run}: completed" in done.stdout, done.stdout
+        assert_no_raw(done.stdout + done.stderr, f"start --wait of {h.name}")
+        for args in (["status", run], ["status", run, "--live"], ["watch", run]):
+            shown = starter(dev_server, *args, queue=task_queue)
+            assert shown.returncode == 0, (args, shown.stderr)
+            assert_no_raw(shown.stdout + shown.stderr, f"{' '.join(args[:1] + args[2:])} of {h.name}")
+        as_json = starter(dev_server, "status", run, "--json", queue=task_queue)
+        assert_no_raw(as_json.stdout, "status --json")
+        status = json.loads(as_json.stdout)
+        # Exact, nothing lost: the subject the model wrote from the task, and the email as sent.
+        assert status["steps"][0]["result"]["subject"] == offline_subject(h.text), h.name
+        [sent] = httpx.get(f"{provider.url}/v1/emails", params={"run_id": run}).json()["emails"]
+        assert sent["subject"] == offline_subject(h.text)
+
+
+# -- the workflow's input check ------------------------------------------------------
+
+
+async def test_the_workflow_refuses_hostile_input_of_runs_started_now(client, workers, provider, run_id, task_queue):
+    """Input that bypassed the starter: refused at the workflow boundary, naming field, character, position."""
+    workers()
+    unique = run_id[-8:]
+    cases = {f"ctl-{h.name}-{unique}": (dict(task=h.text), refusal("task", h)) for h in REFUSED}
+    cases[f"ctl-email-{unique}"] = (dict(task=TASK, email="ada@exa\x9bmple.com"),
+                                    "email address holds U+009B (CSI) at position 8")
+    cases[f"ctl-conv-{unique}"] = (dict(task=TASK, conversation_id="c\u202e1"),
+                                   "conversation id holds U+202E (RIGHT-TO-LEFT OVERRIDE) at position 2")
+    for run, (fields, _) in cases.items():
+        await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run, **{"email": EMAIL, **fields}), id=run,
+                                    task_queue=task_queue)
+    for run, (_, expected) in cases.items():
+        status = await wait_closed(client, run)
+        assert status["status"] == "failed", status
+        assert status["error"].startswith("input refused: ") and expected in status["error"], status["error"]
+        assert [s["status"] for s in status["steps"]] == ["pending"] * 3
+        assert fetch_effects(provider.url, run_id=run) == []
+    # Accepted text is not refused: the same boundary lets it through to a completed run.
+    accepted = f"ctl-accepted-{unique}"
+    await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=accepted, task=ACCEPTED[0].text, email=EMAIL),
+                                id=accepted, task_queue=task_queue)
+    assert (await wait_closed(client, accepted))["status"] == "completed"
+
+
+HISTORY = REPO / "tests" / "data" / "histories" / "6ad4721c745f" / "in-flight.json"
+
+
+def _with_task(history: dict, old: str, new: str) -> dict:
+    """The history with every payload string holding ``old`` rewritten to hold ``new``:
+    what the previous main recorded for a run started with that task."""
+
+    def swap(value):
+        if isinstance(value, str):
+            return value.replace(old, new)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        return value
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("metadata", {}).get("encoding") == base64.b64encode(b"json/plain").decode() and "data" in node:
+                data = json.loads(base64.b64decode(node["data"]))
+                if swap(data) != data:  # leave every other payload byte for byte
+                    encoded = json.dumps(swap(data), separators=(",", ":"), sort_keys=True).encode()
+                    node["data"] = base64.b64encode(encoded).decode()
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    out = copy.deepcopy(history)
+    walk(out)
+    return out
+
+
+async def test_a_run_in_flight_before_the_rule_replays_with_a_hostile_task():
+    """Runs started before the rule (no live marker) took a task with ESC in it; replaying
+    them under this code must not refuse it, or their next workflow task fails."""
+    raw = json.loads(HISTORY.read_text())
+    hostile = _with_task(raw, TASK, HOSTILE[0].text)
+    started = hostile["events"][0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+    assert "\x1b[2J" in json.loads(base64.b64decode(started["data"]))["task"]
+    replayer = Replayer(workflows=[AgentFlow], workflow_runner=worker_options()["workflow_runner"],
+                        data_converter=data_converter_from_env({}))
+    await replayer.replay_workflow(WorkflowHistory.from_json(HISTORY.stem, hostile))
+
+
+# -- the run record's CLI ------------------------------------------------------------
+
+
+def runrecord_cli(db: Path, provider_url: str, *args: str) -> subprocess.CompletedProcess:
+    return run_cli(["-m", "runrecord", *args, "--db", str(db)],
+                   {"PROVIDER_URL": provider_url, "MEMORY_DB": str(db.parent / "memory.db")})
+
+
+def test_the_run_record_refuses_hostile_tasks_and_runs_accepted_ones(tmp_path, provider, capsys):
+    import signal
+
+    from runrecord.cli import main as runrecord_main
+
+    db = tmp_path / "runrecord.db"
+    for h in REFUSED:
+        if "\x00" in h.text:  # argv cannot hold NUL: the CLI's main, in this process
+            saved = signal.getsignal(signal.SIGTERM)
+            try:
+                code = runrecord_main(["start", f"ctl-rr-{h.name}", h.text, "--email", EMAIL, "--db", str(db)])
+            finally:
+                signal.signal(signal.SIGTERM, saved)  # main makes SIGTERM a KeyboardInterrupt
+            err = capsys.readouterr().err
+            assert code == 2 and refusal("task", h) in err, err
+            continue
+        done = runrecord_cli(db, provider.url, "start", f"ctl-rr-{h.name}", h.text, "--email", EMAIL)
+        assert done.returncode == 2, (h.name, done.stdout, done.stderr)
+        assert refusal("task", h) in done.stderr, done.stderr
+        assert "started:" not in done.stdout
+        assert_no_raw(done.stdout + done.stderr, f"runrecord start of {h.name}")
+    for h in ACCEPTED:
+        run = f"ctl-rr-{h.name}"
+        done = runrecord_cli(db, provider.url, "start", run, h.text, "--email", EMAIL)
+        assert done.returncode == 0, (h.name, done.stdout, done.stderr)
+        assert_no_raw(done.stdout + done.stderr, f"runrecord start of {h.name}")
+        shown = runrecord_cli(db, provider.url, "status", run)
+        assert shown.returncode == 0 and f"run {run}: completed" in shown.stdout, shown.stdout
+        assert_no_raw(shown.stdout + shown.stderr, f"runrecord status of {h.name}")
+        status = json.loads(runrecord_cli(db, provider.url, "status", run, "--json").stdout)
+        assert status["steps"][0]["result"]["subject"] == offline_subject(h.text)
+    listed = runrecord_cli(db, provider.url, "list")
+    assert_no_raw(listed.stdout, "runrecord list")
+    assert not any(f"ctl-rr-{h.name}" in listed.stdout for h in REFUSED), listed.stdout
