@@ -15,6 +15,9 @@ they change how a string looks, not what a terminal does.
 
 ``find_control`` says where the first such character is (the input checks,
 ``steps.limits``, word the refusal from it).
+
+The provider has its own copy of the rule (``provider.server``): it is the
+far side of an API and shares no code with its clients for this.
 """
 
 from __future__ import annotations

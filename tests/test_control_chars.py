@@ -2,11 +2,11 @@
 never printed raw.
 
 One list of hostile strings goes through the paths a user's text takes in: the
-starter, the run record's CLI and the workflow's input check. Where the rule
-refuses a string, the answer names the field, the character (``U+001B``) and
-its position; where it accepts one (a zero-width joiner, a run of combining
-marks, newline and tab in a task), the run completes and its status output
-holds no raw control byte.
+starter, the run record's CLI, the workflow's input check and the provider
+(its own check). Where the rule refuses a string, the answer names the field,
+the character (``U+001B``) and its position; where it accepts one (a zero-
+width joiner, a run of combining marks, newline and tab in a task), the run
+completes and its status output holds no raw control byte.
 
 The checks here use their own definition of a raw control byte, not the
 code's, so breaking ``steps.controls`` makes them fail.
@@ -286,3 +286,64 @@ def test_the_run_record_refuses_hostile_tasks_and_runs_accepted_ones(tmp_path, p
     listed = runrecord_cli(db, provider.url, "list")
     assert_no_raw(listed.stdout, "runrecord list")
     assert not any(f"ctl-rr-{h.name}" in listed.stdout for h in REFUSED), listed.stdout
+
+
+# -- the provider ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def provider_url(tmp_path_factory):
+    with running_provider(tmp_path_factory.mktemp("ctl-provider") / "provider.db") as proc:
+        yield proc.url
+
+
+def _email(run: str, **fields) -> dict:
+    return {"run_id": run, "to": EMAIL, "subject": "Your refund", "body": "Hello Ada,\n\nDone.", **fields}
+
+
+@pytest.mark.parametrize("h", HOSTILE, ids=IDS)
+@pytest.mark.parametrize("field", ["subject", "to", "body", "summary"])
+def test_the_provider_checks_text_itself(provider_url, h, field):
+    run = f"ctl-prov-{uuid.uuid4().hex[:12]}"
+    if field == "summary":
+        path, body = "/v1/tickets", {"run_id": run, "summary": h.text, "email_message_id": "msg_1"}
+    else:
+        path, body = "/v1/emails", _email(run, **{field: h.text})
+    answer = httpx.post(f"{provider_url}{path}", json=body, headers={"Idempotency-Key": f"{run}-{field}"})
+    single_line = field != "body"
+    if h.refused:
+        assert answer.status_code == 422, answer.text
+        data = answer.json()
+        assert data["error"] == "invalid_request" and data["field"] == field, data
+        # The provider's own words (not the client's): field, U+XXXX and position.
+        assert f"{field} contains {h.refused.split()[0]} at position {h.position}:" in data["message"], data
+        assert RAW.search(answer.text) is None  # JSON escapes it; the answer quotes no raw byte
+    elif h.name == "newline-and-tab" and single_line:
+        assert answer.status_code == 422 and answer.json()["field"] == field, answer.text
+        assert "U+000A" in answer.json()["message"] or "U+0009" in answer.json()["message"], answer.text
+    elif field == "to":  # passes the text rule, but is no address
+        assert answer.status_code == 422 and answer.json()["field"] == "to", answer.text
+        assert re.search("malformed|the limit is 254", answer.json()["message"]), answer.text
+    elif len(h.text) > {"subject": 200, "summary": 500, "body": 20000}[field]:
+        assert answer.status_code == 422 and "the limit is" in answer.json()["message"], answer.text
+    else:
+        assert answer.status_code == 200, answer.text
+        stored = httpx.get(f"{provider_url}{path}", params={"run_id": run}).json()
+        [row] = stored["emails" if path == "/v1/emails" else "tickets"]
+        assert row[field] == h.text  # exact: nothing mended, nothing lost
+
+
+def test_the_provider_allows_crlf_and_tab_in_a_body_but_no_lone_cr(provider_url):
+    ok = httpx.post(f"{provider_url}/v1/emails", json=_email("ctl-prov-crlf", body="Hi\r\n\tthere\n"),
+                    headers={"Idempotency-Key": "ctl-prov-crlf-1"})
+    assert ok.status_code == 200, ok.text
+    lone = httpx.post(f"{provider_url}/v1/emails", json=_email("ctl-prov-cr", body="Hi\rthere"),
+                      headers={"Idempotency-Key": "ctl-prov-cr-1"})
+    assert lone.status_code == 422 and "body contains U+000D at position 3" in lone.json()["message"], lone.text
+
+
+def test_the_providers_rule_is_its_own_code():
+    """It shares nothing with the client's rule: no import of steps.controls, and no call of the client's check."""
+    source = (REPO / "provider" / "server.py").read_text()
+    assert "steps.controls" not in source and "check_text" not in source
+    assert "check_email(to, controls=False)" in source
