@@ -1,12 +1,12 @@
 """Control characters (README, input limits): refused where they can do harm,
 never printed raw.
 
-One list of hostile strings goes through the paths a user's text takes in: the
-starter, the run record's CLI, the workflow's input check and the provider
-(its own check). Where the rule refuses a string, the answer names the field,
-the character (``U+001B``) and its position; where it accepts one (a zero-
-width joiner, a run of combining marks, newline and tab in a task), the run
-completes and its status output holds no raw control byte.
+One list of hostile strings goes through every path a user's text takes: the
+starter, the run record's CLI, the workflow's input check, the provider (its
+own check) and the model's output. Where the rule refuses a string, the answer
+names the field, the character (``U+001B``) and its position; where it accepts
+one (a zero-width joiner, a run of combining marks, newline and tab in a
+task), the run completes and its status output holds no raw control byte.
 
 The checks here use their own definition of a raw control byte, not the
 code's, so breaking ``steps.controls`` makes them fail.
@@ -347,3 +347,95 @@ def test_the_providers_rule_is_its_own_code():
     source = (REPO / "provider" / "server.py").read_text()
     assert "steps.controls" not in source and "check_text" not in source
     assert "check_email(to, controls=False)" in source
+
+
+# -- the model's output ------------------------------------------------------------
+
+
+class _Model:
+    """A model that returns whatever it is given, unchecked (as a buggy client might)."""
+
+    name = "fake"
+
+    def __init__(self, **fields):
+        self.fields = {"subject": "Re: refund", "body": "Hello.", "summary": "Refund confirmed", **fields}
+
+    async def draft(self, messages):
+        return SimpleNamespace(**self.fields)
+
+
+class _Provider:
+    def __init__(self):
+        self.calls = 0
+
+    async def send_email(self, **kwargs):
+        self.calls += 1
+        raise AssertionError("the email was sent")
+
+    async def create_ticket(self, **kwargs):
+        self.calls += 1
+        raise AssertionError("the ticket was recorded")
+
+
+@pytest.mark.parametrize("h", HOSTILE, ids=IDS)
+async def test_the_models_subject_is_checked_before_anything_is_sent(h):
+    from llm import Draft, DraftError, OfflineModel
+
+    deps = flow.StepDeps(provider=_Provider(), llm=_Model(subject=h.text[:200]))
+    request = DraftRequest(run_id="r-1", task=TASK, conversation_id="r-1")
+    if h.refused:
+        with pytest.raises(PermanentError) as caught:
+            await flow.draft(request, deps)
+        assert "the model's draft (fake) was refused" in str(caught.value)
+        assert refusal("subject", h) in str(caught.value) and "single line of printable text" in str(caught.value)
+        with pytest.raises(DraftError, match=re.escape(refusal("subject", h))):
+            Draft(subject=h.text, body="b", summary="s")
+        # A task that carried it, accepted before the rule: the offline model fails permanently, no
+        # retry loop (it drops a NUL from the task itself).
+        if "\x00" not in h.text:
+            with pytest.raises(PermanentError, match=re.escape(h.refused)):
+                await OfflineModel().draft([{"role": "user", "content": h.text}])
+        # A draft recorded before the rule: the send and record steps refuse it, and the provider sees nothing.
+        with pytest.raises(PermanentError, match="the email request was not made: " + re.escape(refusal("subject", h))):
+            await flow.send_confirmation(SendRequest(run_id="r-1", to=EMAIL, subject=h.text, body="b",
+                                                     idempotency_key="k-1"), deps)
+        with pytest.raises(PermanentError, match="the ticket request was not made: " + re.escape(refusal("summary", h))):
+            await flow.record_outcome(RecordRequest(run_id="r-1", summary=h.text, email_message_id="m",
+                                                    idempotency_key="k-2"), deps)
+        assert deps.provider.calls == 0
+    elif h.name == "newline-and-tab":  # text, but not on one line
+        with pytest.raises(PermanentError, match=re.escape("subject holds U+000A (LF) at position 16")):
+            await flow.draft(request, deps)
+    else:
+        drafted = await flow.draft(request, deps)
+        assert drafted.subject == h.text[:200]
+    # The body is multi-line text: newline and tab are fine there, the rest is not.
+    body_deps = flow.StepDeps(provider=_Provider(), llm=_Model(body=h.text))
+    if h.refused:
+        with pytest.raises(PermanentError, match=re.escape(refusal("body", h))):
+            await flow.draft(request, body_deps)
+    else:
+        assert (await flow.draft(request, body_deps)).body == h.text
+
+
+async def test_a_hostile_subject_from_a_real_model_client_fails_the_run_once_and_sends_nothing(
+    dev_server, client, workers, provider, run_id, task_queue
+):
+    h = HOSTILE[0]
+    answer = json.dumps({"subject": h.text, "body": "Your refund is confirmed.", "summary": "refund confirmed"})
+    with FakeOpenAIServer() as model:
+        model.push(*[completion(answer)] * 4)
+        workers(extra_env={"LLM_BASE_URL": model.base_url, "LLM_MODEL": "fake-model", "LLM_API_KEY": "test-key"})
+        await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL), id=run_id,
+                                    task_queue=task_queue)
+        status = await wait_closed(client, run_id)
+        asked = model.request_count
+    assert status["status"] == "failed", status
+    draft = status["steps"][0]
+    assert (draft["status"], draft["attempts"]) == ("failed", 1), draft  # permanent: not retried
+    assert asked == 2  # the client asks the model again once, then gives up
+    assert refusal("subject", h) in status["error"], status["error"]
+    assert fetch_effects(provider.url, run_id=run_id) == []
+    shown = starter(dev_server, "status", run_id)
+    assert shown.returncode == 1 and "U+001B (ESC)" in shown.stdout
+    assert_no_raw(shown.stdout + shown.stderr, "status of the failed run")
