@@ -1,5 +1,6 @@
-"""Control characters: which ones the boundary refuses. One definition, for
-every entry point of the lab's own code.
+"""Control characters: which ones the boundary refuses, and how every
+renderer shows them. One definition for both sides, so what is refused on
+the way in is exactly what is escaped on the way out.
 
 The characters (the README's input limits state the same rule):
 
@@ -14,7 +15,14 @@ Anything else is text, including zero-width joiners and combining marks:
 they change how a string looks, not what a terminal does.
 
 ``find_control`` says where the first such character is (the input checks,
-``steps.limits``, word the refusal from it).
+``steps.limits``, word the refusal from it). ``printable`` escapes them for
+display: ESC becomes ``\\x1b``, U+202E ``\\u202e``; newline is kept only when
+the caller renders multi-line text. Every place that prints run data (the
+starter's tables, the run record's CLI, the demo, the lesson scripts, log
+lines) goes through it, so data recorded before the rule, or read back from
+the provider or from Temporal's history, never reaches a terminal raw. A
+backslash is left as it is: the escape is for a reader, not a round trip
+(``--json`` is the exact form).
 
 The provider has its own copy of the rule (``provider.server``): it is the
 far side of an API and shares no code with its clients for this.
@@ -25,13 +33,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["CONTROLS", "char_label", "find_control"]
+__all__ = ["CONTROLS", "char_label", "find_control", "printable"]
 
 _CLASS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 CONTROLS = re.compile(f"[{_CLASS}]")
 """Every character of the rule, newline and tab included (a single-line field)."""
 _MULTILINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
 """The same, less newline (LF or CR LF) and tab: multi-line text."""
+_SHOW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""What ``printable`` escapes when the caller keeps newlines."""
+
 _C0 = ("NUL SOH STX ETX EOT ENQ ACK BEL BS TAB LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB "
        "CAN EM SUB ESC FS GS RS US").split()
 _C1 = ("PAD HOP BPH NBH IND NEL SSA ESA HTS HTJ VTS PLD PLU RI SS2 SS3 DCS PU1 PU2 STS CCH MW SPA EPA "
@@ -58,3 +69,19 @@ def find_control(value: str, *, multiline: bool = False) -> tuple[int, str] | No
     found = (_MULTILINE if multiline else CONTROLS).search(value)
     return None if found is None else (found.start() + 1, value[found.start()])
 
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: object, *, multiline: bool = False) -> str:
+    """``text`` safe for a terminal: the rule's characters escaped (``\\x1b``,
+    ``\\x9b``, ``\\u202e``). ``multiline`` keeps newlines, for callers that render
+    multi-line text (a traceback); everything else, tab and CR included, is
+    escaped. Cheap when there is nothing to escape: one regex search."""
+    text = text if isinstance(text, str) else str(text)
+    pattern = _SHOW if multiline else CONTROLS
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_escape, text)

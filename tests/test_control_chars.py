@@ -1,12 +1,14 @@
 """Control characters (README, input limits): refused where they can do harm,
 never printed raw.
 
-One list of hostile strings goes through every path a user's text takes: the
-starter, the run record's CLI, the workflow's input check, the provider (its
-own check) and the model's output. Where the rule refuses a string, the answer
-names the field, the character (``U+001B``) and its position; where it accepts
-one (a zero-width joiner, a run of combining marks, newline and tab in a
-task), the run completes and its status output holds no raw control byte.
+One list of hostile strings goes through every path a user's text takes:
+the starter, the run record's CLI, the workflow's input check, the provider
+(its own check) and the model's output. Where the rule refuses a string, the
+answer names the field, the character (``U+001B``) and its position; where it
+accepts one (a zero-width joiner, a run of combining marks, newline and tab in
+a task), the run completes and its status output holds no raw control byte.
+And what was recorded before the rule, or comes back from the provider or
+from Temporal's history, is shown escaped.
 
 The checks here use their own definition of a raw control byte, not the
 code's, so breaking ``steps.controls`` makes them fail.
@@ -170,6 +172,42 @@ async def test_accepted_text_runs_and_the_starters_output_holds_no_raw_control_b
         assert sent["subject"] == offline_subject(h.text)
 
 
+async def test_status_escapes_what_temporals_history_holds(dev_server, client, task_queue, run_id):
+    """A terminate reason is written into history by whoever terminates: data, shown escaped."""
+    await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL), id=run_id,
+                                task_queue=task_queue)  # no worker: it waits
+    reason = HOSTILE[0].text + "\nerror: forged line"
+    await client.get_workflow_handle(run_id).terminate(reason=reason)
+    for args in (["status", run_id], ["watch", run_id]):
+        shown = starter(dev_server, *args)
+        assert shown.returncode == 1, shown.stderr
+        assert_no_raw(shown.stdout + shown.stderr, " ".join(args))
+        assert "Refund \\x1b[2J\\x1b]0;owned\\x07 order \\x1b[31mRED\\x1b[0m 42\\x0aerror: forged line" in shown.stdout
+        assert "\nerror: forged line" not in shown.stdout
+    as_json = starter(dev_server, "status", run_id, "--json")
+    assert_no_raw(as_json.stdout, "status --json")
+    assert json.loads(as_json.stdout)["error"] == f"terminated: {reason}"
+
+
+def test_the_live_rich_table_escapes_data_and_its_markup():
+    from rich.console import Console
+
+    from starter import rich_table
+    from steps.runstate import run_entry, step_entry
+
+    status = run_entry("r-1", "failed", [
+        step_entry("draft", "completed", 1, {"subject": "Re: \x1b]0;owned\x07 [red]x[/red]"}),
+        step_entry("send_confirmation", "failed", 1, last_error="\x9b2J"),
+        step_entry("record_outcome"),
+    ], error="step send_confirmation failed: \u202eevil\x1b[2J")
+    out = io.StringIO()
+    Console(file=out, width=300, color_system=None, force_terminal=False).print(rich_table(status))
+    text = out.getvalue()
+    assert_no_raw(text, "rich table")
+    assert "\\x1b]0;owned\\x07 [red]x[/red]" in text  # markup shown as written, not applied
+    assert "\\u202eevil\\x1b[2J" in text
+
+
 # -- the workflow's input check ------------------------------------------------------
 
 
@@ -286,6 +324,32 @@ def test_the_run_record_refuses_hostile_tasks_and_runs_accepted_ones(tmp_path, p
     listed = runrecord_cli(db, provider.url, "list")
     assert_no_raw(listed.stdout, "runrecord list")
     assert not any(f"ctl-rr-{h.name}" in listed.stdout for h in REFUSED), listed.stdout
+
+
+def test_the_run_record_escapes_what_it_recorded_before_the_rule(tmp_path, provider):
+    """A record as the previous code could leave it: a task with escape sequences, drafted into
+    the subject, and an error that quotes it. status, status --json and list read it back."""
+    db = tmp_path / "runrecord.db"
+    run = "ctl-rr-before"
+    assert runrecord_cli(db, provider.url, "start", run, TASK, "--email", EMAIL).returncode == 0
+    hostile = HOSTILE[0].text
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT result FROM steps WHERE run_id = ? AND position = 0", (run,)).fetchone()
+        result = json.loads(row[0])
+        result["subject"] = "Re: " + hostile
+        conn.execute("UPDATE steps SET result = ? WHERE run_id = ? AND position = 0", (json.dumps(result), run))
+        conn.execute("UPDATE steps SET status = 'failed', last_error = ? WHERE run_id = ? AND position = 1",
+                     (f"the provider refused: {hostile}", run))
+        conn.execute("UPDATE runs SET task = ?, status = 'failed', error = ?, lease_holder = ? WHERE run_id = ?",
+                     (hostile, f"step send_confirmation failed: {hostile}\nforged: line", "holder\x1b[2J", run))
+    shown = runrecord_cli(db, provider.url, "status", run)
+    assert shown.returncode == 1, shown.stderr
+    assert_no_raw(shown.stdout + shown.stderr, "runrecord status")
+    assert "\\x1b[2J\\x1b]0;owned\\x07" in shown.stdout and "\\x0aforged: line" in shown.stdout, shown.stdout
+    assert_no_raw(runrecord_cli(db, provider.url, "list").stdout, "runrecord list")
+    as_json = runrecord_cli(db, provider.url, "status", run, "--json").stdout
+    assert_no_raw(as_json, "runrecord status --json")
+    assert json.loads(as_json)["steps"][0]["result"]["subject"] == "Re: " + hostile
 
 
 # -- the provider ----------------------------------------------------------------------
@@ -439,3 +503,46 @@ async def test_a_hostile_subject_from_a_real_model_client_fails_the_run_once_and
     shown = starter(dev_server, "status", run_id)
     assert shown.returncode == 1 and "U+001B (ESC)" in shown.stdout
     assert_no_raw(shown.stdout + shown.stderr, "status of the failed run")
+
+
+# -- rendering and logs --------------------------------------------------------------
+
+
+def test_the_table_escapes_every_value_and_a_value_cannot_forge_a_row():
+    from steps.runstate import render_table, run_entry, step_entry
+
+    evil = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e\x7f\x00\r\n  error: forged"
+    status = run_entry("r-1", "running", [
+        step_entry("draft", "completed", 1, {"subject": evil}),
+        step_entry("send_confirmation", "retrying", 2, last_error=evil, next_try_at="2026-01-01T00:00:00.000Z",
+                   note=evil),
+        step_entry("record_outcome"),
+    ], detail=evil, error=evil)
+    text = render_table(status)
+    assert_no_raw(text, "render_table")
+    assert len(text.splitlines()) == 10, text  # run, columns, 3 steps, last error, next try, note, now, error
+    assert "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202e\\x7f\\x00\\x0d\\x0a  error: forged" in text
+
+
+def test_log_lines_show_control_characters_escaped_and_keep_tracebacks():
+    from flowclient.logs import FORMAT, PrintableFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(PrintableFormatter(FORMAT))
+    log = logging.getLogger("tests.control_chars")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("subject %s", HOSTILE[0].text + "\nforged: line")
+        try:
+            raise ValueError("bad \x9b2J")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    text = out.getvalue()
+    assert_no_raw(text, "log output")
+    lines = text.splitlines()
+    assert lines[0].endswith("subject Refund \\x1b[2J\\x1b]0;owned\\x07 order \\x1b[31mRED\\x1b[0m 42\\x0aforged: line")
+    assert lines[2] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad \\x9b2J"
