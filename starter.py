@@ -30,6 +30,11 @@ in a live table (rich); piped or with ``--json`` they print plain lines, the
 same in a log as on screen. Every human-readable output ends with a link to
 the run in the Temporal UI: ``TEMPORAL_UI_URL`` if set, Temporal Cloud's UI
 for a ``*.tmprl.cloud`` address, else the dev server's http://localhost:8233.
+
+Run data never reaches the terminal raw: every table, ticker line and error
+shows control and bidirectional characters escaped (``steps.controls``), the
+rich table's cells are escaped for its markup too, and ``--json`` is plain
+``json.dumps`` (exact, escaped by JSON itself).
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
+from flowclient.logs import basic_config
 from flowclient.status import RunNotFound, activity_traces, read_history, run_status
+from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.models import STEP_NAMES
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
@@ -158,10 +165,10 @@ def step_ticker(indent: str = "  "):
                     extra = ""
                     if step["status"] == "retrying":
                         extra = f"; next try at {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error')}"
-                    print(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
-                          f" (attempt {step['attempts']}{extra})", flush=True)
+                    print(printable(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
+                                    f" (attempt {step['attempts']}{extra})"), flush=True)
         if status["status"] == "parked":
-            print(f"{indent}{time.strftime('%H:%M:%S')} parked: {status.get('detail')}", flush=True)
+            print(printable(f"{indent}{time.strftime('%H:%M:%S')} parked: {status.get('detail')}"), flush=True)
 
     return tick
 
@@ -202,11 +209,18 @@ _STEP_STYLE = {"pending": "dim", "running": "bold yellow", "waiting": "yellow", 
                "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
 
 
+def _cell(value) -> str:
+    """Run data for a rich cell: control characters escaped, and rich's markup too."""
+    from rich.markup import escape
+
+    return escape(printable(value))
+
+
 def rich_table(status: dict):
     """The same table as ``render_table``, for a terminal: rich, updated in place."""
     from rich.table import Table
 
-    title = f"run {status['run_id']}: {status['status']}"
+    title = _cell(f"run {status['run_id']}: {status['status']}")
     table = Table(title=title, title_justify="left", caption=ui_url(status["run_id"]), caption_justify="left")
     for column, justify in (("#", "right"), ("step", "left"), ("status", "left"),
                             ("attempts", "right"), ("result", "left")):
@@ -218,12 +232,12 @@ def rich_table(status: dict):
         result = "" if step["result"] is None else short_result(step["result"])
         if step["status"] == "retrying":
             result = f"next try {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error') or ''}"
-        table.add_row(str(i), step["name"], f"[{style}]{mark}{step['status']}[/]",
-                      str(step["attempts"]), result)
+        table.add_row(str(i), _cell(step["name"]), f"[{style}]{mark}{_cell(step['status'])}[/]",
+                      str(step["attempts"]), _cell(result))
     if status.get("detail"):
-        table.add_row("", "", "[yellow]now[/]", "", status["detail"])
+        table.add_row("", "", "[yellow]now[/]", "", _cell(status["detail"]))
     if status.get("error"):
-        table.add_row("", "", "[bold red]error[/]", "", status["error"])
+        table.add_row("", "", "[bold red]error[/]", "", _cell(status["error"]))
     return table
 
 
@@ -345,7 +359,7 @@ async def _cmd_retry(args) -> int:
     try:
         step, point, new_run = await retry_run(client, run_id)
     except RetryRefused as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     if not args.json:
         print(f"retrying run {run_id} at step {step}: reset to event {point}, Temporal run {new_run}; "
@@ -407,16 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_settle)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    basic_config(logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
     try:
         return asyncio.run(args.func(args))
     # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
     # InputError is a ValueError too).
     except (RunNotFound, ConnectionError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return 2
     finally:
         flush_tracing()

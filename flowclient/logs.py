@@ -24,6 +24,14 @@ the payload codec (``flowclient.codec``) does not reach:
 
 Without ``--verbose``: INFO, and the per-request lines of ``httpx`` off too (one
 per provider call drowns the step lines).
+
+Every line is formatted by ``PrintableFormatter``: a message that quotes run
+data (a refusal naming a subject, a model's answer, an SDK message with a
+value in it) shows control and bidirectional characters escaped
+(``steps.controls.printable``), so a log read in a terminal cannot be made to
+clear it, retitle it or colour it, and a message's own newline cannot forge a
+second log line. Tracebacks keep their newlines. The cost when there is
+nothing to escape is one regex search per line.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ import logging
 import traceback
 
 from google.protobuf.message import Message
+
+from steps.controls import printable
 
 BODY_LOGGERS = ("openai", "httpx", "httpcore", "httpx2", "httpcore2")
 REQUEST_LINE_LOGGERS = ("httpx", "httpx2")
@@ -87,8 +97,33 @@ class NoPayloadsInLogs(logging.Filter):
         return True
 
 
+class PrintableFormatter(logging.Formatter):
+    """A formatter whose lines never carry a raw control character (module docstring)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The line itself: one line, whatever the message held.
+        return printable(super().formatMessage(record))
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The traceback and stack after it (exc_text may be set by a filter): newlines kept.
+        return printable(super().format(record), multiline=True)
+
+
+def basic_config(level: int, fmt: str = FORMAT) -> None:
+    """``logging.basicConfig(level=, format=)`` with ``PrintableFormatter``: a
+    stderr handler on the root logger, unless it has handlers already (then,
+    as basicConfig, nothing: an embedding program's logging is its own)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
 def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=FORMAT)
+    basic_config(logging.DEBUG if verbose else logging.INFO)
     for handler in logging.getLogger().handlers:
         handler.addFilter(NoPayloadsInLogs())
     if verbose:

@@ -52,6 +52,7 @@ from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
 from provider.client import ProviderClient, fetch_effects
+from steps.controls import printable
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES
 
@@ -134,7 +135,7 @@ class ChaosReport:
             lines.append(f"  {'FAIL' if name in failed_checks else 'PASS'}  {name}")
         for failure in self.failures[:20]:
             lines.append(f"    {failure}")
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)  # failure reasons are run data
 
 
 class _Workers:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flowclient.connect import connect, exit_now
@@ -42,6 +43,7 @@ from lab.processes import (
     start_worker,
 )
 from provider.client import fetch_effects
+from steps.controls import printable
 from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.models import STEP_NAMES
 
@@ -94,7 +96,7 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
                                     poll=0.1, timeout=60)
     tick(waiting)
     say("with no worker alive, Temporal's record of the run says:")
-    console.print(render_table(waiting))
+    console.print(render_table(waiting), markup=False)  # run data: escaped, and not rich markup
 
     say("starting worker 2: it replays the history and continues at the first unfinished step")
     ready = time.monotonic()
@@ -105,14 +107,14 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
     second.stop()
 
     say("final status")
-    console.print(render_table(final))
+    console.print(render_table(final), markup=False)
 
     effects = fetch_effects(provider_url, run_id=run_id)
     table = Table(title="effects at the provider (counted by the provider process)")
     for col in ("idempotency key", "kind", "requests", "effects applied"):
         table.add_column(col)
     for e in effects:
-        table.add_row(e.key, e.kind, str(e.requests), str(e.effects_applied))
+        table.add_row(escape(printable(e.key)), escape(printable(e.kind)), str(e.requests), str(e.effects_applied))
     console.print(table)
 
     ran_1, ran_2 = executed(first), executed(second)

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Iterable
 
 from provider.client import EffectRecord, fetch_effects, provider_url_from_env
+from steps.controls import printable
 
 STEP_OF_KIND = {"email": "send_confirmation", "ticket": "record_outcome"}
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         effects = fetch_effects(provider_url_from_env(os.environ), run_id=args.run_id)
     except Exception as err:  # noqa: BLE001 - a CLI: say what went wrong and stop
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return 2
     steps = per_step(effects)
     if args.json:
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"effects at the provider for run {args.run_id}:")
     print(f"  {'idempotency key':<64} {'kind':<7} {'requests':>8} {'applied':>8}")
     for e in effects:
-        print(f"  {e.key:<64} {e.kind:<7} {e.requests:>8} {e.effects_applied:>8}")
+        print(printable(f"  {e.key:<64} {e.kind:<7} {e.requests:>8} {e.effects_applied:>8}"))
     for step, counts in steps.items():
         print(f"  {step}: {describe(counts)}")
     return 0

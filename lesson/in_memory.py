@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from memory import InMemoryStore, Message, MemoryPolicy
 from steps import flow
+from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import StepError
 from steps.keys import idempotency_key
@@ -125,15 +126,16 @@ async def _main(args: argparse.Namespace) -> int:
     print(f"in-memory run {run_id} (the 'before': no run record, {args.keys} idempotency keys)", flush=True)
     try:
         done = await run_flow(run_id, task, email, deps, conversation_id=conversation, keys=args.keys,
-                              say=lambda line: print(line, flush=True))
+                              say=lambda line: print(printable(line), flush=True))
     except StepError as err:
-        print(f"step failed: {err}. Nothing was recorded: starting again begins at step 1.", file=sys.stderr, flush=True)
+        print(printable(f"step failed: {err}. Nothing was recorded: starting again begins at step 1."),
+              file=sys.stderr, flush=True)
         return 1
     finally:
         await deps.provider.aclose()
     sent, recorded = done["send_confirmation"], done["record_outcome"]
-    print(f"run {run_id} completed: email {sent.message_id} (key {sent.idempotency_key}"
-          f"{', replayed' if sent.replayed else ''}), ticket {recorded.ticket_id}", flush=True)
+    print(printable(f"run {run_id} completed: email {sent.message_id} (key {sent.idempotency_key}"
+                    f"{', replayed' if sent.replayed else ''}), ticket {recorded.ticket_id}"), flush=True)
     print("nothing of this run survives this process: starting it again starts again at step 1", flush=True)
     return 0
 
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_main(args))
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return 2
 
 

@@ -21,6 +21,7 @@ import json
 import sys
 
 from memory import EvictionEvent, InMemoryStore, Message, MemoryPolicy, ToolCall
+from steps.controls import printable
 
 CONVERSATION = "order-1234"
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwindow for the next prompt ({stats.messages} messages, {stats.tokens} tokens):")
     for m in window:
         shown = m.content or ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
-        print(f"  {m.id:<11} {m.role:<9} {shown[:70]}")
+        print(printable(f"  {m.id:<11} {m.role:<9} {shown[:70]}"))
     print(f"evicted in total: {stats.evicted_messages} messages, {stats.evicted_tokens} tokens, "
           f"in {stats.evictions} evictions")
 

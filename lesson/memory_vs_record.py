@@ -42,6 +42,7 @@ from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from provider.client import fetch_effects
 from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
+from steps.controls import printable
 from steps.models import STEP_NAMES
 
 CONVERSATION = "order-1234"
@@ -57,7 +58,7 @@ def show_memory(path: Path, title: str) -> None:
     window = read_window(str(path), CONVERSATION)
     print(f"    memory ({title}): {len(window)} message(s) in conversation {CONVERSATION}")
     for m in window:
-        print(f"      {m.role:<9} {' '.join(m.content.split())[:90]}")
+        print(printable(f"      {m.role:<9} {' '.join(m.content.split())[:90]}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PASS: the resume followed the run record, not memory (memory: {args.memory}): it continued at "
                   "step 3 and did not run steps 1-2 again; every effect applied once")
             return 0
-        print(f"FAIL: the resume did not follow the record: executed {ran}, status {after['status']}, effects {effects}")
+        print(printable(f"FAIL: the resume did not follow the record: executed {ran}, status {after['status']}, "
+                        f"effects {effects}"))
         return 1
     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, ValueError) as err:
-        print(f"error: the story could not be played: {err}", file=sys.stderr)
+        print(printable(f"error: the story could not be played: {err}", multiline=True), file=sys.stderr)
         return 2
     finally:
         if provider is not None:

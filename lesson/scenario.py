@@ -51,6 +51,7 @@ from typing import Any, Callable
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, start_worker
 from lesson.effects import describe, per_step
 from provider.client import fetch_effects
+from steps.controls import printable
 from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
@@ -320,7 +321,7 @@ def render(results: list[Observed]) -> str:
         if not obs.ok:
             lines.append(f"{obs.engine}: observed {obs.comparable()} (run {obs.final_status}), "
                          f"expected {EXPECTED[obs.engine]}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stderr if args.json else sys.stdout
 
     def say(text: str) -> None:
-        print(f"==> {text}", file=out, flush=True)
+        print(printable(f"==> {text}"), file=out, flush=True)
 
     if args.deploy:
         from lesson.deploy import main as deploy_main
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = Scenario(state, say, stamp).play()
     except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
-        print(f"error: the scenario could not be played: {err}", file=sys.stderr, flush=True)
+        print(printable(f"error: the scenario could not be played: {err}", multiline=True), file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         print("interrupted; everything the scenario started was stopped", file=sys.stderr, flush=True)

@@ -12,6 +12,12 @@ that exists can be sent as an email without further checks.
 
 - ``subject``, ``body`` and ``summary`` are non-empty strings (after stripping
   surrounding whitespace) and contain no NUL character.
+- The text rule of the input limits (``steps.controls``): ``subject`` (an
+  email header) and ``summary`` are single-line printable text, with no
+  control character (tab included), DEL or bidirectional override/isolate
+  character; ``body`` is multi-line text, where newline and tab are allowed.
+  Refused, never mended: a model that writes an escape sequence into a
+  subject is not corrected by deleting bytes from it.
 - ``subject`` is a single line: a line break in it is *refused*, not mended,
   because it becomes an email header and a model that puts a line break there
   has misread the format (the OpenAI client then asks the model again).
@@ -31,7 +37,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS, has_line_break
+from steps.limits import (
+    MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS, InputError, check_text, has_line_break,
+)
 
 __all__ = ["Draft", "DraftError", "LanguageModel", "make_draft", "message_text"]
 
@@ -96,9 +104,12 @@ def _check_text(field: str, value: object, max_chars: int, *, single_line: bool)
         raise DraftError(f"{field} must be a string, got {type(value).__name__}")
     if not value.strip():
         raise DraftError(f"{field} is empty")
-    if "\x00" in value:
-        raise DraftError(f"{field} must not contain NUL characters")
-    if single_line and has_line_break(value):
+    try:
+        # NUL, CR and LF included: the message names the character and where it is.
+        check_text(field, value, multiline=not single_line, what_to_do="")
+    except InputError as err:
+        raise DraftError(str(err)) from None
+    if single_line and has_line_break(value):  # what is left: U+2028, U+2029
         raise DraftError(f"{field} must be a single line, without line breaks")
     if len(value) > max_chars:
         raise DraftError(f"{field} is {len(value)} characters; the limit is {max_chars}")

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from steps.errors import PermanentError
 from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 
-from .base import Draft, message_text
+from .base import Draft, DraftError, message_text
 
 __all__ = ["OfflineModel"]
 
@@ -36,7 +36,9 @@ class OfflineModel:
     - Subject: ``"Re: <task>"``, whitespace collapsed, shortened at a word
       boundary with ``...`` to fit the subject limit. The summary is one line.
 
-    Raises :class:`PermanentError` if there is no user message or it is empty:
+    Raises :class:`PermanentError` if there is no user message or it is empty,
+    or if the template filled with the task breaks a rule of :class:`Draft`
+    (a task with a control character, accepted before the text rule):
     retrying the same messages cannot help.
 
     ``vary=True`` (``LLM_OFFLINE_VARY=1``) gives up determinism on purpose: every
@@ -77,7 +79,13 @@ class OfflineModel:
 
         summary = _fit("Drafted a reply to: ", one_line_task, f" ({_count(context_count)} of context){variant}",
                        MAX_SUMMARY_CHARS)
-        return Draft(subject=subject, body=body, summary=summary)
+        try:
+            return Draft(subject=subject, body=body, summary=summary)
+        except DraftError as err:
+            # Deterministic: asked again, it would write the same words. A task
+            # checked by the input limits never gets here; one accepted before
+            # the text rule (steps.controls) can.
+            raise PermanentError(f"the offline model's draft breaks the rules for a draft: {err}") from None
 
     async def aclose(self) -> None:
         """Nothing to release; present so callers can close any model the same way."""

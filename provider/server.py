@@ -30,6 +30,13 @@ whitespace. One key names one request, across both endpoints.
 - Mail to the reserved top-level domain ``.invalid`` (RFC 2606) is refused
   with 422 ``recipient_rejected``, like a hard bounce: the lab's permanent,
   non-retryable failure that passes every client-side check.
+- Text fields are checked as a real mail API checks them: ``to``, ``subject``
+  (email headers), ``run_id``, ``summary``, ``email_message_id`` and metadata
+  values are single-line printable text; ``body`` is multi-line text. A C0 or
+  C1 control character (in ``body``, newline (LF or CR LF) and tab excepted),
+  DEL, or a bidirectional override/isolate character (U+202A-U+202E,
+  U+2066-U+2069) is refused with 422 ``invalid_request``, naming the field,
+  the character (``U+001B``) and its position counting from 1.
 - A request that fails validation (400 bad JSON, 422 bad field) stores nothing
   under its key, so the client may fix it and retry with the same key. It is
   still counted: the key's bookkeeping row is created, with 0 effects, if need be.
@@ -76,6 +83,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import socketserver
@@ -192,8 +200,33 @@ def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> No
             raise ApiError(422, "invalid_request", f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
 
 
+# The provider's own text rule, written here on purpose: it is the far side of
+# an API and trusts no client to have checked (the lab's clients apply the
+# same rule in their own code, steps/controls.py; nothing is shared).
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_NOT_SINGLE_LINE_TEXT = re.compile(f"[{_CONTROLS}]")
+_NOT_MULTILINE_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+
+
+def refuse_control_characters(name: str, value: str, *, multiline: bool = False, field: str | None = None) -> None:
+    """422 if ``value`` holds a character the provider's text rule refuses."""
+    found = (_NOT_MULTILINE_TEXT if multiline else _NOT_SINGLE_LINE_TEXT).search(value)
+    if found is None:
+        return
+    rule = ("it is multi-line text: newline (LF or CR LF) and tab are allowed; no other control character, "
+            "no DEL, no bidirectional override or isolate character" if multiline else
+            "it must be a single line of printable text: no control character (tab and line breaks included), "
+            "no DEL, no bidirectional override or isolate character")
+    raise ApiError(
+        422, "invalid_request",
+        f"{name} contains U+{ord(found.group()):04X} at position {found.start() + 1}: {rule}. Send it without",
+        field=field or name,
+    )
+
+
 def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
     value = payload[name]
+    refuse_control_characters(name, value)
     if not value.strip():
         raise ApiError(422, "invalid_request", f"{name} is empty: give a value", field=name)
     try:
@@ -213,6 +246,8 @@ def _metadata(payload: dict[str, Any]) -> dict[str, str] | None:
     for key, value in meta.items():
         if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
             raise ApiError(422, "invalid_request", f"metadata key {key!r} is not allowed: {hint}", field="metadata")
+        if isinstance(value, str):
+            refuse_control_characters(f"metadata value of {key!r}", value, field="metadata")
         if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value) or "\x00" in value:
             raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}", field="metadata")
     return dict(meta)
@@ -227,8 +262,9 @@ def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
     to = payload["to"]
     if not to:
         raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com", field="to")
+    refuse_control_characters("to", to)
     try:
-        check_email(to)
+        check_email(to, controls=False)  # the text rule is the provider's own, just above
     except InputError as exc:
         raise ApiError(422, "invalid_request", str(exc), field="to") from None
     if to.lower().endswith(UNDELIVERABLE_TLD):
@@ -246,8 +282,7 @@ def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(
             422, "invalid_request", f"body is {len(body)} characters; the limit is {MAX_BODY_CHARS}", field="body"
         )
-    if "\x00" in body:
-        raise ApiError(422, "invalid_request", "body must not contain NUL characters", field="body")
+    refuse_control_characters("body", body, multiline=True)
     return {"run_id": run_id, "to": to, "subject": subject, "body": body, "metadata": _metadata(payload)}
 
 
@@ -265,7 +300,8 @@ def _bookkeeping_run_id(payload: Any) -> str | None:
     """The run id to file a refused request under, when it is usable at all."""
     if isinstance(payload, dict):
         run_id = payload.get("run_id")
-        if isinstance(run_id, str) and run_id and len(run_id) <= MAX_RUN_ID_CHARS and not has_line_break(run_id):
+        if (isinstance(run_id, str) and run_id and len(run_id) <= MAX_RUN_ID_CHARS and not has_line_break(run_id)
+                and not _NOT_SINGLE_LINE_TEXT.search(run_id)):
             return run_id
     return None
 

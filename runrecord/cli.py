@@ -36,10 +36,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
 
+from flowclient.logs import basic_config
 from runrecord import status as status_mod
 from runrecord.definition import DEFAULT_FLOW
 from runrecord.runner import (
@@ -48,6 +50,7 @@ from runrecord.runner import (
 from runrecord.store import (
     LeaseHeld, LeaseLost, RunExists, RunNotFailed, RunNotFound, RunRecord, SchemaError, db_path_from,
 )
+from steps.controls import printable
 from steps.runstate import exit_code
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 
@@ -173,8 +176,8 @@ def _cmd_list(args) -> int:
         for run in runs:
             names = [s.name for s in record.load(run.run_id).steps]
             step = names[run.position] if run.position < len(names) else "-"
-            print(f"  {run.run_id:<40} {run.status:<10} {step:<18} {status_mod.iso(run.updated_at):<24} "
-                  f"{run.lease_holder or ''}")
+            print(printable(f"  {run.run_id:<40} {run.status:<10} {step:<18} "
+                            f"{status_mod.iso(run.updated_at):<24} {run.lease_holder or ''}"))
     return EXIT_OK
 
 
@@ -254,17 +257,20 @@ _REFUSALS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Warnings from the steps (memory unavailable, a model's unusable answer) as
+    # Python's last-resort handler prints them, escaped like every other line.
+    basic_config(logging.WARNING, "%(message)s")
     # SIGTERM behaves like Ctrl-C: the runner hands its lease back before exiting.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
     except (InputError, RunNotFound, SchemaError, ConnectionError, RunNotFailed) as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     except tuple(_REFUSALS) as err:
         word, code = next(v for kind, v in _REFUSALS.items() if isinstance(err, kind))
-        print(f"{word}: {err}", file=sys.stderr, flush=True)
+        print(printable(f"{word}: {err}"), file=sys.stderr, flush=True)
         return code
     except KeyboardInterrupt:
         print("interrupted; the lease was released: resume to continue", file=sys.stderr, flush=True)

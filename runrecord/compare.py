@@ -38,6 +38,7 @@ from flowclient.status import run_status as temporal_status
 from provider.client import fetch_effects
 from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
+from steps.controls import printable
 from steps.keys import idempotency_key
 
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
@@ -274,4 +275,5 @@ def render(report: dict[str, Any]) -> str:
                 f"    {'ok  ' if c['ok'] else 'DIFF'} {c['engine']:<8} {c['step']:<18} {c['what']}: "
                 f"{c['engine_value']} vs {c['provider_value']}"
             )
-    return "\n".join(lines)
+    # Results, identities and the provider's values are data: escaped for the terminal.
+    return "\n".join(printable(line) for line in lines)

@@ -54,6 +54,7 @@ from typing import Any, Callable, Mapping, Sequence
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.lease import new_holder_id
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
+from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
@@ -189,7 +190,8 @@ class Runner:
         self.flow = tuple(flow)
         self.lease_seconds = lease_seconds
         self.holder = holder or new_holder_id()
-        self.say = say or (lambda line: print(line, flush=True))
+        # Lines quote run data (errors, adopted reasons): escaped for the terminal.
+        self.say = say or (lambda line: print(printable(line), flush=True))
         self.sleep = sleep
         self.heartbeat = heartbeat
         self.rule = rule  # for new runs; None: from the environment at start

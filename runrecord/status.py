@@ -12,7 +12,9 @@ How the record's rows map onto them:
   recorded one (``resume`` refuses it, exit 6, until the right code runs).
 
 What only the record knows (intents, the lease) is shown by ``render`` below
-the table, never added to the JSON, so one parser reads both engines.
+the table, never added to the JSON, so one parser reads both engines. Its
+lines quote run data (a provider's refusal, a holder's name) and are escaped
+for the terminal like the table's (``steps.controls.printable``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from typing import Any, Sequence
 
 from runrecord.store import IntentRow, RunRow
+from steps.controls import printable
 from steps.runstate import describe_step, iso, render_table, run_entry, step_entry
 
 
@@ -74,7 +77,7 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
            flow_changed: str | None = None) -> str:
     """The starter's table, plus the intents and the lease."""
     now = time.time() if now is None else now
-    lines = [render_table(status_of(run, now, flow_changed))]
+    lines: list[str] = []
     for i in intents:
         outcome = i.outcome or {}
         note = {
@@ -94,7 +97,7 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
         lines.append(f"  lease: {run.lease_holder}, {state}")
     elif run.status == "running":
         lines.append("  lease: none (no process is running it): resume it to continue")
-    return "\n".join(lines)
+    return "\n".join([render_table(status_of(run, now, flow_changed)), *(printable(line) for line in lines)])
 
 
 def dumps(status: dict[str, Any]) -> str:

@@ -7,6 +7,12 @@ that an engine which runs it again after a crash, which every at-least-once
 engine must, does not repeat the effect at the provider.
 
 Crash points (``steps.crashpoints``) mark where a test may kill the process.
+
+The model's words are checked against the text rule (``steps.controls``)
+before anything is sent: subject and summary single-line printable text, body
+multi-line. A draft that breaks it is a ``PermanentError`` naming the rule
+(the same model, asked again with the same prompt, would write it again). The
+send and record steps check once more, for drafts recorded before the rule.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Any, Callable
 
 from steps.adoption import adopt, start_metadata
 from steps.crashpoints import crash_point
-from steps.errors import IdempotencyConflict
+from steps.errors import IdempotencyConflict, PermanentError
+from steps.limits import InputError, check_text
 from steps.models import (
     DraftRequest,
     DraftResult,
@@ -79,6 +86,15 @@ def build_prompt(task: str, context: list[dict[str, Any]]) -> list[dict[str, Any
     return [{"role": "system", "content": SYSTEM_PROMPT}, *context, {"role": "user", "content": task}]
 
 
+def _check_words(what: str, *fields: tuple[str, str, bool]) -> None:
+    """``PermanentError`` if a (name, value, multi-line) breaks the text rule."""
+    try:
+        for name, value, multiline in fields:
+            check_text(name, value, multiline=multiline, what_to_do="")
+    except InputError as err:
+        raise PermanentError(f"{what}: {err}") from None
+
+
 async def draft(req: DraftRequest, deps: StepDeps) -> DraftResult:
     """Step 1: ask the model for a structured reply. No external effect."""
     crash_point("draft:before")
@@ -86,6 +102,8 @@ async def draft(req: DraftRequest, deps: StepDeps) -> DraftResult:
     context = await asyncio.to_thread(deps.context, req.conversation_id, req.memory_as_of)
     crash_point("draft:during_llm")
     reply = await deps.llm.draft(build_prompt(req.task, context))
+    _check_words(f"the model's draft ({deps.llm.name}) was refused", ("subject", reply.subject, False),
+                 ("summary", reply.summary, False), ("body", reply.body, True))
     return DraftResult(
         subject=reply.subject,
         body=reply.body,
@@ -99,6 +117,7 @@ async def send_confirmation(req: SendRequest, deps: StepDeps) -> EmailSent:
     """Step 2: send the confirmation email. Effect: one email, keyed."""
     crash_point("send_confirmation:before")
     await _pace(deps)
+    _check_words("the email request was not made", ("subject", req.subject, False), ("body", req.body, True))
     try:
         receipt = await deps.provider.send_email(
             idempotency_key=req.idempotency_key,
@@ -125,6 +144,7 @@ async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
     """Step 3: record the outcome in the ticket system. Effect: one ticket, keyed."""
     crash_point("record_outcome:before")
     await _pace(deps)
+    _check_words("the ticket request was not made", ("summary", req.summary, False))
     try:
         receipt = await deps.provider.create_ticket(
             idempotency_key=req.idempotency_key,

@@ -4,11 +4,18 @@ bad input with the same words.
 
 Each ``check_*`` function returns the cleaned value or raises ``InputError``
 with a message that says what is wrong and what to do about it.
+
+Control characters (``steps.controls``): ``check_text`` refuses them, naming
+the field, the character and its position; the ``check_*`` functions below
+apply it first unless ``controls=False``, which only the workflow passes, for
+runs started before the rule (they must replay as they ran).
 """
 
 from __future__ import annotations
 
 import re
+
+from steps.controls import char_label, find_control
 
 MAX_TASK_CHARS = 4000
 """A task is a request to an agent, not a document: 4,000 characters keeps
@@ -43,6 +50,31 @@ def has_line_break(value: str) -> bool:
     return any(ch in value for ch in "\r\n\x0b\x0c\x85\u2028\u2029")
 
 
+MULTILINE_RULE = ("control characters (C0 and C1) other than newline and tab, DEL and bidirectional "
+                  "override/isolate characters are refused")
+SINGLE_LINE_RULE = ("the field is a single line of printable text: control characters (C0 and C1, newline and "
+                    "tab included), DEL and bidirectional override/isolate characters are refused")
+"""The rule, as refusals quote it (the README's input limits state it in full)."""
+
+
+def check_text(field: str, value: str, *, multiline: bool = False,
+               what_to_do: str = "Remove it and try again") -> str:
+    """Refuse the rule's control characters in ``value`` (``steps.controls``).
+
+    ``multiline``: newline (LF or CR LF) and tab are text, as in a task or an
+    email body; otherwise the field is single-line printable text. The
+    message names the field, the character (``U+001B (ESC)``) and its
+    position counting from 1, then the rule and ``what_to_do``.
+    """
+    found = find_control(value, multiline=multiline)
+    if found is not None:
+        position, ch = found
+        rule = MULTILINE_RULE if multiline else SINGLE_LINE_RULE
+        raise InputError(f"{field} holds {char_label(ch)} at position {position}: {rule}"
+                         + (f". {what_to_do}" if what_to_do else ""))
+    return value
+
+
 def check_single_line(field: str, value: str, max_chars: int) -> str:
     if not isinstance(value, str):
         raise InputError(f"{field} must be a string, got {type(value).__name__}")
@@ -55,9 +87,11 @@ def check_single_line(field: str, value: str, max_chars: int) -> str:
     return value
 
 
-def check_run_id(run_id: str) -> str:
+def check_run_id(run_id: str, *, controls: bool = True) -> str:
     if not isinstance(run_id, str) or not run_id:
         raise InputError("run id is empty: give a name such as order-1234")
+    if controls:
+        check_text("run id", run_id)
     check_single_line("run id", run_id, MAX_RUN_ID_CHARS)
     if not _RUN_ID.fullmatch(run_id):
         raise InputError(
@@ -67,9 +101,11 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def check_conversation_id(conversation_id: str) -> str:
+def check_conversation_id(conversation_id: str, *, controls: bool = True) -> str:
     if not isinstance(conversation_id, str) or not conversation_id:
         raise InputError("conversation id is empty: give one, or leave it out to use the run id")
+    if controls:
+        check_text("conversation id", conversation_id)
     check_single_line("conversation id", conversation_id, MAX_CONVERSATION_ID_CHARS)
     if not _RUN_ID.fullmatch(conversation_id):
         raise InputError(
@@ -78,9 +114,12 @@ def check_conversation_id(conversation_id: str) -> str:
     return conversation_id
 
 
-def check_task(task: str) -> str:
+def check_task(task: str, *, controls: bool = True) -> str:
     if not isinstance(task, str):
         raise InputError(f"task must be text, got {type(task).__name__}")
+    if controls:
+        # Before stripping: the position counts from the task as given.
+        check_text("task", task, multiline=True)
     stripped = task.strip()
     if not stripped:
         raise InputError('task is empty: describe what the agent should do, e.g. "Confirm the refund for order 1234"')
@@ -94,9 +133,11 @@ def check_task(task: str) -> str:
     return stripped
 
 
-def check_email(address: str) -> str:
+def check_email(address: str, *, controls: bool = True) -> str:
     if not isinstance(address, str) or not address:
         raise InputError("email address is empty: give one with --email, e.g. --email ada@example.com")
+    if controls:
+        check_text("email address", address)
     check_single_line("email address", address, MAX_EMAIL_CHARS)
     if not _EMAIL.fullmatch(address):
         raise InputError(f"email address {address!r} is malformed: expected something like ada@example.com")

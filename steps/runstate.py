@@ -48,6 +48,13 @@ in_doubt   this step ended the run, and an attempt's outcome is unknown (a
 process died (not the step's fault: they spend no error budget, see
 ``steps.retry``).
 
+Rendering: every value in a table is run data (the task's words in a
+subject, a provider's refusal, an error from history, recorded before or
+after the text rule), so each rendered line goes through
+``steps.controls.printable``: control and bidirectional characters are shown
+escaped (``\\x1b``), never sent to the terminal. The JSON is printed by
+``json.dumps``, whose escapes are exact.
+
 Exit codes of ``status``, ``watch`` and ``start --wait`` on both CLIs:
 0 completed or running, 1 failed, 2 bad input or unknown run, 3 parked.
 (The run record's start and resume keep their own codes for their refusals.)
@@ -58,6 +65,8 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+
+from steps.controls import printable
 
 RUN_STATES = ("running", "parked", "completed", "failed")
 STEP_STATES = ("pending", "running", "waiting", "retrying", "completed", "adopted", "failed", "in_doubt")
@@ -134,7 +143,8 @@ def render_table(status: dict[str, Any]) -> str:
         lines.append(f"  now: {status['detail']}")
     if status.get("error"):
         lines.append(f"  error: {status['error']}")
-    return "\n".join(lines)
+    # One line each: a value's own newline is escaped too, so data cannot forge a row.
+    return "\n".join(printable(line) for line in lines)
 
 
 def short_result(result: Any) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from steps.controls import printable
 from steps.keys import idempotency_key
 
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
@@ -57,4 +58,5 @@ def render_settle(run_id: str, report: list[dict[str, Any]]) -> str:
         else:
             lines.append(f"  {e['step']}: never seen by the provider: not applied, safe to retry")
         lines.append(f"    key {e['key']}")
-    return "\n".join(lines)
+    # The ids and times are the provider's answer: data, escaped for the terminal.
+    return "\n".join(printable(line) for line in lines)

@@ -286,6 +286,12 @@ BAD_INPUT_CASES = [
     (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
     (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
     (["start", "bad id", TASK, "--email", EMAIL], "run id"),
+    # The text rule (README, input limits): the field, the character and where it is.
+    (["start", "r-1", "Refund \x1b[2J\x1b]0;owned\x07 order 42", "--email", EMAIL],
+     "task holds U+001B (ESC) at position 8"),
+    (["start", "r-1", TASK, "--email", "ada\t@example.com"], "email address holds U+0009 (TAB) at position 4"),
+    (["start", "r-1", TASK, "--email", EMAIL, "--conversation", "c\u202e1"],
+     "conversation id holds U+202E (RIGHT-TO-LEFT OVERRIDE) at position 2"),
     (["status", "no-such-run-anywhere"], "no run with id"),
 ]
 

@@ -109,8 +109,13 @@ class AgentFlow:
 
     @workflow.run
     async def run(self, inp: FlowInput) -> RunStatus:
+        # First, before the input checks: the marker picks the rules a run runs
+        # under, the input rules included. Runs recorded without it (started
+        # before the control-character rule, steps.controls) must replay as
+        # they ran, so their input is checked as it was then.
+        live = workflow.patched(LIVE_PATCH)
         try:
-            check_run_id(inp.run_id)
+            check_run_id(inp.run_id, controls=live)
             if inp.run_id != workflow.info().workflow_id:
                 # Keys derive from the run id; it must be the workflow id, the
                 # one identity that survives resets and continue-as-new.
@@ -118,9 +123,9 @@ class AgentFlow:
                     f"run id {inp.run_id!r} differs from the workflow id "
                     f"{workflow.info().workflow_id!r}; start runs with starter.py"
                 )
-            task = check_task(inp.task)
-            email = check_email(inp.email)
-            conversation_id = check_conversation_id(inp.conversation_id or inp.run_id)
+            task = check_task(inp.task, controls=live)
+            email = check_email(inp.email, controls=live)
+            conversation_id = check_conversation_id(inp.conversation_id or inp.run_id, controls=live)
             if inp.timeouts not in ("tuned", "defaults"):
                 raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
             try:
@@ -132,7 +137,7 @@ class AgentFlow:
             self._error = f"input refused: {err}"
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
 
-        if not workflow.patched(LIVE_PATCH):
+        if not live:
             return await run_recorded_before_live(self, inp, task, email, conversation_id)
 
         info = workflow.info()

@@ -1,0 +1,87 @@
+"""Control characters: which ones the boundary refuses, and how every
+renderer shows them. One definition for both sides, so what is refused on
+the way in is exactly what is escaped on the way out.
+
+The characters (the README's input limits state the same rule):
+
+- C0 controls U+0000-U+001F, except newline (LF, or CR LF) and tab in
+  multi-line text (the task, an email body);
+- DEL U+007F and the C1 controls U+0080-U+009F (U+009B is a one-byte CSI
+  to many terminals);
+- the bidirectional overrides and isolates U+202A-U+202E and U+2066-U+2069
+  (they reorder what a reader sees: "Trojan Source", CVE-2021-42574).
+
+Anything else is text, including zero-width joiners and combining marks:
+they change how a string looks, not what a terminal does.
+
+``find_control`` says where the first such character is (the input checks,
+``steps.limits``, word the refusal from it). ``printable`` escapes them for
+display: ESC becomes ``\\x1b``, U+202E ``\\u202e``; newline is kept only when
+the caller renders multi-line text. Every place that prints run data (the
+starter's tables, the run record's CLI, the demo, the lesson scripts, log
+lines) goes through it, so data recorded before the rule, or read back from
+the provider or from Temporal's history, never reaches a terminal raw. A
+backslash is left as it is: the escape is for a reader, not a round trip
+(``--json`` is the exact form).
+
+The provider has its own copy of the rule (``provider.server``): it is the
+far side of an API and shares no code with its clients for this.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["CONTROLS", "char_label", "find_control", "printable"]
+
+_CLASS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+CONTROLS = re.compile(f"[{_CLASS}]")
+"""Every character of the rule, newline and tab included (a single-line field)."""
+_MULTILINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+"""The same, less newline (LF or CR LF) and tab: multi-line text."""
+_SHOW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""What ``printable`` escapes when the caller keeps newlines."""
+
+_C0 = ("NUL SOH STX ETX EOT ENQ ACK BEL BS TAB LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB "
+       "CAN EM SUB ESC FS GS RS US").split()
+_C1 = ("PAD HOP BPH NBH IND NEL SSA ESA HTS HTJ VTS PLD PLU RI SS2 SS3 DCS PU1 PU2 STS CCH MW SPA EPA "
+       "SOS SGCI SCI CSI ST OSC PM APC").split()
+
+
+def char_label(ch: str) -> str:
+    """``U+001B (ESC)``, ``U+202E (RIGHT-TO-LEFT OVERRIDE)``: how a refusal names a character."""
+    code = ord(ch)
+    if code < 0x20:
+        name = _C0[code]
+    elif code == 0x7F:
+        name = "DEL"
+    elif 0x80 <= code <= 0x9F:
+        name = _C1[code - 0x80]
+    else:
+        name = unicodedata.name(ch, "")
+    return f"U+{code:04X}" + (f" ({name})" if name else "")
+
+
+def find_control(value: str, *, multiline: bool = False) -> tuple[int, str] | None:
+    """(position counting from 1, character) of the first character the rule
+    refuses in ``value``, or None. ``multiline``: newline and tab are text."""
+    found = (_MULTILINE if multiline else CONTROLS).search(value)
+    return None if found is None else (found.start() + 1, value[found.start()])
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: object, *, multiline: bool = False) -> str:
+    """``text`` safe for a terminal: the rule's characters escaped (``\\x1b``,
+    ``\\x9b``, ``\\u202e``). ``multiline`` keeps newlines, for callers that render
+    multi-line text (a traceback); everything else, tab and CR included, is
+    escaped. Cheap when there is nothing to escape: one regex search."""
+    text = text if isinstance(text, str) else str(text)
+    pattern = _SHOW if multiline else CONTROLS
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_escape, text)
