@@ -35,7 +35,6 @@ from lab.processes import (
     Proc,
     free_port,
     start_codec_server,
-    start_provider,
     start_worker,
 )
 from starter import start_run
