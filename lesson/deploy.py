@@ -52,7 +52,7 @@ from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-PACKAGES = ("activities", "flowclient", "lab", "lesson", "llm", "memory", "provider", "runrecord", "steps",
+PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "runrecord", "steps",
             "workflows")
 TIMEOUT = 90.0
 

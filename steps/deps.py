@@ -131,7 +131,7 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
 
 
 def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
-    from llm import model_from_env
+    from drafting import model_from_env
     from provider.client import ProviderClient, provider_url_from_env
 
     env = os.environ if env is None else env

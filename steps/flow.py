@@ -70,7 +70,7 @@ class StepDeps:
     """
 
     provider: Any  # provider.client.ProviderClient (duck-typed to keep this import-light)
-    llm: Any  # llm.LanguageModel
+    llm: Any  # drafting.LanguageModel: the model that drafts the reply
     context: Callable[[str, float | None], list[dict[str, Any]]] = field(default=_no_context)
     remember: Callable[[str, list[tuple[str, str, str]]], int] = field(default=_no_memory)
     pace_seconds: float = 0.0

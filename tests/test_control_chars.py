@@ -88,7 +88,7 @@ def assert_no_raw(text: str, where: str) -> None:
 
 
 def offline_subject(task: str) -> str:
-    """What the offline model writes as the subject (llm/offline.py): tests must not trust the code's escaping."""
+    """What the offline model writes as the subject (drafting/offline.py): tests must not trust the code's escaping."""
     one_line = " ".join(task.split())
     if len(one_line) <= 196:
         return "Re: " + one_line
@@ -443,7 +443,7 @@ class _Provider:
 
 @pytest.mark.parametrize("h", HOSTILE, ids=IDS)
 async def test_the_models_subject_is_checked_before_anything_is_sent(h):
-    from llm import Draft, DraftError, OfflineModel
+    from drafting import Draft, DraftError, OfflineModel
 
     deps = flow.StepDeps(provider=_Provider(), llm=_Model(subject=h.text[:200]))
     request = DraftRequest(run_id="r-1", task=TASK, conversation_id="r-1")

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from llm.openai_compat import retry_after_seconds
+from drafting.openai_compat import retry_after_seconds
 from provider.client import parse_retry_after as provider_parse
 from steps.retry import (
     MAX_RETRY_AFTER,

@@ -1,4 +1,4 @@
-"""The llm package against a real HTTP server speaking the OpenAI API.
+"""The drafting package (the model behind the draft step) against a real HTTP server speaking the OpenAI API.
 
 The fake server runs in a thread of this process; the real ``openai`` client
 talks to it over TCP, so status handling, headers and retries (there must be
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fake_openai_server import FakeOpenAIServer, Scripted, completion, error, no_choices
-from llm import Draft, DraftError, LanguageModel, OfflineModel, OpenAIChatModel, make_draft, model_from_env
-from llm.openai_compat import parse_draft, retry_after_seconds
+from drafting import Draft, DraftError, LanguageModel, OfflineModel, OpenAIChatModel, make_draft, model_from_env
+from drafting.openai_compat import parse_draft, retry_after_seconds
 from steps.errors import PermanentError, TransientError
 from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 

@@ -10,7 +10,7 @@ Contract:
   and visible in the run's history, and none happens hidden inside a step.
 - The answer must be a JSON object ``{"subject", "body", "summary"}``. Code
   fences and prose around one object are tolerated; the values are checked by
-  :func:`llm.base.make_draft`. An unusable answer is shown back to the model
+  :func:`drafting.base.make_draft`. An unusable answer is shown back to the model
   with a short correction, and after ``max_parse_attempts`` requests in total
   the call raises :class:`PermanentError`.
 - Errors are mapped for the engine: HTTP 408, 409, 429 and 5xx, connection
