@@ -56,6 +56,7 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
 from flowclient.logs import basic_config
@@ -64,7 +65,15 @@ from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.models import STEP_NAMES
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
-from steps.runstate import EXIT_INPUT, exit_code, render_table, short_result
+from steps.runstate import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_NO_WORKER,
+    EXIT_PIPE_CLOSED,
+    exit_code,
+    render_table,
+    short_result,
+)
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
 # A worker that dies mid workflow task is noticed after this, not the 10 s default.
@@ -173,8 +182,23 @@ def step_ticker(indent: str = "  "):
     return tick
 
 
+class NoWorker(RuntimeError):
+    """``status --live`` asks the workflow itself, which needs a worker; none answered."""
+
+
+LIVE_TIMEOUT = timedelta(seconds=5)
+
+
 async def live_status(client: Client, run_id: str) -> dict:
-    return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=timedelta(seconds=5))
+    try:
+        return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=LIVE_TIMEOUT)
+    except RPCError as err:
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) or "imeout" in str(err):
+            raise NoWorker(
+                f"no worker answered the query for run {run_id} in {LIVE_TIMEOUT.total_seconds():g} s: start one "
+                f"(python worker.py), or drop --live to read Temporal's history, which needs none"
+            ) from None
+        raise
 
 
 DEV_SERVER_UI = "http://localhost:8233"
@@ -426,11 +450,32 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(args.func(args))
     # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
     # InputError is a ValueError too).
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more to say, and no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     except (RunNotFound, ConnectionError, ValueError) as err:
-        print(printable(f"error: {err}"), file=sys.stderr)
-        return 2
+        return _error(args, str(err), EXIT_INPUT)
+    except NoWorker as err:
+        return _error(args, str(err), EXIT_NO_WORKER)
+    except KeyboardInterrupt:
+        # Ctrl-C stops this command, not the run: Temporal keeps it going.
+        run_id = getattr(args, "run_id", None)
+        print("\ninterrupted: the run goes on in Temporal"
+              + (f"; `python starter.py watch {printable(run_id)}` follows it again" if run_id else ""),
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     finally:
         flush_tracing()
+
+
+def _error(args, message: str, code: int) -> int:
+    """An error, as the output format asks: JSON on stdout with --json, else a line on stderr."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "exit_code": code}), flush=True)
+    else:
+        print(printable(f"error: {message}"), file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -154,6 +154,9 @@ def exit_now(code: int) -> None:
     sdk-python#300, seen here about one run in twenty). Everything is flushed
     first, and nothing else needs tearing down, so skip finalisation.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away, or the stream is closed
+            pass
     os._exit(code)

@@ -57,7 +57,10 @@ escaped (``\\x1b``), never sent to the terminal. The JSON is printed by
 
 Exit codes of ``status``, ``watch`` and ``start --wait`` on both CLIs:
 0 completed or running, 1 failed, 2 bad input or unknown run, 3 parked.
-(The run record's start and resume keep their own codes for their refusals.)
+``starter.py`` adds 4 (``status --live``: no worker answered the query),
+130 (interrupted with Ctrl-C; the run goes on) and 141 (the reader of its
+output went away: ``| head``). (The run record's start and resume keep their
+own codes for their refusals.)
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_PARKED = 3
+EXIT_NO_WORKER = 4
+EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141
 
 
 def exit_code(status: dict[str, Any]) -> int:
