@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from lab.processes import (
     DevServer,
     Proc,
     free_port,
+    port_is_free,
     start_codec_server,
     start_provider,
     start_worker,
@@ -51,15 +51,6 @@ console = Console(highlight=False)
 if not console.is_terminal:  # piped or logged: don't wrap at 80 columns
     console = Console(highlight=False, width=120)
 STATE = REPO / ".state"
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def say(text: str) -> None:
@@ -149,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     state: Path = args.state_dir
     state.mkdir(parents=True, exist_ok=True)
     port = args.port
-    if port == 0 or not (_port_free(port) and _port_free(port + 1000)):
+    if port == 0 or not (port_is_free(port) and port_is_free(port + 1000)):
         if port:
             console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
         port = free_port()

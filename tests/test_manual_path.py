@@ -10,14 +10,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lab.processes import REPO, wait_for_port
+from lab.processes import REPO, port_is_free, wait_for_port
 
 FIXED_PORTS = (7233, 8233, 8780)  # the dev server, its UI, the provider: the README uses the defaults
 
@@ -39,17 +38,8 @@ def manual_block() -> list[str]:
     return commands
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def test_the_manual_path_runs_verbatim(tmp_path):
-    taken = [p for p in FIXED_PORTS if not _free(p)]
+    taken = [p for p in FIXED_PORTS if not port_is_free(p)]
     if taken:
         pytest.fail(f"ports {taken} are taken: the README's manual path uses the defaults; stop what holds them")
     commands = manual_block()
