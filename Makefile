@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
-## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal); one table
+## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario
 

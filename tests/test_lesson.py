@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from lab.processes import REPO
-from lesson.scenario import EXPECTED, Observed
+from lesson.scenario import EXPECTED, HAVE_DBOS, Observed
 from steps.models import STEP_NAMES
 
 LAB = REPO / "LAB.md"
@@ -140,7 +140,8 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     engines = {e["engine"]: e for e in report["engines"]}
-    assert list(engines) == ["in_memory", "runrecord", "temporal"] and report["ok"] is True
+    durable_engines = ["runrecord", "temporal"] + (["dbos"] if HAVE_DBOS else [])
+    assert list(engines) == ["in_memory", *durable_engines] and report["ok"] is True
 
     before = engines["in_memory"]
     assert before["resumed_at"] == "draft" and before["resumed_at_position"] == 1
@@ -154,7 +155,9 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
     assert "send_confirmation completed (its recorded result is used" in engines["runrecord"]["how_it_knew"]
     assert "draft attempt 1, send_confirmation attempt 1 came from history, not executed again" in \
         engines["temporal"]["how_it_knew"], engines["temporal"]
-    for name in ("runrecord", "temporal"):
+    if HAVE_DBOS:  # DBOS recovered the run on launch; the step rows it had recorded were not run again
+        assert engines["dbos"]["how_it_knew"].startswith("launched DBOS"), engines["dbos"]
+    for name in durable_engines:
         durable = engines[name]
         assert durable["completed_before_restart"] == ["draft", "send_confirmation"], durable
         assert durable["resumed_at"] == "record_outcome" and durable["resumed_at_position"] == 3, durable
