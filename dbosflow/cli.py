@@ -14,7 +14,8 @@ completed (attempt n)`` for every step DBOS records.
 
 ``resume`` is DBOS's recovery: launching DBOS re-dispatches **every** pending
 run of this application version in the database (not only RUN_ID), then the
-command waits for RUN_ID. A run of another version is not recovered (exit 6).
+command waits for RUN_ID and for those (``start`` launches DBOS too, so it
+recovers them as well). A run of another version is not recovered (exit 6).
 ``status``, ``steps`` and ``list`` only read (``DBOSClient``): nothing is
 recovered by looking.
 
@@ -78,7 +79,21 @@ async def _launch(db: Path):
     return DBOS
 
 
-async def _wait(db: Path, run_id: str) -> int:
+def _pending(db: Path, version: str) -> list[str]:
+    """The runs DBOS will recover when this process launches: PENDING, of this version."""
+    from dbosflow.status import RunNotFound, client
+
+    try:
+        c = client(db)
+    except RunNotFound:
+        return []
+    try:
+        return [wf.workflow_id for wf in c.list_workflows(status="PENDING", app_version=version)]
+    finally:
+        c.destroy()
+
+
+async def _finish(run_id: str) -> None:
     from dbos import DBOS
 
     handle = await DBOS.retrieve_workflow_async(run_id)
@@ -86,6 +101,20 @@ async def _wait(db: Path, run_id: str) -> int:
         await handle.get_result(polling_interval_sec=0.05)
     except Exception:  # noqa: BLE001 - the run failed; its status says how, in the lab's words
         pass
+
+
+async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
+    """Wait for RUN_ID, and for every other run this launch recovered: exiting
+    while they run would cut them off like a crash (each would cost a recovery)."""
+    others = [r for r in recovered if r != run_id]
+    if others:
+        print(f"DBOS recovered {len(others)} other pending run(s) of this version on launch: {', '.join(others)}; "
+              "waiting for them too", flush=True)
+    await asyncio.gather(*(_finish(r) for r in [run_id, *others]))
+    from dbosflow import status as st
+
+    for other in others:
+        print(f"also recovered: run {other}: {st.status_of(st.read(db, other))['status']}", flush=True)
     return _print_status(db, run_id)
 
 
@@ -110,13 +139,14 @@ async def _cmd_start(args) -> int:
         print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
               f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
         return EXIT_EXISTS
+    recovered = _pending(db, engine.app_version())
     DBOS = await _launch(db)
     try:
         await engine.start_run(run_id, engine.new_inputs(run_id, task, email, conversation,
                                                          secrets.token_hex(8), rule))
         print(f"run {run_id} started in {db} (DBOS workflow id {run_id}, application version "
               f"{engine.app_version()})", flush=True)
-        return await _wait(db, run_id)
+        return await _wait(db, run_id, recovered)
     finally:
         await engine.close_deps()
         await asyncio.to_thread(DBOS.destroy)
@@ -145,11 +175,12 @@ async def _cmd_resume(args) -> int:
               f"(DBOSFLOW_APP_VERSION={before.app_version} python -m dbosflow resume {run_id}).",
               file=sys.stderr, flush=True)
         return EXIT_VERSION
+    recovered = _pending(db, version)
     DBOS = await _launch(db)
     try:
         print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
               f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
-        return await _wait(db, run_id)
+        return await _wait(db, run_id, recovered)
     finally:
         await engine.close_deps()
         await asyncio.to_thread(DBOS.destroy)

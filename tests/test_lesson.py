@@ -5,6 +5,7 @@ order against a real provider with its expected exit code and output."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -26,7 +27,8 @@ def lab_checks() -> list[dict]:
     """The marked blocks of LAB.md, in order: one command each, with its expectations."""
     checks = []
     for match in CHECK.finditer(LAB.read_text()):
-        spec: dict = {"command": match["body"].strip(), "exit": 0, "expect": [], "absent": [], "retry": None}
+        spec: dict = {"command": match["body"].strip(), "exit": 0, "expect": [], "absent": [], "retry": None,
+                      "needs": None}
         assert "\n" not in spec["command"], f"one command per lab-check block: {spec['command']!r}"
         for name, raw in ATTR.findall(match["attrs"]):
             value = raw[1:-1].replace('\\"', '"') if raw.startswith('"') else raw
@@ -36,6 +38,8 @@ def lab_checks() -> list[dict]:
                 spec[name].append(value)
             elif name == "retry-while-exit":
                 spec["retry"] = int(value)
+            elif name == "needs":  # an optional extra, e.g. needs=dbos: run only where it is installed
+                spec["needs"] = value
             else:
                 raise AssertionError(f"unknown lab-check attribute {name!r} in LAB.md")
         checks.append(spec)
@@ -98,9 +102,12 @@ def test_lab_md_commands_run_and_show_what_it_says(provider, tmp_path):
         "PROVIDER_URL": provider.url,
         "RUNRECORD_DB": str(tmp_path / "runrecord.db"),
         "MEMORY_DB": str(tmp_path / "memory.db"),
+        "DBOSFLOW_DB": str(tmp_path / "dbosflow.db"),
         "PYTHONUNBUFFERED": "1",
     })
     for check in lab_checks():
+        if check["needs"] and importlib.util.find_spec(check["needs"]) is None:
+            continue  # LAB.md says which extra the block needs; without it, the block cannot run
         deadline = time.monotonic() + 60
         while True:
             done = subprocess.run(["bash", "-c", check["command"]], cwd=REPO, env=env,
