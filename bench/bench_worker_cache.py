@@ -4,8 +4,8 @@ shipped) against a cache with a short sticky schedule-to-start timeout.
     .venv/bin/python bench/bench_worker_cache.py [--sticky-ms 100,200,300,1000] [--batch 50]
                                                  [--rounds 3] [--trials 2] [--no-stock]
 
-Settings: ``nocache`` (worker.py as shipped: ``max_cached_workflows=0``, so no
-sticky queue) and ``stickyN``: a cache of 1,000 and a sticky schedule-to-start
+Settings: ``nocache`` (``worker.py --cache 0``: ``max_cached_workflows=0``, so no
+sticky queue; the default before this bench chose one) and ``stickyN``: a cache of 1,000 and a sticky schedule-to-start
 timeout of N ms (``worker.py --cache`` with ``CACHED_STICKY_TIMEOUT`` replaced:
 bench/cached_worker.py); every other option is worker.py's.
 
@@ -50,7 +50,7 @@ from flowclient.connect import connect, exit_now  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 from steps.deps import deps_from_env  # noqa: E402
-from worker import TUNED_OPTIONS, worker_options  # noqa: E402
+from worker import NO_CACHE_OPTIONS, worker_options  # noqa: E402
 from workflows.agent_flow import AgentFlow  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
@@ -59,14 +59,14 @@ EMAIL = "ada@example.com"
 
 def options(setting: str) -> dict:
     if setting == "nocache":
-        return dict(TUNED_OPTIONS)
+        return dict(NO_CACHE_OPTIONS)
     ms = float(setting.removeprefix("sticky"))
     return {**worker_options(cache=1000), "sticky_queue_schedule_to_start_timeout": timedelta(milliseconds=ms)}
 
 
 def worker_argv(setting: str) -> list[str]:
     if setting == "nocache":
-        return [sys.executable, "worker.py"]
+        return [sys.executable, "worker.py", "--cache", "0"]
     return [sys.executable, "bench/cached_worker.py", "--sticky-ms", setting.removeprefix("sticky")]
 
 
