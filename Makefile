@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
-## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal); one table
+## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario
 
@@ -59,7 +59,7 @@ chaos: $(STAMP)
 clean:
 	rm -rf .state
 
-## bench: the benchmarks, one after the other (~25 min; docs/benchmarks.md has the figures and each one's own command)
+## bench: the benchmarks, one after the other (~40 min; docs/benchmarks.md has the figures and each one's own command)
 bench: $(STAMP)
 	$(PY) bench/bench_step_time.py --runs 20
 	$(PY) bench/bench_overhead.py --latency-runs 20 --batch 50 --rounds 2
@@ -68,6 +68,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_runrecord.py --temporal
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_scale.py --runs 300 --workers 1,2
+	$(PY) bench/bench_engines.py
+	$(PY) bench/bench_worker_cache.py --trials 2
 
 ## lock: regenerate requirements/*.lock (hashes included) from pyproject.toml, with pip-tools in a throwaway venv
 lock:

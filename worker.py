@@ -11,23 +11,23 @@ metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
 worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
 
-Tuned for a fast resume after SIGKILL (``--defaults`` turns this off, for the
-benchmark that measures what it buys):
+Tuned for a fast resume after SIGKILL and for throughput (``--defaults`` turns
+this off, for the benchmark that measures what it buys):
 
-- no workflow cache (``max_cached_workflows=0``), hence no sticky queue. With
-  a cache, the workflow task that follows an activity completion is put on
-  the sticky queue of the worker that last ran the workflow; if that worker
-  was killed, the task waits there for the sticky schedule-to-start timeout
-  (10 s by default; measured here: even at 0.3 s it cost ~0.9 s, because the
-  server fires that timeout late). Without a cache every workflow task goes to
-  the shared queue and any live worker takes it at once. The cost is a
-  replay on every workflow task in a fresh sandboxed instance: ~25 events
-  for this flow, a few ms of latency, but ~1.7x less throughput than with a
-  cache (docs/benchmarks.md); reconsider for long histories.
-- ``--cache N`` chooses throughput instead: a workflow cache of N and a 1 s
-  sticky schedule-to-start timeout (default 10 s), so a run whose worker was
-  killed waits about a second longer before resuming (bench/bench_resume.py
-  measures both).
+- a workflow cache of 1,000 (``--cache N``) with a **100 ms** sticky
+  schedule-to-start timeout (Temporal's default is 10 s). With a cache, the
+  workflow task that follows an activity completion is put on the sticky
+  queue of the worker that last ran the workflow; if that worker was killed,
+  the task waits there for the sticky timeout before any live worker may
+  take it. Chosen by data (bench/bench_worker_cache.py, one invocation, the
+  lab's dev server, whose timers fire within 100 ms): 2.33x the runs per
+  second of no cache, resume from the kill 1.07x no cache's (200 ms: 2.52x
+  and 1.16x; 300 ms: 2.61x and 1.25x; 1 s: 2.58x and 1.88x). The cost is on
+  a server with Temporal's default timer precision (timers fire up to ~1 s
+  late, so 100 ms acts like ~1 s): there resume took 1.76x no cache's
+  (1.93 s against 1.09 s from the kill). ``--cache 0`` turns the cache off
+  (no sticky queue, a replay of the history on every workflow task): the
+  choice for such a server when resume time matters more than throughput.
 - the sandbox is Temporal's default (``workflow_restrictions``) plus
   ``sqlite3``: wall clock, ``random``, ``uuid4``, ``open``, network and
   database calls in workflow code are refused, and the workflow module is
@@ -73,10 +73,10 @@ from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
 
-# See the module docstring: no cache, no sticky queue, no wait on a dead worker's
-# queue; and few workflow-task slots, so a burst waits in the server's queue
-# (where no timeout runs) instead of inside this process, where the 2 s
-# workflow task timeout does run.
+# See the module docstring: a cache with a 100 ms sticky timeout (a dead worker's
+# sticky queue holds a task that long), and few workflow-task slots, so a burst
+# waits in the server's queue (where no timeout runs) instead of inside this
+# process, where the 2 s workflow task timeout does run.
 def workflow_restrictions() -> SandboxRestrictions:
     """Temporal's default sandbox, plus sqlite3, which the default leaves open.
 
@@ -94,31 +94,37 @@ def workflow_restrictions() -> SandboxRestrictions:
     return dataclasses.replace(default, invalid_module_members=default.invalid_module_members | no_database)
 
 
-TUNED_OPTIONS = {
+NO_CACHE_OPTIONS = {
     "max_cached_workflows": 0,
     "max_concurrent_workflow_tasks": 8,
     "workflow_runner": SandboxedWorkflowRunner(restrictions=workflow_restrictions()),
 }
 
 
-# With --cache: the longest a workflow task waits on a dead worker's sticky
-# queue before the server moves it to the shared one.
-CACHED_STICKY_TIMEOUT = timedelta(seconds=1)
+# With a cache: the longest a workflow task waits on a dead worker's sticky
+# queue before the server moves it to the shared one (see the module docstring).
+CACHED_STICKY_TIMEOUT = timedelta(milliseconds=100)
+DEFAULT_CACHE = 1000
 
 
-def worker_options(*, defaults: bool = False, cache: int = 0) -> dict:
-    """The Worker options: Temporal's defaults, the tuned ones, or tuned with a cache."""
+def worker_options(*, defaults: bool = False, cache: int = DEFAULT_CACHE) -> dict:
+    """The Worker options: Temporal's defaults, or the tuned ones with a cache of
+    ``cache`` workflows (0: no cache, ``NO_CACHE_OPTIONS``)."""
     if defaults:
-        return {"workflow_runner": TUNED_OPTIONS["workflow_runner"]}
+        return {"workflow_runner": NO_CACHE_OPTIONS["workflow_runner"]}
     if cache < 0:
         raise ValueError(f"--cache must be 0 or more, not {cache}")
     if cache:
-        return {**TUNED_OPTIONS, "max_cached_workflows": cache,
+        return {**NO_CACHE_OPTIONS, "max_cached_workflows": cache,
                 "sticky_queue_schedule_to_start_timeout": CACHED_STICKY_TIMEOUT}
-    return TUNED_OPTIONS
+    return NO_CACHE_OPTIONS
 
 
-async def run_worker(queue: str, *, defaults: bool, cache: int = 0, identity: str | None = None) -> None:
+TUNED_OPTIONS = worker_options()
+"""What ``python worker.py`` runs with: the tuned options and the default cache (benches import it)."""
+
+
+async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
     options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
@@ -158,9 +164,9 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = 0, identity: st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-queue", default=None, help="default: $TASK_QUEUE or agent-flow")
-    parser.add_argument("--cache", type=int, default=0, metavar="N",
-                        help="cache up to N workflows: more throughput, ~1 s slower resume after a kill "
-                             "(default 0: no cache)")
+    parser.add_argument("--cache", type=int, default=DEFAULT_CACHE, metavar="N",
+                        help=f"cache up to N workflows, 100 ms sticky timeout (default {DEFAULT_CACHE}); 0: no cache, "
+                             "no sticky queue (resume does not wait on a dead worker's queue, at ~2.3x less throughput)")
     parser.add_argument("--identity", default=None,
                         help="the name this worker gives Temporal (history records it on every task it runs); "
                              "default: pid@host")

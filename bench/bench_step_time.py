@@ -53,7 +53,7 @@ from temporalio.worker import Worker  # noqa: E402
 from bare_flows import BareN, noop  # noqa: E402
 from history_segments import step_breakdown  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
-from worker import TUNED_OPTIONS  # noqa: E402  (the same options as worker.py)
+from worker import NO_CACHE_OPTIONS as TUNED_OPTIONS  # noqa: E402  (worker.py --cache 0, as its figures were taken)
 
 # Histogram name and the labels that pick out the runs' workflow tasks. The
 # namespace keeps out the server's own system workflows in temporal_system.

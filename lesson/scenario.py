@@ -7,7 +7,7 @@ step two and step three".
 
 Starts what it needs (one provider process with its own database, a Temporal
 dev server in memory on free ports, workers), stops all of it at the end, and
-plays the same restart on three engines, each under its own run id:
+plays the same restart on every engine, each under its own run id:
 
 ==============  =========================================  =================================
 engine          killed (SIGKILL, by a crash point)         restarted with
@@ -15,7 +15,11 @@ engine          killed (SIGKILL, by a crash point)         restarted with
 in memory       ``in_memory:after_send_confirmation``      the same ``python -m lesson.in_memory`` command
 run record      ``runrecord:send_confirmation:after_record``  ``python -m runrecord resume RUN_ID``
 Temporal        worker with ``record_outcome:before``      a new worker process
+DBOS            ``dbos:send_confirmation:after_record``    ``python -m dbosflow resume RUN_ID`` (DBOS's recovery on launch)
 ==============  =========================================  =================================
+
+The DBOS row needs the optional extra (``pip install -e '.[dbos]'``; ``make
+scenario`` installs it); without it the row is left out, saying so.
 
 Then one table: per engine, where the run resumed (the first step the
 restarted process executed, from its ``step <name> started`` lines), which
@@ -25,8 +29,8 @@ the in-memory engine which has none, per its own log), and the effects per
 step as the provider counted them (keys, requests, effects applied).
 
 Expected: the in-memory engine resumes at step 1, runs steps 1 and 2 again and
-the email is applied twice (two random keys, one effect each); the run record
-and Temporal resume at step 3, run nothing again, and apply every effect once.
+the email is applied twice (two random keys, one effect each); the run record,
+Temporal and DBOS resume at step 3, run nothing again, and apply every effect once.
 Exit code 0 if the observed table is the expected one, 1 if not, 2 if the
 scenario could not be played (a process did not start or die as planned).
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -56,16 +61,19 @@ from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-ENGINES = ("in_memory", "runrecord", "temporal")
+ENGINES = ("in_memory", "runrecord", "temporal", "dbos")
 LABELS = {
     "in_memory": "in memory (the before)",
     "runrecord": "run record (SQLite)",
     "temporal": "Temporal",
+    "dbos": "DBOS (SQLite)",
 }
+HAVE_DBOS = importlib.util.find_spec("dbos") is not None
 CRASH = {
     "in_memory": "in_memory:after_send_confirmation",
     "runrecord": "runrecord:send_confirmation:after_record",
     "temporal": "record_outcome:before",
+    "dbos": "dbos:send_confirmation:after_record",
 }
 EXPECTED: dict[str, dict[str, Any]] = {
     "in_memory": {"resumed_at": "draft", "executed_again": ["draft", "send_confirmation"],
@@ -74,6 +82,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
                   "applied": {"send_confirmation": 1, "record_outcome": 1}},
     "temporal": {"resumed_at": "record_outcome", "executed_again": [],
                  "applied": {"send_confirmation": 1, "record_outcome": 1}},
+    "dbos": {"resumed_at": "record_outcome", "executed_again": [],
+             "applied": {"send_confirmation": 1, "record_outcome": 1}},
 }
 PROCESS_TIMEOUT = 120.0  # generous: a busy 2-core machine; a healthy run takes seconds
 
@@ -262,6 +272,32 @@ class Scenario:
         obs.final_status = status["status"]
         return obs
 
+    def dbos(self) -> Observed:
+        obs = Observed("dbos", self.run_id("dbos"))
+        self.say(f"DBOS: python -m dbosflow start {obs.run_id} ... with CRASH_AT={CRASH['dbos']}")
+        first = self.spawn("dbosflow-start", ["-m", "dbosflow", "start", obs.run_id, TASK, "--email", EMAIL],
+                           CRASH["dbos"])
+        expect_killed(first)
+        status = self._dbos_status(obs.run_id)
+        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
+        self.say(f"  killed; DBOS's step rows say completed: {', '.join(obs.completed_before)}; "
+                 f"python -m dbosflow resume {obs.run_id}")
+        resumer = self.spawn("dbosflow-resume", ["-m", "dbosflow", "resume", obs.run_id])
+        expect_exit(resumer, 0)
+        obs.restarted_executed = executed(resumer.output())
+        obs.how_it_knew = next((line for line in resumer.output().splitlines() if "launched DBOS" in line), "")
+        self.say(f"  {obs.how_it_knew}")
+        obs.final_status = self._dbos_status(obs.run_id)["status"]
+        return obs
+
+    def _dbos_status(self, run_id: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-m", "dbosflow", "status", run_id, "--json"], cwd=REPO,
+                              env={**os.environ, **self.env}, capture_output=True, text=True,
+                              timeout=PROCESS_TIMEOUT)
+        if done.returncode not in (0, 1):
+            raise ScenarioError(f"dbosflow status exited with {done.returncode}: {done.stderr}")
+        return json.loads(done.stdout)
+
     # -- all of it -------------------------------------------------------------
 
     def play(self) -> list[Observed]:
@@ -285,6 +321,7 @@ class Scenario:
                 "PROVIDER_URL": self.provider_url,
                 "MEMORY_DB": str(self.state / "memory.db"),
                 "RUNRECORD_DB": str(self.state / "runrecord.db"),
+                "DBOSFLOW_DB": str(self.state / "dbosflow.db"),
                 "PYTHONUNBUFFERED": "1",
             }
             results = [self.in_memory(), self.runrecord()]
@@ -292,6 +329,10 @@ class Scenario:
             if failure:
                 raise ScenarioError(f"the Temporal dev server did not start: {failure[0]}")
             results.append(asyncio.run(self.temporal(server)))
+            if HAVE_DBOS:
+                results.append(self.dbos())
+            else:
+                self.say("DBOS: left out, the optional extra is not installed (pip install -e '.[dbos]')")
             for obs in results:
                 self.observe_effects(obs)
             return results
@@ -316,7 +357,8 @@ def render(results: list[Observed]) -> str:
     lines.append("")
     lines.append("expected: in memory resumes at step 1 and the email is applied twice (a fresh random key per")
     lines.append("execution, so the provider cannot tell the repeat); the run record and Temporal resume at step 3,")
-    lines.append("run nothing again and apply every effect once.")
+    lines.append("run nothing again and apply every effect once" + (", and so does DBOS." if HAVE_DBOS else
+                 ". (DBOS: not installed, pip install -e '.[dbos]'.)"))
     for obs in results:
         if not obs.ok:
             lines.append(f"{obs.engine}: observed {obs.comparable()} (run {obs.final_status}), "

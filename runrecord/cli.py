@@ -7,7 +7,7 @@ hand-rolled SQLite run record.
     python -m runrecord status RUN_ID [--json]
     python -m runrecord settle RUN_ID [--json]
     python -m runrecord list
-    python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--json]
+    python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json]
 
 Every command takes ``--db PATH`` (default ``$RUNRECORD_DB`` or
 ``.state/runrecord.db``); start and resume take ``--lease-seconds`` (default
@@ -181,6 +181,24 @@ def _cmd_list(args) -> int:
     return EXIT_OK
 
 
+def _dbos_run(args) -> str | None:
+    if not args.dbos:
+        return None
+    try:
+        import dbosflow  # noqa: F401  (the dbos extra)
+    except ImportError as err:
+        raise InputError(f"--dbos needs the dbos extra: {err}") from None
+    return check_run_id(args.dbos)
+
+
+def _dbos_db(args):
+    if not args.dbos:
+        return None
+    from dbosflow.engine import db_path_from as dbos_db_path
+
+    return dbos_db_path(args.dbos_db)
+
+
 async def _cmd_compare(args) -> int:
     from flowclient.connect import connect
     from flowclient.status import RunNotFound as TemporalRunNotFound
@@ -193,8 +211,11 @@ async def _cmd_compare(args) -> int:
         record.load(record_id)  # unknown id: say so before connecting anywhere
         client = await connect()
         try:
-            report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ))
+            report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ),
+                                   dbos_run_id=_dbos_run(args), dbos_db=_dbos_db(args))
         except TemporalRunNotFound as err:
+            raise RunNotFound(str(err)) from err
+        except LookupError as err:  # dbosflow.status.RunNotFound: no such DBOS run
             raise RunNotFound(str(err)) from err
     print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
     return EXIT_OK
@@ -240,6 +261,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", parents=[common], help="this record's run beside a Temporal run of the same task")
     p.add_argument("run_id", metavar="RECORD_RUN_ID")
     p.add_argument("--temporal", required=True, metavar="TEMPORAL_RUN_ID")
+    p.add_argument("--dbos", default=None, metavar="DBOS_RUN_ID",
+                   help="also a DBOS run of the same task (python -m dbosflow; needs the dbos extra)")
+    p.add_argument("--dbos-db", default=None, help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_compare)
     return parser

@@ -19,6 +19,11 @@ table. Figures:
 - what only one side records: Temporal's workflow-task events, timer events,
   worker identities and bookkeeping events; the record's intents (including
   any in doubt) and its lease;
+- DBOS (``--dbos DBOS_RUN_ID``, when the ``dbos`` extra is installed): a
+  third column, what DBOS's system database holds for a third run of the same
+  task (``dbosflow.compare.dbos_side``): one ``operation_outputs`` row per
+  recorded step, its rows and bytes by the same rule as the record's, and
+  what only DBOS keeps (application version, executor, dispatches);
 - checks: for each effect step, attempts against the provider's request count
   for its key, and effects applied once per completed step. An attempt killed
   before it sent anything is counted by the engine and not by the provider,
@@ -202,16 +207,24 @@ def _checks(side: dict[str, Any], effects: dict[str, dict[str, int]], engine: st
 
 
 async def compare(record: RunRecord, record_run_id: str, client, temporal_run_id: str,
-                  provider_url: str | None) -> dict[str, Any]:
+                  provider_url: str | None, dbos_run_id: str | None = None, dbos_db=None) -> dict[str, Any]:
     """The whole comparison as a dict; see the module docstring for each figure."""
     rec = record_side(record, record_run_id)
     tmp = await temporal_side(client, temporal_run_id)
     out: dict[str, Any] = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
+    if dbos_run_id:
+        from dbosflow.compare import dbos_side  # the dbos extra
+
+        out["dbos"] = dbos_side(dbos_db, dbos_run_id)
     if provider_url:
         effects = {"record": provider_side(provider_url, record_run_id),
                    "temporal": provider_side(provider_url, temporal_run_id)}
+        if dbos_run_id:
+            effects["dbos"] = provider_side(provider_url, dbos_run_id)
         out["provider"] = {"url": provider_url, **effects}
         out["checks"] = _checks(rec, effects["record"], "record") + _checks(tmp, effects["temporal"], "temporal")
+        if dbos_run_id:
+            out["checks"] += _checks(out["dbos"], effects["dbos"], "dbos")
     return out
 
 
@@ -232,7 +245,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"  {'step':<18} {'engine':<9} {'status':<10} {'att':>3} {'rows/ev':>7} {'secs':>6}  recorded",
     ]
-    for t, r in zip(tmp["steps"], rec["steps"]):
+    dbs = report.get("dbos")
+    for i, (t, r) in enumerate(zip(tmp["steps"], rec["steps"])):
         key_t = idempotency_key(tmp["run_id"], t["name"])
         key_r = idempotency_key(rec["run_id"], r["name"])
         pt = prov.get("temporal", {}).get(key_t)
@@ -250,6 +264,17 @@ def render(report: dict[str, Any]) -> str:
         )
         if pr:
             lines.append(f"  {'':<18} {'provider':<9} requests {pr['requests']}, effects applied {pr['effects_applied']}")
+        if dbs:
+            d = dbs["steps"][i]
+            pd = prov.get("dbos", {}).get(idempotency_key(dbs["run_id"], d["name"]))
+            what = "operation_outputs row (written when the step returned)" if d["rows"] else "no row (not recorded)"
+            lines.append(
+                f"  {'':<18} {'dbos':<9} {d['status']:<10} {d['attempts']:>3} {d['rows']:>7} "
+                f"{'' if d['seconds'] is None else d['seconds']:>6}  {what}  {_short(d['result'])}"
+            )
+            if pd:
+                lines.append(f"  {'':<18} {'provider':<9} requests {pd['requests']}, "
+                             f"effects applied {pd['effects_applied']}")
     tt, rt = tmp["totals"], rec["totals"]
     lines += [
         "",
@@ -268,6 +293,15 @@ def render(report: dict[str, Any]) -> str:
         f"{rec['only_here']['settled_after_doubt']} settled after a crash left them in doubt)",
         f"    lease: {rec['only_here']['lease']['holder'] or 'free'}",
     ]
+    if dbs:
+        dt, only = dbs["totals"], dbs["only_here"]
+        at = lines.index("  only in Temporal's history:")
+        lines[at - 1:at - 1] = [f"           dbos:     {dt['rows']} rows, {dt['bytes']} bytes ({dt['detail']})"]
+        lines += [
+            "  only in DBOS's record:",
+            f"    application version {only['application_version']}, executor {only['executor_id']}, dispatches "
+            f"(recovery_attempts) {only['recovery_attempts']}; no attempt starts, no intents, no lease",
+        ]
     if report.get("checks"):
         lines += ["", "  checks against the provider:"]
         for c in report["checks"]:

@@ -20,9 +20,10 @@ from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider, st
 def _no_state_in_the_repo(tmp_path_factory):
     """Processes the tests start inherit these: nothing writes into the repo's .state/."""
     state = tmp_path_factory.mktemp("state")
-    saved = {k: os.environ.get(k) for k in ("MEMORY_DB", "RUNRECORD_DB")}
+    saved = {k: os.environ.get(k) for k in ("MEMORY_DB", "RUNRECORD_DB", "DBOSFLOW_DB")}
     os.environ["MEMORY_DB"] = str(state / "memory.db")
     os.environ["RUNRECORD_DB"] = str(state / "runrecord.db")
+    os.environ["DBOSFLOW_DB"] = str(state / "dbosflow.db")
     yield
     for key, value in saved.items():
         if value is None:

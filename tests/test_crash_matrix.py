@@ -1,6 +1,7 @@
-"""The crash matrix: every named crash point (docs/crashpoints.md), on both
-engines. For each: a process armed with CRASH_AT dies there by SIGKILL; a
-fresh process (a new Temporal worker, or ``python -m runrecord resume``)
+"""The crash matrix: every named crash point (docs/crashpoints.md), on every
+durable engine (Temporal, the run record, and DBOS when its extra is installed). For each: a process armed with CRASH_AT dies there by SIGKILL; a
+fresh process (a new Temporal worker, ``python -m runrecord resume``, or
+``python -m dbosflow resume``, i.e. DBOS's recovery on launch)
 finishes the run. Asserted, from the processes' own output and the
 provider's own counts:
 
@@ -20,6 +21,7 @@ does; a re-run draft then differs from the first, and nothing may change.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import uuid
 from dataclasses import dataclass
@@ -97,8 +99,14 @@ class Case:
         return 1
 
 
+# DBOS's own points (dbosflow/engine.py): its step output is recorded, the next step not started. DBOS
+# records nothing when a step starts, so the steps' points are the rest of its matrix.
+DBOS_POINTS = tuple(f"dbos:{s}:after_record" for s in STEPS)
+HAVE_DBOS = importlib.util.find_spec("dbos") is not None
+
 CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for model in ("deterministic", "varying")
          for point in (*POINTS, *ENGINE_POINTS[engine])]
+DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying") for point in (*POINTS, *DBOS_POINTS)]
 
 
 def executions(proc: Proc, step: str) -> int:
@@ -203,6 +211,52 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
     assert wait_exit(second, timeout=120) == 0, second.output()
     with RunRecord(runner_procs.db) as record:
         status = record_status(record, run_id)
+    check_resume(case, first, second, status, provider.url, run_id)
+    for before_step, after_step in zip(before["steps"], status["steps"]):
+        if before_step["status"] == "completed":
+            assert after_step["result"] == before_step["result"]
+
+
+@pytest.fixture
+def dbos_procs(provider, tmp_path):
+    """``python -m dbosflow`` processes on this test's DBOS database and provider; all reaped."""
+    db = tmp_path / "dbosflow.db"
+    started: list[Proc] = []
+
+    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
+        env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
+               "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at or "", **(env or {})}
+        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "dbosflow", *args], env=env)
+        started.append(proc)
+        return proc
+
+    start.db = db  # type: ignore[attr-defined]
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+@pytest.mark.skipif(not HAVE_DBOS, reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' "
+                                          "(make test installs it)")
+@pytest.mark.parametrize("case", DBOS_CASES, ids=lambda c: c.id)
+async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
+    from dbosflow import status as dbos_status
+
+    run_id = new_run_id(case)
+    first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env=case.env)
+    assert wait_exit(first, timeout=90) == -9, first.output()
+    assert f"CRASH_AT={case.point}" in first.output()
+
+    before = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
+    assert before["status"] == "running", before
+    completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
+    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+
+    second = dbos_procs("resume", run_id, env=case.env)
+    assert wait_exit(second, timeout=120) == 0, second.output()
+    status = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
     check_resume(case, first, second, status, provider.url, run_id)
     for before_step, after_step in zip(before["steps"], status["steps"]):
         if before_step["status"] == "completed":

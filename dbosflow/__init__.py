@@ -1,0 +1,20 @@
+"""The agent flow on DBOS Transact: the third durable engine of the lab,
+beside Temporal's event history and the hand-rolled run record, driving THE
+SAME step functions (``steps.flow``) with the same requests and idempotency
+keys (``runrecord.definition``, ``steps.keys``) against the same provider and
+memory. An optional extra: ``pip install -e '.[dbos]'``.
+
+``dbosflow.engine`` has the contract (what DBOS records and when, recovery,
+the pinned application version, the retry options and where they differ from
+``steps.retry``); ``dbosflow.status`` maps DBOS's record onto the shared state
+vocabulary; ``python -m dbosflow`` (``dbosflow.cli``) mirrors ``python -m
+runrecord``.
+"""
+
+try:
+    import dbos as _dbos  # noqa: F401
+except ImportError as err:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "dbosflow needs DBOS Transact, an optional extra of this project: pip install -e '.[dbos]' "
+        "(make test installs it with the dev extra)"
+    ) from err

@@ -1,0 +1,13 @@
+"""``python -m dbosflow``: see ``dbosflow.cli``."""
+
+import os
+import sys
+
+from dbosflow.cli import main
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # DBOS's background threads (queue, notifications) are daemons; no teardown is owed to them.
+    os._exit(code)

@@ -1,0 +1,277 @@
+"""``python -m dbosflow``: the agent flow on DBOS Transact (SQLite, no server).
+
+    python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID]
+    python -m dbosflow resume RUN_ID
+    python -m dbosflow status RUN_ID [--json]
+    python -m dbosflow steps RUN_ID          # DBOS's own rows for the run, as it stores them
+    python -m dbosflow list
+
+Every command takes ``--db PATH`` (default ``$DBOSFLOW_DB`` or
+``.state/dbosflow.db``: DBOS's system database). ``start`` and ``resume``
+launch DBOS in this process and wait for the run, printing ``step <name>
+started: run <id> attempt <n>`` for every execution and ``HH:MM:SS <name>:
+completed (attempt n)`` for every step DBOS records.
+
+``resume`` is DBOS's recovery: launching DBOS re-dispatches **every** pending
+run of this application version in the database (not only RUN_ID), then the
+command waits for RUN_ID and for those (``start`` launches DBOS too, so it
+recovers them as well). A run of another version is not recovered (exit 6).
+``status``, ``steps`` and ``list`` only read (``DBOSClient``): nothing is
+recovered by looking.
+
+Exit codes, as ``python -m runrecord`` where they mean the same:
+
+==  =====================================================================
+0   completed (start, resume, status); status of a running run; steps; list
+1   the run failed (start, resume, status): a step's error, DBOS's dead letter, a changed flow
+2   bad input, unknown run id
+3   start: RUN_ID already exists (resume it); status: parked (another application version)
+4   resume: the run has failed; DBOS does not run a failed workflow again on launch
+6   resume: the run belongs to another application version; this process does not recover it
+==  =====================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.runstate import exit_code
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_VERSION = 0, 1, 2, 3, 4, 6
+
+
+def _db(args) -> Path:
+    from dbosflow.engine import db_path_from
+
+    return db_path_from(args.db)
+
+
+def _print_status(db: Path, run_id: str) -> int:
+    from dbosflow import status as st
+
+    raw = st.read(db, run_id)
+    status = st.status_of(raw)
+    print(st.render(status, raw), flush=True)
+    return exit_code(status)
+
+
+async def _launch(db: Path):
+    from dbos import DBOS
+
+    from dbosflow import engine
+    from steps.deps import deps_from_env
+
+    try:
+        deps_from_env()  # configuration errors (provider URL, model, memory) before anything runs
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    engine.set_environment(dict(os.environ), db)
+    engine.configure(db)
+    await asyncio.to_thread(DBOS.launch)
+    return DBOS
+
+
+def _pending(db: Path, version: str) -> list[str]:
+    """The runs DBOS will recover when this process launches: PENDING, of this version."""
+    from dbosflow.status import RunNotFound, client
+
+    try:
+        c = client(db)
+    except RunNotFound:
+        return []
+    try:
+        return [wf.workflow_id for wf in c.list_workflows(status="PENDING", app_version=version)]
+    finally:
+        c.destroy()
+
+
+async def _finish(run_id: str) -> None:
+    from dbos import DBOS
+
+    handle = await DBOS.retrieve_workflow_async(run_id)
+    try:
+        await handle.get_result(polling_interval_sec=0.05)
+    except Exception:  # noqa: BLE001 - the run failed; its status says how, in the lab's words
+        pass
+
+
+async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
+    """Wait for RUN_ID, and for every other run this launch recovered: exiting
+    while they run would cut them off like a crash (each would cost a recovery)."""
+    others = [r for r in recovered if r != run_id]
+    if others:
+        print(f"DBOS recovered {len(others)} other pending run(s) of this version on launch: {', '.join(others)}; "
+              "waiting for them too", flush=True)
+    await asyncio.gather(*(_finish(r) for r in [run_id, *others]))
+    from dbosflow import status as st
+
+    for other in others:
+        print(f"also recovered: run {other}: {st.status_of(st.read(db, other))['status']}", flush=True)
+    return _print_status(db, run_id)
+
+
+async def _cmd_start(args) -> int:
+    from dbosflow import engine
+    from dbosflow.status import RunNotFound, read
+    from steps.retry import rule_from_env
+
+    run_id = check_run_id(args.run_id)
+    task, email = check_task(args.task), check_email(args.email)
+    conversation = check_conversation_id(args.conversation or run_id)
+    try:
+        rule = rule_from_env()
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    db = _db(args)
+    try:
+        read(db, run_id)
+    except RunNotFound:
+        pass
+    else:
+        print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
+              f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
+        return EXIT_EXISTS
+    recovered = _pending(db, engine.app_version())
+    DBOS = await _launch(db)
+    try:
+        await engine.start_run(run_id, engine.new_inputs(run_id, task, email, conversation,
+                                                         secrets.token_hex(8), rule))
+        print(f"run {run_id} started in {db} (DBOS workflow id {run_id}, application version "
+              f"{engine.app_version()})", flush=True)
+        return await _wait(db, run_id, recovered)
+    finally:
+        await engine.close_deps()
+        await asyncio.to_thread(DBOS.destroy)
+
+
+async def _cmd_resume(args) -> int:
+    from dbosflow import engine
+    from dbosflow.status import read
+
+    run_id = check_run_id(args.run_id)
+    db = _db(args)
+    before = read(db, run_id)["workflow"]  # unknown id: say so before launching anything
+    version = engine.app_version()
+    if before.status == "SUCCESS":
+        print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
+        return _print_status(db, run_id)
+    if before.status in ("ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+        _print_status(db, run_id)
+        print(f"refused: run {run_id} is {before.status} in DBOS; DBOS does not run a failed workflow again on "
+              "launch, so nothing was done", file=sys.stderr, flush=True)
+        return EXIT_TERMINAL
+    if before.app_version != version:
+        print(f"refused: run {run_id} was started under application version {before.app_version!r}, and this "
+              f"code is {version!r}. DBOS recovers a pending run only in a process of its own version, so launching "
+              f"here would leave it waiting. Resume it with the code that started it "
+              f"(DBOSFLOW_APP_VERSION={before.app_version} python -m dbosflow resume {run_id}).",
+              file=sys.stderr, flush=True)
+        return EXIT_VERSION
+    recovered = _pending(db, version)
+    DBOS = await _launch(db)
+    try:
+        print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
+              f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
+        return await _wait(db, run_id, recovered)
+    finally:
+        await engine.close_deps()
+        await asyncio.to_thread(DBOS.destroy)
+
+
+def _cmd_status(args) -> int:
+    from dbosflow import status as st
+
+    run_id = check_run_id(args.run_id)
+    db = _db(args)
+    raw = st.read(db, run_id)
+    status = st.status_of(raw)
+    print(st.dumps(status) if args.json else st.render(status, raw), flush=True)
+    return exit_code(status)
+
+
+def _cmd_steps(args) -> int:
+    from dbosflow.compare import dbos_side
+
+    run_id = check_run_id(args.run_id)
+    side = dbos_side(_db(args), run_id)
+    if args.json:
+        print(json.dumps(side, indent=2, default=str), flush=True)
+        return EXIT_OK
+    wf = side["workflow"]
+    print(f"workflow_status: {wf['workflow_id']} {wf['status']} version {wf['app_version']} "
+          f"recovery_attempts {wf['recovery_attempts']} executor {wf['executor_id']}")
+    print(f"  {'id':>2} {'function_name':<18} {'started (UTC)':<24} {'completed (UTC)':<24} {'bytes':>5}  output/error")
+    for row in side["rows"]:
+        print(f"  {row['function_id']:>2} {row['name']:<18} {row['started_at'] or '-':<24} "
+              f"{row['completed_at'] or '-':<24} {row['bytes']:>5}  {row['summary']}")
+    t = side["totals"]
+    print(f"  totals: {t['rows']} rows, {t['bytes']} bytes ({t['detail']})")
+    return EXIT_OK
+
+
+def _cmd_list(args) -> int:
+    from dbosflow.status import RunNotFound, client
+
+    db = _db(args)
+    try:
+        c = client(db)
+    except RunNotFound:
+        print(f"no runs in {db}")
+        return EXIT_OK
+    try:
+        for wf in c.list_workflows():
+            print(f"  {wf.workflow_id:<40} {wf.status:<32} version {wf.app_version}  dispatches {wf.recovery_attempts}")
+    finally:
+        c.destroy()
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=None, help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
+    parser = argparse.ArgumentParser(prog="python -m dbosflow", description="The agent flow on DBOS Transact (SQLite).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("start", parents=[common], help="start a run (DBOS workflow id = RUN_ID) and wait for it")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--email", required=True)
+    p.add_argument("--conversation", default=None)
+    p.set_defaults(func=_cmd_start)
+    p = sub.add_parser("resume", parents=[common], help="launch DBOS (recovering pending runs) and wait for RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(func=_cmd_resume)
+    p = sub.add_parser("status", parents=[common], help="the run in the shared status vocabulary (reads only)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
+    p.set_defaults(func=_cmd_status)
+    p = sub.add_parser("steps", parents=[common], help="DBOS's recorded rows for the run (reads only)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_steps)
+    p = sub.add_parser("list", parents=[common], help="every run in the database")
+    p.set_defaults(func=_cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dbosflow.status import RunNotFound
+
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        result = args.func(args)
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result
+    except (InputError, RunNotFound) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted: the run stays PENDING in DBOS; resume recovers it", file=sys.stderr, flush=True)
+        return 130

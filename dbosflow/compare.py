@@ -1,0 +1,94 @@
+"""DBOS's side of the comparison (``python -m runrecord compare ... --dbos``):
+what DBOS's system database holds for one run, read from its SQLite tables
+as stored, with the same byte rule as the run record's ``footprint`` (the
+sum of the stored values' lengths; SQLite's page overhead not counted).
+
+DBOS keeps a run in four tables: ``workflow_status`` (one row: status,
+version, executor, ``recovery_attempts``, times), ``workflow_input`` and
+``workflow_output`` (the serialized inputs and result) and
+``operation_outputs`` (one row per step, written when the step returned:
+output or error, start and end times). Nothing is written when a step
+starts, so an attempt in flight, or killed, leaves no row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from dbosflow.status import RunNotFound, read, status_of
+from steps.runstate import iso, short_result
+
+TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
+
+
+def _footprint(con: sqlite3.Connection, run_id: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for table in TABLES:
+        cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+        size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
+        count, total = con.execute(
+            f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE workflow_uuid = ?", (run_id,)
+        ).fetchone()
+        out[f"{table}_rows"], out[f"{table}_bytes"] = count, total
+    out["rows"] = sum(v for k, v in out.items() if k.endswith("_rows"))
+    out["bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
+    return out
+
+
+def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
+    """The run as DBOS recorded it: its rows per step, totals, what only DBOS keeps."""
+    raw = read(db, run_id)
+    status = status_of(raw)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(operation_outputs)")]
+        size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
+        sizes = dict(con.execute(f"SELECT function_id, {size} FROM operation_outputs WHERE workflow_uuid = ?",
+                                 (run_id,)).fetchall())
+        totals = _footprint(con, run_id)
+    finally:
+        con.close()
+    wf = raw["workflow"]
+    by_name = {r["function_name"]: r for r in raw["steps"]}
+    rows, steps = [], []
+    for r in raw["steps"]:
+        out = r["output"] if isinstance(r["output"], dict) else {}
+        rows.append({"function_id": r["function_id"], "name": r["function_name"],
+                     "started_at": iso(r["started_at_epoch_ms"] / 1000) if r["started_at_epoch_ms"] else None,
+                     "completed_at": iso(r["completed_at_epoch_ms"] / 1000) if r["completed_at_epoch_ms"] else None,
+                     "bytes": sizes.get(r["function_id"], 0),
+                     "summary": (f"error: {type(r['error']).__name__}" if r["error"] is not None
+                                 else short_result(out.get("result")) + f" (dispatch {out.get('dispatch')}, "
+                                 f"attempt {out.get('attempt')})")})
+    for s in status["steps"]:
+        r = by_name.get(s["name"])
+        seconds = None
+        if r is not None and r["started_at_epoch_ms"] and r["completed_at_epoch_ms"]:
+            seconds = round((r["completed_at_epoch_ms"] - r["started_at_epoch_ms"]) / 1000, 3)
+        steps.append({"name": s["name"], "status": s["status"], "attempts": s["attempts"],
+                      "crashes": s["crashes"], "rows": 1 if r is not None else 0, "seconds": seconds,
+                      "result": s["result"]})
+    totals["detail"] = ", ".join(f"{t} {totals[t + '_rows']}" for t in TABLES)
+    return {
+        "run_id": run_id,
+        "status": status["status"],
+        "error": status["error"],
+        "steps": steps,
+        "rows": rows,
+        "totals": totals,
+        "workflow": {"workflow_id": wf.workflow_id, "status": wf.status, "app_version": wf.app_version,
+                     "executor_id": wf.executor_id, "recovery_attempts": wf.recovery_attempts,
+                     "queue_name": wf.queue_name},
+        "only_here": {
+            "application_version": wf.app_version,
+            "recovery_attempts": wf.recovery_attempts,
+            "executor_id": wf.executor_id,
+            "queue": wf.queue_name,
+            "workflow_inputs_recorded": True,
+        },
+    }
+
+
+__all__ = ["RunNotFound", "dbos_side"]

@@ -1,0 +1,292 @@
+"""The agent flow as a DBOS workflow: the same step functions, requests and
+keys as the other engines, checkpointed by DBOS Transact in a SQLite system
+database (no server).
+
+What DBOS does here, and what the lab adds:
+
+- **One workflow per run**, DBOS workflow id = RUN_ID (``SetWorkflowID``).
+  Its inputs (task, email, conversation, start id, creation time, retry rule)
+  are recorded by DBOS with the workflow, so every dispatch builds the same
+  requests: the request builders are the run record's (``runrecord.definition``),
+  which read only the inputs and the recorded results of earlier steps.
+- **Each step is ``DBOS.run_step_async``** under the step's own name. DBOS
+  writes one row per step to ``operation_outputs`` *after* the step returns
+  (output or error): nothing is written when a step starts. A process that
+  dies mid-step leaves no trace of the attempt; the next dispatch runs the
+  step again (at least once) and the provider's idempotency key keeps the
+  effect to one.
+- **Recovery is DBOS's**: ``DBOS.launch()`` re-dispatches every PENDING
+  workflow of this executor and *this application version*; the workflow
+  function runs again from the top, and each ``run_step_async`` whose row
+  exists returns the recorded output without running the step, after checking
+  that the recorded name at that position is the step's name (otherwise DBOS
+  raises ``DBOSUnexpectedStepError`` and the run ends in ERROR).
+- **Application version pinned** (``APP_VERSION``, ``DBOSFLOW_APP_VERSION``
+  overrides): DBOS would otherwise derive it from a hash of the workflow
+  code, so any edit would strand pending runs. Pinned, recovering runs after a
+  code change is a decision: bump the version and the old runs wait (status
+  ``parked``) until a process of their version runs.
+- **Retries by DBOS's step options** (``step_options``): a transient error is
+  retried in process ``max_attempts`` times with DBOS's backoff; a permanent
+  one (``should_retry`` false) fails at once. The lab's rule is a time budget
+  with jitter, a 30 s cap and Retry-After; DBOS's is an attempt count, no
+  jitter, a 1 h cap, no Retry-After. ``dbos_max_attempts`` picks the count
+  whose backoff fits the lab's budget.
+- **Crashes** are counted by DBOS per *workflow* (``recovery_attempts``,
+  one per dispatch): ``max_recovery_attempts`` = the lab's worker-death
+  limit, after which DBOS moves the run to ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``
+  (its dead letter). The lab's limit is per step.
+- What DBOS does not record, the lab puts in the step's output: the dispatch
+  (``recovery_attempts`` when the step ran) and the attempt within it, so
+  ``status`` can count attempts and crashes per step (``dbosflow.status``).
+
+Crash points (``CRASH_AT``; the steps' own points work too): ``dbos:S:after_record``
+for each step S: DBOS has recorded S's output, the next step has not started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+from dbos._error import DBOSMaxStepRetriesExceeded
+
+from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
+from steps import flow as step_functions
+from steps.crashpoints import crash_point
+from steps.errors import PermanentError, StepError
+from steps.limits import InputError
+from steps.models import RememberRequest, STEP_NAMES, sent_reply, to_jsonable
+from steps.retry import RetryRule
+
+APP_NAME = "agentlab"
+APP_VERSION = "agentlab-flow-1"
+"""The pinned application version. Change it (or set ``DBOSFLOW_APP_VERSION``)
+only on purpose: DBOS recovers a pending run only in a process of the version
+that started it."""
+WORKFLOW_NAME = "agent_flow"
+DEFAULT_DB = ".state/dbosflow.db"
+DB_ENV = "DBOSFLOW_DB"
+VERSION_ENV = "DBOSFLOW_APP_VERSION"
+RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
+DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
+
+assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES
+
+
+class StepFailed(Exception):
+    """A step ended the run: the lab's words, as the workflow's recorded error.
+
+    Single positional argument so DBOS's serializer (pickle) round-trips it;
+    the fields are parsed back by ``fields``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def db_path_from(value: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(value or env.get(DB_ENV) or DEFAULT_DB)
+
+
+def db_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+def app_version(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return (env.get(VERSION_ENV) or "").strip() or APP_VERSION
+
+
+def dbos_max_attempts(rule: RetryRule) -> int:
+    """DBOS's attempt count closest to the lab's time budget: the most attempts
+    whose backoff (DBOS's: ``initial * coefficient ** n``, capped at an hour,
+    no jitter) fits in ``budget_seconds``. 900 s at 0.2 s doubling: 13."""
+    attempts, waited = 1, 0.0
+    while attempts < 100:
+        delay = min(rule.initial_interval * rule.backoff_coefficient ** (attempts - 1), DBOS_MAX_RETRY_INTERVAL)
+        if waited + delay > rule.budget_seconds:
+            break
+        waited += delay
+        attempts += 1
+    return attempts
+
+
+def _should_retry(err: BaseException) -> bool:
+    """Transient errors, timeouts and anything unexpected: retried; the lab's
+    permanent ones (a 4xx, bad input, a 409 that could not be adopted): not."""
+    return not isinstance(err, (PermanentError, InputError))
+
+
+def step_options(step: str, rule: RetryRule) -> dict[str, Any]:
+    """DBOS's step options for ``step`` under the run's recorded ``rule``."""
+    return {
+        "name": step,
+        "retries_allowed": True,
+        "max_attempts": dbos_max_attempts(rule),
+        "interval_seconds": rule.initial_interval,
+        "backoff_rate": rule.backoff_coefficient,
+        "should_retry": _should_retry,
+        "timeout_seconds": rule.attempt_timeout_for(step),
+    }
+
+
+def configure(db: Path, *, version: str | None = None) -> DBOS:
+    """The process's DBOS instance on the SQLite file ``db`` (created on launch)."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    config: DBOSConfig = {
+        "name": APP_NAME,
+        "system_database_url": db_url(db),
+        "application_version": version or app_version(),
+        # DBOS's own lines at WARNING and above (a step retry, a version that is not the latest);
+        # the run's progress is printed by the lab in the same words as the other engines.
+        "log_level": os.environ.get("DBOSFLOW_LOG_LEVEL", "WARNING"),
+    }
+    return DBOS(config=config)
+
+
+# ------------------------------------------------------------------ the steps' world
+
+_DEPS: dict[int, Any] = {}  # per event loop: an httpx client belongs to the loop that first used it
+_ENV: dict[str, str] = {}
+_SAY = [lambda line: print(line, flush=True)]
+_DB: list[Path] = []
+
+
+def set_environment(env: Mapping[str, str], db: Path, say=None) -> None:
+    """What the steps use in this process: provider, model and memory from ``env``."""
+    _ENV.clear()
+    _ENV.update(env)
+    _DB[:] = [db]
+    if say is not None:
+        _SAY[0] = say
+
+
+def _deps():
+    from steps.deps import deps_from_env
+
+    loop = asyncio.get_running_loop()
+    deps = _DEPS.get(id(loop))
+    if deps is None:
+        deps = _DEPS[id(loop)] = deps_from_env(_ENV or os.environ)
+    return deps
+
+
+async def close_deps() -> None:
+    for deps in list(_DEPS.values()):
+        try:
+            await deps.provider.aclose()
+        except Exception:  # noqa: BLE001 - a client of another (stopped) loop
+            pass
+    _DEPS.clear()
+
+
+def dispatch_of(run_id: str) -> int:
+    """Which dispatch of the run this is: DBOS's ``recovery_attempts`` (1 for
+    the first, one more for every recovery). Read with a plain query, not a
+    DBOS call: inside a workflow DBOS would checkpoint the answer and replay
+    the first dispatch's value."""
+    con = sqlite3.connect(f"file:{_DB[0]}?mode=ro", uri=True, timeout=5)
+    try:
+        row = con.execute("SELECT recovery_attempts FROM workflow_status WHERE workflow_uuid = ?",
+                          (run_id,)).fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row and row[0] else 1
+
+
+def _inputs(raw: Mapping[str, Any]) -> RunInputs:
+    return RunInputs(raw["run_id"], raw["task"], raw["email"], raw["conversation_id"],
+                     start_id=raw.get("start_id", ""), created_at=raw.get("created_at"))
+
+
+def _reason(err: BaseException) -> str:
+    return err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
+
+
+# ------------------------------------------------------------------ the workflow
+
+
+@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=int(os.environ.get("LAB_MAX_WORKER_DEATHS") or 10))
+async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
+    """Run the three steps; returns ``{step: result}``. See the module docstring."""
+    run_id = raw["run_id"]
+    inputs = _inputs(raw)
+    rule = RetryRule.from_dict(raw.get("retry_rule"))
+    dispatch = await asyncio.to_thread(dispatch_of, run_id)
+    results: dict[str, Any] = {}
+    previous_dispatch = 1
+    for step in DEFAULT_FLOW:
+        request = step.request(inputs, results)
+        ran = {"attempts": 0}
+        try:
+            recorded = await DBOS.run_step_async(step_options(step.name, rule), _attempt, step, request, run_id,
+                                                 dispatch, previous_dispatch, ran)
+        except (PermanentError, InputError, DBOSMaxStepRetriesExceeded) as err:
+            # The step's own failure, recorded by DBOS in the step's row. DBOS's errors about the
+            # workflow itself (a step name that differs from the recorded one, a cancellation) pass.
+            raise StepFailed(_failure(step.name, err, ran["attempts"] + dispatch - previous_dispatch)) from None
+        results[step.name] = recorded["result"]
+        previous_dispatch = recorded["dispatch"]
+        if ran["attempts"]:  # executed in this dispatch, not read back from DBOS's record
+            result = recorded["result"]
+            if isinstance(result, dict) and result.get("adopted"):
+                _SAY[0](f"  {time.strftime('%H:%M:%S')} {step.name}: adopted (attempt {recorded['attempt']}): "
+                        f"{result['adopted']['reason']}")
+            else:
+                _SAY[0](f"  {time.strftime('%H:%M:%S')} {step.name}: completed (attempt {recorded['attempt']})")
+            crash_point(f"dbos:{step.name}:after_record")
+    # Best effort, idempotent by message id, outside any step (as on the run record):
+    # memory is context for later prompts, never read to decide what was done.
+    draft = results.get("draft") or {}
+    await step_functions.remember_exchange(
+        RememberRequest(run_id=run_id, conversation_id=inputs.conversation_id, task=inputs.task,
+                        reply=sent_reply(draft.get("body", ""), results.get("send_confirmation") or {})),
+        _deps(),
+    )
+    return results
+
+
+async def _attempt(step: FlowStep, request: Any, run_id: str, dispatch: int, previous_dispatch: int,
+                   ran: dict[str, int]) -> dict[str, Any]:
+    """One attempt of a step, as DBOS runs it (again on each of its retries).
+
+    The number printed counts the dispatches since the previous step's output
+    was recorded (each of them reached this step, or died before it) and the
+    attempts of this dispatch."""
+    ran["attempts"] += 1
+    attempt = dispatch - previous_dispatch + ran["attempts"]
+    _SAY[0](f"step {step.name} started: run {run_id} attempt {attempt}")
+    result = await step.run(request, _deps())
+    return {"result": to_jsonable(result), "dispatch": dispatch, "attempt": attempt}
+
+
+def _failure(step: str, err: BaseException, attempts: int) -> str:
+    """The run's error in the other engines' words, with DBOS's reason."""
+    if isinstance(err, DBOSMaxStepRetriesExceeded):
+        last = err.errors[-1] if err.errors else err
+        return (f"step {step} failed after {attempts} attempt(s): DBOS's step retries spent ({err.max_retries} "
+                f"attempts: the count whose backoff fits the retry budget); last error: {_reason(last)}")
+    return f"step {step} failed after {attempts} attempt(s): {_reason(err)}"
+
+
+async def start_run(run_id: str, raw: dict[str, Any]):
+    """Start the workflow under ``run_id`` (DBOS's workflow id); a handle."""
+    with SetWorkflowID(run_id):
+        return await DBOS.start_workflow_async(agent_flow, raw)
+
+
+def new_inputs(run_id: str, task: str, email: str, conversation_id: str, start_id: str, rule: RetryRule,
+               created_at: float | None = None) -> dict[str, Any]:
+    return {"run_id": run_id, "task": task, "email": email, "conversation_id": conversation_id,
+            "start_id": start_id, "created_at": time.time() if created_at is None else created_at,
+            "retry_rule": rule.to_dict()}

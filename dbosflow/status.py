@@ -1,0 +1,158 @@
+"""A DBOS run's status in the shared vocabulary (``steps.runstate``), read
+with ``DBOSClient`` (DBOS's own reader: no launch, so nothing is recovered
+by looking).
+
+How DBOS's record maps onto the words:
+
+- workflow ``SUCCESS`` -> run **completed**; ``ERROR`` -> **failed** (the
+  error is the lab's ``step <name> failed after <n> attempt(s): ...``, or
+  DBOS's own, e.g. a step name that differs from the recorded one);
+  ``MAX_RECOVERY_ATTEMPTS_EXCEEDED`` (DBOS's dead letter) -> **failed**,
+  naming the step the run was at; ``CANCELLED`` -> **failed**;
+  ``PENDING``/``ENQUEUED`` -> **running**, or **parked** when the run was
+  started under another application version than this code's (DBOS recovers
+  it only in a process of its own version).
+- a step with an output row -> **completed** (or **adopted**); with an error
+  row -> **failed**, or **in_doubt** for an effect step whose last error
+  may have been applied.
+- the first step without a row in a pending run -> **running**: DBOS records
+  neither that an attempt started nor which process is alive, so "running"
+  and "waiting for a process to recover it" look the same (the note says so).
+
+Attempts and crashes per step come from what the lab adds to each output
+(the dispatch that ran it, the attempt within it) and DBOS's
+``recovery_attempts`` (one per dispatch): every dispatch between the one
+that recorded the previous step and the one that recorded this step died
+while this step was next.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dbosflow.engine import StepFailed, WORKFLOW_NAME, app_version, db_url
+from steps.errors import StepError
+from steps.models import STEP_NAMES
+from steps.runstate import describe_step, iso, render_table, run_entry, step_entry
+
+EFFECT_STEPS = ("send_confirmation", "record_outcome")
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def client(db):
+    from dbos import DBOSClient
+
+    if not db.exists():
+        raise RunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
+    return DBOSClient(system_database_url=db_url(db))
+
+
+def read(db, run_id: str) -> dict[str, Any]:
+    """What DBOS holds for ``run_id``: ``{"workflow": WorkflowStatus, "steps": [StepInfo]}``."""
+    c = client(db)
+    try:
+        found = c.list_workflows(workflow_ids=[run_id])
+        if not found:
+            raise RunNotFound(f"no run {run_id!r} in {db}: check the id, or start it with python -m dbosflow start")
+        return {"workflow": found[0], "steps": c.list_workflow_steps(run_id)}
+    finally:
+        c.destroy()
+
+
+def _ms(value: int | None) -> str | None:
+    return iso(value / 1000) if value is not None else None
+
+
+def status_of(raw: dict[str, Any], version: str | None = None) -> dict[str, Any]:
+    wf, rows = raw["workflow"], raw["steps"]
+    run_id = wf.workflow_id
+    version = version or app_version()
+    dispatches = wf.recovery_attempts or 1
+    by_name = {r["function_name"]: r for r in rows}
+    steps: list[dict[str, Any]] = []
+    previous = 1
+    current = None
+    for name in STEP_NAMES:
+        row = by_name.get(name)
+        if row is not None and row["error"] is None and isinstance(row["output"], dict):
+            out = row["output"]
+            crashes = out["dispatch"] - previous
+            previous = out["dispatch"]
+            result = out["result"]
+            adopted = result.get("adopted") if isinstance(result, dict) else None
+            steps.append(step_entry(name, "adopted" if adopted else "completed", out["attempt"], result,
+                                    crashes=crashes, note=adopted.get("reason") if adopted else None))
+            continue
+        if current is None:
+            current = name
+            crashes = dispatches - previous
+            if row is not None:  # the step's error, recorded by DBOS
+                err = row["error"]
+                doubt = name in EFFECT_STEPS and bool(getattr(_last(err), "in_doubt", False))
+                steps.append(step_entry(name, "in_doubt" if doubt else "failed", crashes + 1, crashes=crashes,
+                                        last_error=_text(err)))
+            else:
+                steps.append(step_entry(name, "running", crashes + 1, crashes=crashes))
+            continue
+        steps.append(step_entry(name))
+    status = wf.status
+    if status == "SUCCESS":
+        return run_entry(run_id, "completed", steps)
+    if status in ("ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+        return run_entry(run_id, "failed", steps, error=_run_error(wf, current, dispatches, steps))
+    if wf.app_version and wf.app_version != version:
+        detail = (f"started under application version {wf.app_version!r}; this code is {version!r}. DBOS recovers "
+                  f"a pending run only in a process of its own version: run `DBOSFLOW_APP_VERSION={wf.app_version} "
+                  f"python -m dbosflow resume {run_id}` (the code that started it), or keep it parked")
+        return run_entry(run_id, "parked", steps, detail=detail)
+    active = next((s for s in steps if s["status"] == "running"), None)
+    if active is not None:
+        active["note"] = (f"dispatch {dispatches} of the run: DBOS records no attempt start and no owner, so a "
+                          f"process may be running it, or none is: `python -m dbosflow resume {run_id}` recovers it "
+                          "(DBOS recovers every pending run of its version when it launches)")
+    return run_entry(run_id, "running", steps, detail=describe_step(active) if active else None)
+
+
+def _last(err: Any) -> Any:
+    errors = getattr(err, "errors", None)
+    return errors[-1] if errors else err
+
+
+def _text(err: Any) -> str:
+    last = _last(err)
+    return last.message if isinstance(last, StepError) else f"{type(last).__name__}: {last}"
+
+
+def _run_error(wf, current: str | None, dispatches: int, steps: list[dict[str, Any]]) -> str:
+    if wf.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
+        step = current or "?"
+        for s in steps:
+            if s["name"] == step:
+                s["status"] = "in_doubt" if step in EFFECT_STEPS else "failed"
+                s["last_error"] = "the process running it died"
+        return (f"step {step} failed after {dispatches - 1} dispatch(es) died: worker died {dispatches - 1} times "
+                f"(DBOS counts recoveries per run, not per step; it moved the run to MAX_RECOVERY_ATTEMPTS_EXCEEDED, "
+                f"its dead letter; DBOS.resume_workflow would run it again from there)")
+    if wf.status == "CANCELLED":
+        return f"canceled at step {current or '?'} (DBOS: CANCELLED)"
+    err = wf.error
+    if isinstance(err, StepFailed):
+        return err.message
+    return f"{type(err).__name__}: {err}" if err is not None else f"DBOS status {wf.status}"
+
+
+def dumps(status: dict[str, Any]) -> str:
+    return json.dumps(status, indent=2)
+
+
+def render(status: dict[str, Any], raw: dict[str, Any]) -> str:
+    wf = raw["workflow"]
+    lines = [render_table(status)]
+    lines.append(f"  DBOS: workflow {wf.workflow_id} ({WORKFLOW_NAME}) {wf.status}, application version "
+                 f"{wf.app_version}, executor {wf.executor_id}, dispatches (recovery_attempts) {wf.recovery_attempts}, "
+                 f"{len(raw['steps'])} step row(s)")
+    return "\n".join(lines)
