@@ -37,8 +37,8 @@ this off, for the benchmark that measures what it buys):
 - workflow-task failures are not turned into run failures: a bug or an
   incompatible deploy parks runs (``workflows.agent_flow``) until good code runs.
 - at most 8 workflow tasks at a time (default 100). A workflow task costs
-  ~10-20 ms of CPU here (no cache: each one replays the history in the
-  sandbox); 100 taken at once from a burst queue up inside the worker for
+  ~10-20 ms of CPU here when it replays the history in the sandbox (every
+  task with ``--cache 0``; with the cache, after a restart or an eviction); 100 taken at once from a burst queue up inside the worker for
   seconds, overrun the 2 s workflow task timeout and are retried, and a burst
   of 1,000 runs made no progress for minutes (bench/bench_scale.py). With 8,
   the rest wait on the server, where the timeout has not started.

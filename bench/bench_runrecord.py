@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steps.flow import StepDeps  # noqa: E402
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RetryPolicy  # noqa: E402
+from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
@@ -109,11 +109,10 @@ async def _noop_effect2(req, deps):
     return OutcomeRecorded(ticket_id="tkt_stub", idempotency_key=req.idempotency_key)
 
 
-_POLICY = RetryPolicy(1, 0.0)
 NOOP_FLOW = (
-    FlowStep("draft", _noop_draft, DEFAULT_FLOW[0].request, _POLICY, effect=False),
-    FlowStep("send_confirmation", _noop_effect, DEFAULT_FLOW[1].request, _POLICY, effect=True),
-    FlowStep("record_outcome", _noop_effect2, DEFAULT_FLOW[2].request, _POLICY, effect=True),
+    FlowStep("draft", _noop_draft, DEFAULT_FLOW[0].request, effect=False),
+    FlowStep("send_confirmation", _noop_effect, DEFAULT_FLOW[1].request, effect=True),
+    FlowStep("record_outcome", _noop_effect2, DEFAULT_FLOW[2].request, effect=True),
 )
 
 

@@ -37,8 +37,9 @@ history) keep the path they started on (``workflows.before_live``):
 server-side retries, no adoption. It stays until no such run is open and
 ``workflow.deprecate_patch`` can retire it.
 
-Only this class is compiled and executed by the sandbox for every workflow
-task (there is no workflow cache); its helpers are imported passed through:
+Only this class is compiled and executed by the sandbox whenever a worker
+builds a run afresh (a restart, a cache eviction; every workflow task with
+``worker.py --cache 0``); its helpers are imported passed through:
 ``workflows.attempts`` (how an attempt ended), ``workflows.before_live``,
 ``workflows.state`` (the dataclasses). They hold no state.
 """
@@ -71,9 +72,10 @@ with workflow.unsafe.imports_passed_through():
         DEFAULTS_ATTEMPT_TIMEOUT, HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of,
     )
     from workflows.before_live import run_recorded_before_live
-    # The run's input and status types live in their own module: without a
-    # workflow cache this module is executed afresh for every workflow task,
-    # and building dataclasses was ~60% of that (bench/bench_overhead.py).
+    # The run's input and status types live in their own module: this module
+    # is executed afresh whenever a worker builds the run again (every
+    # workflow task with --cache 0), and building dataclasses was ~60% of
+    # that (bench/bench_overhead.py).
     from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
@@ -277,9 +279,9 @@ class AgentFlow:
         """Make the replay visible. Called where the code gets an activity's outcome
         or a timer: while replaying, that outcome is the one recorded in history
         (the activity is not executed again); the first one that is not a replay
-        is new, and the worker says what it replayed to get there. With no
-        workflow cache that is every workflow task; with one, only after the
-        instance was lost (a restart, an eviction)."""
+        is new, and the worker says what it replayed to get there. With the
+        worker's cache that is only after the instance was lost (a restart, an
+        eviction); with ``--cache 0``, every workflow task."""
         if workflow.unsafe.is_replaying():
             self._replayed.append(what)
             self._replayed_events = workflow.info().get_current_history_length()

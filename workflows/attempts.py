@@ -1,7 +1,8 @@
 """How one attempt of a step ended, as the retry rules (``steps.retry``) see
 it: read from the ActivityError the workflow gets. Pure functions, no
 workflow state: imported by ``workflows.agent_flow`` through the sandbox
-(passed through, so it is not compiled and executed for every workflow task).
+(passed through, so it is not compiled and executed again each time a
+worker builds the run afresh).
 
 =======================================  ===========  =====================
 the attempt ended with                   kind         in doubt

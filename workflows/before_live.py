@@ -7,7 +7,7 @@ activity). Do not edit: it must replay as it ran. Retire it with
 
 Functions of the ``AgentFlow`` instance (``self``), kept out of the workflow
 module: passed through the sandbox, so the frozen code is not compiled and
-executed again for every workflow task. It holds no state of its own.
+executed again each time a worker builds the run afresh. It holds no state of its own.
 """
 
 from __future__ import annotations

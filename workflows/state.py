@@ -1,8 +1,9 @@
 """The agent flow's input and status types, shared by the workflow and its clients.
 
-Kept out of workflows/agent_flow.py on purpose: the worker runs with no
-workflow cache, so the sandbox executes the workflow's module for every
-workflow task, while this module is imported once and passed through.
+Kept out of workflows/agent_flow.py on purpose: the sandbox executes the
+workflow's module whenever a worker builds a run afresh (after a restart or
+an eviction; for every workflow task with ``worker.py --cache 0``), while
+this module is imported once and passed through.
 
 The status vocabulary (what ``status`` and the fields mean) is defined once,
 in ``steps.runstate``; these dataclasses are the workflow's own copy of that
