@@ -32,7 +32,6 @@ from rich.table import Table
 from flowclient.connect import connect, exit_now
 from lab.processes import (
     LAB_SERVER_CONFIG,
-    wait_until,
     REPO,
     DevServer,
     Proc,
@@ -41,10 +40,11 @@ from lab.processes import (
     start_codec_server,
     start_provider,
     start_worker,
+    wait_until,
 )
 from provider.client import fetch_effects
-from steps.controls import printable
 from starter import render_table, start_run, step_ticker, wait_for_status
+from steps.controls import printable
 from steps.models import STEP_NAMES
 
 console = Console(highlight=False)
@@ -73,7 +73,9 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
     say(f'starting run {run_id}: "Confirm the refund for order 1234" -> ada@example.com')
     await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com", queue=queue)
     tick = step_ticker(indent="    ")  # shared by both workers' halves: a step is printed when it changes
-    await wait_for_status(client, run_id, lambda s: s["steps"][1]["status"] == "completed", tick,
+    # Until the status shows step 3 running (step 2 completed before it), so the
+    # ticker prints that line every time, however quickly step 3 is scheduled.
+    await wait_for_status(client, run_id, lambda s: s["steps"][2]["status"] == "running", tick,
                           poll=0.1, timeout=120)
     # Kill inside step 3, before its effect (the step's pace comes first), so
     # the story is the same every time; at --pace 0 the step may beat the kill.
