@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Awaitable, TypeVar
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError

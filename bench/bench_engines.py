@@ -55,11 +55,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bare_flows import BareN, noop  # noqa: E402
+from bench_resume import POINTS  # noqa: E402
+from bench_resume import one as temporal_resume
+from bench_resume_record import record_one as record_resume  # noqa: E402
 from dbos import DBOS  # noqa: E402
 
-from bare_flows import BareN, noop  # noqa: E402
-from bench_resume import POINTS, one as temporal_resume  # noqa: E402
-from bench_resume_record import record_one as record_resume  # noqa: E402
 from dbosflow import engine as dbos_engine  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
 from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
@@ -348,9 +349,9 @@ async def main_async(args) -> dict:
 def report(out: dict, args) -> None:
     print(f"\nmachine: {os.cpu_count()} cores (nproc), Python {platform.python_version()}, {platform.platform()}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    import temporalio
-
     from importlib.metadata import version
+
+    import temporalio
 
     print(f"dbos {version('dbos')} (SQLite system database), temporalio "
           f"{temporalio.__version__}; files under .state/; dev server in memory with LAB_SERVER_CONFIG")

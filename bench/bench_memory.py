@@ -181,8 +181,18 @@ def main() -> None:
 
 def corpus() -> dict[str, list[str]]:
     """Texts we can reason about: stdlib docstrings (English prose), stdlib source (code), JSON arguments."""
-    import argparse as m1, asyncio as m2, collections as m3, email as m4, http.client as m5, json as m6
-    import logging as m7, pathlib as m8, sqlite3 as m9, textwrap as m10, random as m11, inspect as m12
+    import argparse as m1
+    import asyncio as m2
+    import collections as m3
+    import email as m4
+    import http.client as m5
+    import inspect as m12
+    import json as m6
+    import logging as m7
+    import pathlib as m8
+    import random as m11
+    import sqlite3 as m9
+    import textwrap as m10
 
     modules = [m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12]
     prose, code = [], []

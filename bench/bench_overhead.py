@@ -50,13 +50,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bare_flows import BareInput, BareN, BareStepActivities, BareSteps, noop  # noqa: E402
+from history_segments import step_breakdown  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
-from bare_flows import BareInput, BareN, BareStepActivities, BareSteps, noop  # noqa: E402
-from history_segments import step_breakdown  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 from steps.deps import deps_from_env  # noqa: E402
@@ -131,7 +131,7 @@ async def main_async(args) -> tuple[dict[str, Kind], dict]:
             # Warm-up: imports, connections, the sandbox's first workflow.
             for kind in kinds.values():
                 await kind.one()
-            for i in range(args.latency_runs):
+            for _ in range(args.latency_runs):
                 for kind in kinds.values():
                     t = time.perf_counter()
                     kind.run_ids.append(await kind.one())

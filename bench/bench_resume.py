@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,7 +64,7 @@ async def completed_at(client, run_id: str, deadline: float) -> float:
             history = await client.get_workflow_handle(run_id).fetch_history()
             for ev in history.events:
                 if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-                    return ev.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp()
+                    return ev.event_time.ToDatetime().replace(tzinfo=UTC).timestamp()
         if status["status"] == "failed":
             raise RuntimeError(f"run {run_id} failed: {status['error']}")
         await asyncio.sleep(0.05)
@@ -142,7 +142,7 @@ def report(results: dict, from_kill: dict, trials: int) -> None:
 
     for point in points:
         cells = [results[(point, m)] for m in MODES]
-        for m, cell in zip(MODES, cells):
+        for m, cell in zip(MODES, cells, strict=True):
             every[m] += cell
         row(point, *cells)
     row("all points", *(every[m] for m in MODES))
@@ -152,7 +152,7 @@ def report(results: dict, from_kill: dict, trials: int) -> None:
     for m in MODES:
         killed = [v for p in points for v in from_kill[(p, m)]]
         ready = [v for p in points for v in results[(p, m)]]
-        startup = [k - r for k, r in zip(killed, ready)]
+        startup = [k - r for k, r in zip(killed, ready, strict=True)]
         print(f"  {m:<13} median {statistics.median(killed):5.2f} s, worst {max(killed):5.2f} s"
               f"  (replacement start-up median {statistics.median(startup):4.2f} s)")
 

@@ -43,7 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_resume import POINTS, one as temporal_one  # noqa: E402  (bench/bench_resume.py)
+from bench_resume import POINTS  # noqa: E402  (bench/bench_resume.py)
+from bench_resume import one as temporal_one
+
 from flowclient.connect import exit_now  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
 from runrecord import RunRecord  # noqa: E402

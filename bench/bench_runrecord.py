@@ -42,10 +42,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps.flow import StepDeps  # noqa: E402
 from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
+from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
 

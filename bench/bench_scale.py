@@ -131,8 +131,8 @@ def report(results: list[dict], server_config: str) -> None:
             row = [r["milestones"][m][0][w.pid] if r["milestones"][m] else float("nan") for m in marks]
             print(f"  {f'#{i + 1}':<8} {r['at_start'][w.pid]:>8.1f}" + "".join(f"{v:>9.1f}" for v in row)
                   + f"{r['peak'][w.pid]:>9.1f}")
-        times = [r["milestones"][m][1] for m in marks if r["milestones"][m]]
-        print("  completed at: " + ", ".join(f"{m} after {t:.1f} s" for m, t in zip(marks, times)))
+        reached = [(m, r["milestones"][m][1]) for m in marks if r["milestones"][m]]
+        print("  completed at: " + ", ".join(f"{m} after {t:.1f} s" for m, t in reached))
 
 
 def main() -> int:

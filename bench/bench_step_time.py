@@ -47,11 +47,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bare_flows import BareN, noop  # noqa: E402
+from history_segments import step_breakdown  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from bare_flows import BareN, noop  # noqa: E402
-from history_segments import step_breakdown  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 from worker import NO_CACHE_OPTIONS as TUNED_OPTIONS  # noqa: E402  (worker.py --cache 0, as its figures were taken)
 
@@ -86,9 +86,9 @@ class ServerResult:
         out = {"step_ms_median": med(lambda r: r.step_ms),
                "step_ms_first": self.runs[0].step_ms, "step_ms_last": self.runs[-1].step_ms}
         for key in METRICS:
-            out[f"{key}_ms"] = med(lambda r: r.metrics_ms[key])
+            out[f"{key}_ms"] = med(lambda r, key=key: r.metrics_ms[key])
         for key in self.runs[0].history_ms:
-            out[f"history_{key}_ms"] = med(lambda r: r.history_ms[key])
+            out[f"history_{key}_ms"] = med(lambda r, key=key: r.history_ms[key])
         return out
 
 

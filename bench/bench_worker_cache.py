@@ -41,11 +41,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_resume import POINTS, completed_at  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
-from bench_resume import POINTS, completed_at  # noqa: E402
 from flowclient.connect import connect, exit_now  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
 from starter import start_run  # noqa: E402

@@ -50,8 +50,9 @@ import asyncio
 import os
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID
 from dbos._error import DBOSMaxStepRetriesExceeded
@@ -61,7 +62,7 @@ from steps import flow as step_functions
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.limits import InputError
-from steps.models import RememberRequest, STEP_NAMES, sent_reply, to_jsonable
+from steps.models import STEP_NAMES, RememberRequest, sent_reply, to_jsonable
 from steps.retry import RetryRule
 
 APP_NAME = "agentlab"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dbosflow.engine import StepFailed, WORKFLOW_NAME, app_version, db_url
+from dbosflow.engine import WORKFLOW_NAME, StepFailed, app_version, db_url
 from steps.errors import StepError
 from steps.models import STEP_NAMES
 from steps.runstate import describe_step, iso, render_table, run_entry, step_entry

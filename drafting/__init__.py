@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from .base import Draft, DraftError, LanguageModel, make_draft
 from .offline import OfflineModel

@@ -34,11 +34,17 @@ collapses as described, then builds a checked Draft.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from steps.limits import (
-    MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS, InputError, check_text, has_line_break,
+    MAX_BODY_CHARS,
+    MAX_SUBJECT_CHARS,
+    MAX_SUMMARY_CHARS,
+    InputError,
+    check_text,
+    has_line_break,
 )
 
 __all__ = ["Draft", "DraftError", "LanguageModel", "make_draft", "message_text"]

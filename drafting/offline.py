@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from steps.errors import PermanentError
 from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS

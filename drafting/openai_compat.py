@@ -27,14 +27,15 @@ import json
 import logging
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from steps.errors import PermanentError, StepError, TransientError
-from steps.retry import parse_retry_after
 from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from steps.retry import parse_retry_after
 
 from .base import Draft, DraftError, make_draft
 

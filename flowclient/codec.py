@@ -80,7 +80,7 @@ import dataclasses
 import os
 import re
 import sys
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import temporalio.converter
 from temporalio.api.common.v1 import Payload
@@ -245,7 +245,7 @@ class AesGcmCodec(PayloadCodec, WithSerializationContext):
         bound = f", workflow_id={self.workflow_id!r}" if self.workflow_id is not None else ""
         return f"AesGcmCodec(key_id={self.key_id!r}, decrypts={self.key_ids}{bound})"
 
-    def with_context(self, context: SerializationContext) -> "AesGcmCodec":
+    def with_context(self, context: SerializationContext) -> AesGcmCodec:
         # Workflow and activity contexts name the workflow; others (Nexus) do not.
         workflow_id = getattr(context, "workflow_id", None)
         if workflow_id == self.workflow_id:

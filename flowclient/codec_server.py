@@ -62,8 +62,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from google.protobuf import json_format

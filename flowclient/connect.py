@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig

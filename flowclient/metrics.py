@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 ADDRESS_VARIABLE = "LAB_METRICS_ADDRESS"
 ALLOW_REMOTE_VARIABLE = "LAB_METRICS_ALLOW_REMOTE"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState, WorkflowTaskFailedCause
@@ -200,7 +200,7 @@ def _timers(history) -> list[tuple[int, datetime, bool]]:
 def _utc(dt: datetime | None) -> float | None:
     if dt is None:
         return None
-    return dt.replace(tzinfo=timezone.utc).timestamp() if dt.tzinfo is None else dt.timestamp()
+    return dt.replace(tzinfo=UTC).timestamp() if dt.tzinfo is None else dt.timestamp()
 
 
 # Workflow-task failures the server makes itself, followed by a fresh task at

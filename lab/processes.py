@@ -216,7 +216,7 @@ class DevServer:
             raise ValueError("this dev server runs headless: no UI")
         return f"http://127.0.0.1:{self.ui_port or self.port + 1000}"
 
-    def start(self, timeout: float = 60.0, tries: int = 3) -> "DevServer":
+    def start(self, timeout: float = 60.0, tries: int = 3) -> DevServer:
         """Start it and wait until the default namespace answers.
 
         Free ports are picked by binding port 0 and letting go, so another
@@ -232,7 +232,7 @@ class DevServer:
                 self.port, self.metrics_port = free_port(), free_port()
         raise AssertionError("unreachable")
 
-    def _start(self, timeout: float) -> "DevServer":
+    def _start(self, timeout: float) -> DevServer:
         argv = [
             temporal_cli(), "server", "start-dev",
             "--ip", "127.0.0.1",

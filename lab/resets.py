@@ -31,10 +31,10 @@ What a re-run step did to its effect is read from the status: ``replayed``
 
 from __future__ import annotations
 
-import os
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import tempfile
 import uuid

@@ -41,9 +41,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
 from lesson.effects import per_step

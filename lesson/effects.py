@@ -14,7 +14,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from provider.client import EffectRecord, fetch_effects, provider_url_from_env
 from steps.controls import printable

@@ -41,9 +41,10 @@ import asyncio
 import os
 import secrets
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from memory import InMemoryStore, Message, MemoryPolicy
+from memory import InMemoryStore, MemoryPolicy, Message
 from steps import flow
 from steps.controls import printable
 from steps.crashpoints import crash_point

@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from memory import EvictionEvent, InMemoryStore, Message, MemoryPolicy, ToolCall
+from memory import EvictionEvent, InMemoryStore, MemoryPolicy, Message, ToolCall
 from steps.controls import printable
 
 CONVERSATION = "order-1234"

@@ -41,8 +41,8 @@ from lab.processes import REPO, start_provider
 from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from provider.client import fetch_effects
-from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from steps.controls import printable
+from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from steps.models import STEP_NAMES
 
 CONVERSATION = "order-1234"

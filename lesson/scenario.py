@@ -49,9 +49,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, start_worker
 from lesson.effects import describe, per_step

@@ -11,7 +11,7 @@ from memory.tokens import TokenCounter, approx_tokens
 __all__ = ["MemoryPolicy", "OversizeRule"]
 
 
-class OversizeRule(str, enum.Enum):
+class OversizeRule(enum.StrEnum):
     """What happens to one message larger than the whole room left by the pinned messages."""
 
     TRUNCATE = "truncate"

@@ -34,9 +34,10 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from memory.errors import MemoryStoreError
 from memory.messages import Message, ToolCall, stable_digest

@@ -6,8 +6,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from memory.errors import MemoryInputError, MemoryStoreError
 from memory.messages import Message

@@ -49,7 +49,7 @@ suggestion for English and JSON), or plug in the real tokenizer.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from memory.messages import Message
 

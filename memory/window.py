@@ -20,8 +20,9 @@ anything, so a refused append leaves the conversation as it was.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Container, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from memory.errors import OversizeMessageError, PinnedTooLargeError, PolicyError, UnknownToolCallError
 from memory.messages import Message
@@ -500,6 +501,8 @@ class Conversation:
         conv.next_seq = max(next_seq, last_seq + 1)
         conv.exchange_number = max(exchange_number, conv.exchanges[-1].number if conv.exchanges else 0)
         conv.orphaned_calls = set(orphaned_calls)
-        for name, value in zip(COUNTER_FIELDS, counters):
-            setattr(conv, name, value)
+        values = tuple(counters)  # () for a conversation whose counters were never stored: they stay 0
+        if values:
+            for name, value in zip(COUNTER_FIELDS, values, strict=True):
+                setattr(conv, name, value)
         return conv

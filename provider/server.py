@@ -99,7 +99,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from provider.faults import FaultSpecError, Faults
+from provider.faults import Faults, FaultSpecError
 from provider.store import Store
 from steps.limits import (
     MAX_BODY_CHARS,

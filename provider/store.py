@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ _EFFECTS_APPLIED = """
 
 def utc_now() -> str:
     """ISO 8601 UTC with milliseconds, e.g. 2025-01-31T12:00:00.123Z."""
-    now = datetime.fromtimestamp(time.time(), tz=timezone.utc)
+    now = datetime.fromtimestamp(time.time(), tz=UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 

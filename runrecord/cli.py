@@ -45,14 +45,27 @@ from flowclient.logs import basic_config
 from runrecord import status as status_mod
 from runrecord.definition import DEFAULT_FLOW
 from runrecord.runner import (
-    DEFAULT_WAIT_LIMIT, FlowChanged, Runner, RunTerminal, check_flow, check_lease_seconds, lease_seconds_from_env,
+    DEFAULT_WAIT_LIMIT,
+    FlowChanged,
+    Runner,
+    RunTerminal,
+    check_flow,
+    check_lease_seconds,
+    lease_seconds_from_env,
 )
 from runrecord.store import (
-    LeaseHeld, LeaseLost, RunExists, RunNotFailed, RunNotFound, RunRecord, SchemaError, db_path_from,
+    LeaseHeld,
+    LeaseLost,
+    RunExists,
+    RunNotFailed,
+    RunNotFound,
+    RunRecord,
+    SchemaError,
+    db_path_from,
 )
 from steps.controls import printable
-from steps.runstate import exit_code
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.runstate import exit_code
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED, EXIT_LEASE_LOST = range(8)
 

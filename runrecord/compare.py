@@ -32,7 +32,7 @@ table. Figures:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -58,8 +58,8 @@ def _dt(value: datetime | None) -> str | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _seconds(a: datetime | None, b: datetime | None) -> float | None:
@@ -246,7 +246,7 @@ def render(report: dict[str, Any]) -> str:
         f"  {'step':<18} {'engine':<9} {'status':<10} {'att':>3} {'rows/ev':>7} {'secs':>6}  recorded",
     ]
     dbs = report.get("dbos")
-    for i, (t, r) in enumerate(zip(tmp["steps"], rec["steps"])):
+    for i, (t, r) in enumerate(zip(tmp["steps"], rec["steps"], strict=True)):
         key_t = idempotency_key(tmp["run_id"], t["name"])
         key_r = idempotency_key(rec["run_id"], r["name"])
         pt = prov.get("temporal", {}).get(key_t)

@@ -16,12 +16,14 @@ test can hand it a changed one and see the change caught on resume.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from steps import flow as step_functions
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES, DraftRequest, RecordRequest, SendRequest
+
 
 @dataclass(frozen=True)
 class RunInputs:

@@ -48,17 +48,18 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.lease import new_holder_id
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
+from steps import flow
 from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps import flow
 from steps.models import RememberRequest, sent_reply, to_jsonable
 from steps.retry import RetryRule, StepLedger, rule_from_env
 
@@ -118,7 +119,7 @@ def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
     code = [s.name for s in flow]
     if recorded == code:
         return
-    where = next((i for i, (a, b) in enumerate(zip(recorded, code)) if a != b), min(len(recorded), len(code)))
+    where = next((i for i, (a, b) in enumerate(zip(recorded, code, strict=False)) if a != b), min(len(recorded), len(code)))
     at = (
         f"position {where + 1} is {recorded[where] if where < len(recorded) else 'absent'!r} in the record "
         f"but {code[where] if where < len(code) else 'absent'!r} in the code"
@@ -419,7 +420,7 @@ class Runner:
         try:
             try:
                 result = await asyncio.wait_for(step.run(request, self.deps), limit)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TransientError(f"timed out after {limit:g} s (the attempt timeout)", in_doubt=True) from None
         except (PermanentError, InputError) as err:
             ledger.after_permanent(str(err))

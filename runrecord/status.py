@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from runrecord.store import IntentRow, RunRow
 from steps.controls import printable

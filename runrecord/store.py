@@ -59,10 +59,11 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from runrecord.lease import Verdict, check_holder
 

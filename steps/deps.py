@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from steps.flow import StepDeps
 from steps.limits import InputError
@@ -65,7 +66,7 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
     message id (evicting by the memory's rule), and turns any store problem
     into a warning. Memory never stops a run.
     """
-    from memory import Message, MemoryPolicy, append_or_warn, open_store, read_context
+    from memory import MemoryPolicy, Message, append_or_warn, open_store, read_context
 
     path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
     if path == "off":

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from steps.adoption import adopt, start_metadata
 from steps.crashpoints import crash_point

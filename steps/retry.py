@@ -57,9 +57,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from email.utils import mktime_tz, parsedate_tz
-from typing import Any, Mapping
+from typing import Any
 
 MAX_RETRY_AFTER = 120.0
 """Seconds: the longest a Retry-After header can make a step wait before its next try."""

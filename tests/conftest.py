@@ -5,6 +5,7 @@ task queue per test, and worker processes that are always reaped."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -53,7 +54,7 @@ class ProviderHandle:
         self.proc: Proc | None = None
         self.url = ""
 
-    def start(self) -> "ProviderHandle":
+    def start(self) -> ProviderHandle:
         self.proc, self.url = start_provider(self.db)
         return self
 
@@ -113,3 +114,51 @@ def wait_exit(proc: Proc, timeout: float = 30.0) -> int:
         time.sleep(0.05)
     assert not proc.alive(), f"{proc.name} still running after {timeout} s:\n{proc.output()}"
     return proc.popen.returncode
+
+
+# ---------------------------------------------------------------- the sibling engines' processes
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "runrecord.db"
+
+
+@pytest.fixture
+def runrecord(db, provider):
+    """Start ``python -m runrecord ...`` processes on this test's record and
+    provider; every one is reaped (SIGKILL if still running) after the test."""
+    started: list[Proc] = []
+
+    def start(*args: str, env: dict | None = None) -> Proc:
+        full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
+        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=full)
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+@pytest.fixture
+def dbos_procs(provider, tmp_path):
+    """``python -m dbosflow`` processes on this test's database and provider; all reaped."""
+    db = tmp_path / "dbosflow.db"
+    started: list[Proc] = []
+
+    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
+        env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
+               "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at or "", **(env or {})}
+        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "dbosflow", *args], env=env)
+        started.append(proc)
+        return proc
+
+    start.db = db  # type: ignore[attr-defined]
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()

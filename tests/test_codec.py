@@ -19,7 +19,6 @@ pytest.importorskip("cryptography", reason="the crypto extra: pip install -e '.[
 import temporalio.converter
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
-
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from flowclient.codec import (
@@ -448,8 +447,8 @@ async def test_memo_queries_results_and_failures_pass_the_codec_with_plaintext_r
 ):
     """Everything legitimate a run carries is encrypted by the codec, so the
     default refusal of plaintext breaks none of it."""
-    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
     from tests.conftest import poll_until
+    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
     workers(extra_env={**codec_env, "LAB_STEP_SECONDS": "0.3"})

@@ -34,8 +34,8 @@ from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from steps.crashpoints import ENGINE_POINTS, POINTS
 from steps.keys import idempotency_key
-from tests.test_flow import wait_closed
 from tests.conftest import wait_exit
+from tests.test_flow import wait_closed
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -159,7 +159,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
     status = await wait_closed(client, run_id, timeout=120)
     check_resume(case, first, second, status, provider.url, run_id)
     # Results recorded before the crash are the results the run ends with.
-    for before_step, after_step in zip(before["steps"], status["steps"]):
+    for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
         if before_step["status"] == "completed":
             assert after_step["result"] == before_step["result"]
 
@@ -212,7 +212,7 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
     with RunRecord(runner_procs.db) as record:
         status = record_status(record, run_id)
     check_resume(case, first, second, status, provider.url, run_id)
-    for before_step, after_step in zip(before["steps"], status["steps"]):
+    for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
         if before_step["status"] == "completed":
             assert after_step["result"] == before_step["result"]
 
@@ -258,6 +258,6 @@ async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
     assert wait_exit(second, timeout=120) == 0, second.output()
     status = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
     check_resume(case, first, second, status, provider.url, run_id)
-    for before_step, after_step in zip(before["steps"], status["steps"]):
+    for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
         if before_step["status"] == "completed":
             assert after_step["result"] == before_step["result"]

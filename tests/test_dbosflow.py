@@ -17,7 +17,6 @@ Skipped, saying why, when the optional extra is not installed.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 
 import httpx
@@ -26,7 +25,6 @@ import pytest
 pytest.importorskip("dbos", reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
 from dbosflow.engine import APP_VERSION, dbos_max_attempts  # noqa: E402
-from lab.processes import Proc  # noqa: E402
 from provider.client import fetch_effects  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
@@ -34,27 +32,6 @@ from tests.conftest import wait_exit  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-
-
-@pytest.fixture
-def dbos_procs(provider, tmp_path):
-    """``python -m dbosflow`` processes on this test's database and provider; all reaped."""
-    db = tmp_path / "dbosflow.db"
-    started: list[Proc] = []
-
-    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
-        env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
-               "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at or "", **(env or {})}
-        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "dbosflow", *args], env=env)
-        started.append(proc)
-        return proc
-
-    start.db = db  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
 
 
 def status(dbos_procs, run_id: str, env: dict | None = None) -> tuple[int, dict]:

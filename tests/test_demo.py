@@ -91,5 +91,5 @@ def test_the_readmes_transcript_is_what_the_demo_prints(tmp_path):
     printed = normalise(done.stdout + done.stderr)
     shown = normalise(block.group(1))
     assert printed == shown, "\n".join(
-        f"{'  ' if a == b else '≠ '}{b!r}\n   {a!r}" for a, b in zip(printed, shown)
+        f"{'  ' if a == b else '≠ '}{b!r}\n   {a!r}" for a, b in zip(printed, shown, strict=False)
     ) + f"\n(demo printed {len(printed)} lines, README shows {len(shown)})"

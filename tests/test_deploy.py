@@ -72,7 +72,7 @@ async def test_an_incompatible_deploy_parks_runs_and_a_rollback_completes_them(
         run_ids = [f"deploy-{n}-{uuid.uuid4().hex[:6]}" for n in range(2)]
         # A queue per run: a worker started for one run must not pick up the other's tasks.
         queues = [f"{task_queue}-{n}" for n in range(2)]
-        for run_id, crash_at, queue in zip(run_ids, crash_points, queues):
+        for run_id, crash_at, queue in zip(run_ids, crash_points, queues, strict=True):
             old = worker_from(REPO, dev_server, provider, queue, "old", {"CRASH_AT": crash_at})
             procs.append(old)
             await start_run(client, run_id, TASK, EMAIL, queue=queue)

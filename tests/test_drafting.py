@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_openai_server import FakeOpenAIServer, Scripted, completion, error, no_choices
 from drafting import Draft, DraftError, LanguageModel, OfflineModel, OpenAIChatModel, make_draft, model_from_env
 from drafting.openai_compat import parse_draft, retry_after_seconds
 from steps.errors import PermanentError, TransientError
 from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from tests.fake_openai_server import FakeOpenAIServer, Scripted, completion, error, no_choices
 
 SECRET = "sk-test-4f1c0ffee-not-a-real-key"
 GOOD = {"subject": "Refund for order 1234", "body": "Hello,\n\nYour refund is on its way.\n", "summary": "Confirms the refund."}

@@ -97,7 +97,7 @@ async def test_kill_between_step_2_and_3_resumes_at_step_3(client, workers, prov
     assert status["steps"][1]["result"] == stopped["steps"][1]["result"]
     effects = effects_by_key(provider.url, run_id)
     assert len(effects) == 2
-    for key, effect in effects.items():
+    for effect in effects.values():
         assert effect.effects_applied == 1, effect
         assert effect.requests == 1, effect
 

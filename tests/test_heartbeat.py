@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
+from lab.processes import Proc
 from memory import SQLiteStore
 from starter import start_run
-from lab.processes import Proc
 from tests.conftest import poll_until, wait_exit
 from tests.test_flow import executions, wait_closed
 

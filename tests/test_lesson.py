@@ -192,7 +192,7 @@ def test_scenario_deploy_on_every_engine(tmp_path):
     assert rows["temporal", "before"]["with the new code"] == "parked: NON_DETERMINISTIC_ERROR"
     assert rows["temporal", "before, versioned"]["then"] == "a run started now takes the new path"
     assert rows["in_memory", "before"]["email applied"] == 2
-    for (engine, change), row in rows.items():
+    for (engine, _change), row in rows.items():
         if engine != "in_memory":
             assert (row["email applied"], row["ticket applied"]) == (1, 1), row
             assert "draft" not in row["steps run again by the new code"], row

@@ -9,6 +9,7 @@ its front, and only the newest may hide an unfinished round at its end).
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -105,7 +106,7 @@ class Driver:
         if kind == "say":
             return Message(f"a{n}", "assistant", text_of(self.rng, action[1]))
         if kind == "call":
-            calls = tuple(ToolCall(f"c{n}.{k}", "lookup", '{"q": "%s"}' % text_of(self.rng, action[2])) for k in range(action[1]))
+            calls = tuple(ToolCall(f"c{n}.{k}", "lookup", json.dumps({"q": text_of(self.rng, action[2])})) for k in range(action[1]))
             self.call_ids.extend(c.id for c in calls)
             return Message(f"a{n}", "assistant", "", calls)
         if kind == "result":

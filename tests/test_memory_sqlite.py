@@ -21,6 +21,7 @@ from memory import (
     Message,
     SQLiteStore,
     ToolCall,
+    UnknownToolCallError,
     append_or_warn,
     read_window,
 )
@@ -143,7 +144,7 @@ def test_a_rejected_append_changes_nothing_on_disk(tmp_path):
     db = tmp_path / "memory.db"
     with SQLiteStore(db) as store:
         store.append(CID, Message("u1", "user", "hi"))
-        with pytest.raises(Exception):
+        with pytest.raises(UnknownToolCallError):
             store.append(CID, Message("t", "tool", "x", tool_call_id="nobody"))
         assert [m.id for m in store.window(CID)] == ["u1"]
     assert [m.id for m in read_window(db, CID)] == ["u1"]

@@ -15,8 +15,8 @@ import random
 from dataclasses import dataclass, field, replace
 
 from memory import (
-    Message,
     MemoryPolicy,
+    Message,
     OversizeMessageError,
     OversizeRule,
     PinnedTooLargeError,

@@ -23,8 +23,8 @@ from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from starter import start_run
 from steps.keys import idempotency_key
-from tests.test_flow import wait_closed
 from tests.conftest import poll_until, wait_exit
+from tests.test_flow import wait_closed
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

@@ -15,19 +15,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.provider_process import REPO_ROOT, ProviderProcess, poll_until, running_provider
 
 from provider.client import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
 from steps.limits import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
-
+from tests.provider_process import REPO_ROOT, ProviderProcess, poll_until, running_provider
 
 # -- fixtures and helpers --------------------------------------------------------
 
@@ -142,7 +141,7 @@ def test_first_request_applies_and_replays_return_the_stored_response(url: str, 
 def test_fingerprint_ignores_key_order_and_whitespace(url: str, run_id: str) -> None:
     key = new_key()
     assert post(url, "/v1/tickets", ticket_body(run_id), key).status_code == 200
-    reordered = '{ "email_message_id": "msg_0123",\n "summary": "Refund confirmed", "run_id": "%s" }' % run_id
+    reordered = f'{{ "email_message_id": "msg_0123",\n "summary": "Refund confirmed", "run_id": "{run_id}" }}'
     again = post(url, "/v1/tickets", reordered.encode(), key)
     assert again.status_code == 200 and again.json()["replayed"] is True, again.text
 
@@ -494,7 +493,7 @@ async def test_client_maps_an_unreachable_provider_to_transient() -> None:
 
 
 def test_retry_after_parsing() -> None:
-    now = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2025, 1, 1, tzinfo=UTC)
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after("0.5") == 0.5
     assert parse_retry_after(format_datetime(now + timedelta(seconds=30), usegmt=True), now=now) == 30.0

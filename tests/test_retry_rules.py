@@ -6,8 +6,8 @@ it is tested with real processes (test_outage.py, test_crashes.py)."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -22,7 +22,7 @@ from steps.retry import (
     run_timeout_floor,
 )
 
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

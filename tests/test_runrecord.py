@@ -14,10 +14,10 @@ import time
 import pytest
 
 from lab.processes import REPO, Proc
+from memory import read_window
 from provider.client import ProviderClient, fetch_effects
 from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
 from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
-from memory import read_window
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from tests.conftest import poll_until, wait_exit
@@ -42,30 +42,6 @@ def effects_by_key(provider_url: str, run_id: str) -> dict:
 def counts(provider_url: str, run_id: str, step: str) -> tuple[int, int] | None:
     e = effects_by_key(provider_url, run_id).get(idempotency_key(run_id, step))
     return None if e is None else (e.requests, e.effects_applied)
-
-
-@pytest.fixture
-def db(tmp_path):
-    return tmp_path / "runrecord.db"
-
-
-@pytest.fixture
-def runrecord(db, provider):
-    """Start ``python -m runrecord ...`` processes on this test's record and
-    provider; every one is reaped (SIGKILL if still running) after the test."""
-    started: list[Proc] = []
-
-    def start(*args: str, env: dict | None = None) -> Proc:
-        full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=full)
-        started.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
 
 
 def finished(proc: Proc, timeout: float = 60.0) -> int:

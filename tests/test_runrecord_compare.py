@@ -16,13 +16,11 @@ from runrecord.compare import compare, render
 from starter import start_run
 from steps.keys import idempotency_key
 from tests.test_flow import wait_closed
-from tests.test_runrecord import (  # noqa: F401  (fixtures)
+from tests.test_runrecord import (
     EMAIL,
     TASK,
     counts,
-    db,
     finished,
-    runrecord,
     wait_lease_expired,
 )
 

@@ -20,15 +20,13 @@ from runrecord import DEFAULT_FLOW, Runner, RunRecord
 from runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
 from runrecord.store import NextAttempt, RunEnded
 from steps.flow import StepDeps
-from tests.test_runrecord import (  # noqa: F401  (db and runrecord are fixtures)
+from tests.test_runrecord import (
     EMAIL,
     TASK,
     counts,
     create_unleased,
-    db,
     executions,
     finished,
-    runrecord,
     status_json,
 )
 

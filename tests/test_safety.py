@@ -18,8 +18,8 @@ from lab.processes import REPO, DevServer
 from provider.client import fetch_effects
 from starter import start_run
 from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
-from tests.test_flow import wait_closed
 from tests.fake_openai_server import FakeOpenAIServer, completion
+from tests.test_flow import wait_closed
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
 TASK = "Confirm the refund for order 1234"
@@ -128,7 +128,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
     """(address, port) of every TCP socket in LISTEN state held by pid or its children."""
     inodes = set().union(*(_socket_inodes(p) for p in _process_tree(pid)))
     found = []
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local, state, inode = fields[1], fields[3], fields[9]

@@ -69,9 +69,14 @@ with workflow.unsafe.imports_passed_through():
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso
     from workflows.attempts import (
-        DEFAULTS_ATTEMPT_TIMEOUT, HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of,
+        DEFAULTS_ATTEMPT_TIMEOUT,
+        HEARTBEAT_TIMEOUT,
+        LIVE_PATCH,
+        ONE_ATTEMPT,
+        ending_of,
     )
     from workflows.before_live import run_recorded_before_live
+
     # The run's input and status types live in their own module: this module
     # is executed afresh whenever a worker builds the run again (every
     # workflow task with --cache 0), and building dataclasses was ~60% of

@@ -17,7 +17,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from activities import NON_RETRYABLE_TYPES, FlowActivities
 from steps.crashpoints import crash_point
