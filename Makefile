@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo scenario scenario-deploy test ui-check bench clean chaos lock
+.PHONY: help install demo scenario scenario-deploy test lint ui-check bench clean chaos lock
 
 ## help: list the targets (the default)
 help:
@@ -51,6 +51,11 @@ ui-check: $(STAMP) $(CHROMIUM)
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
 test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## lint: ruff (style, bugs, imports) on everything and mypy on the shipped packages; no findings allowed
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 ## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect
 chaos: $(STAMP)

@@ -242,12 +242,14 @@ def _cell(value) -> str:
 
 def rich_table(status: dict):
     """The same table as ``render_table``, for a terminal: rich, updated in place."""
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     title = _cell(f"run {status['run_id']}: {status['status']}")
     table = Table(title=title, title_justify="left", caption=ui_url(status["run_id"]), caption_justify="left")
-    for column, justify in (("#", "right"), ("step", "left"), ("status", "left"),
-                            ("attempts", "right"), ("result", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("step", "left"), ("status", "left"), ("attempts", "right"), ("result", "left"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for i, step in enumerate(status["steps"], 1):
         style = _STEP_STYLE.get(step["status"], "")
@@ -285,8 +287,8 @@ async def _cmd_start(args) -> int:
     email = check_email(args.email)
     conversation = check_conversation_id(args.conversation) if args.conversation else None
     client = await connect()
-    created, existing = await start_run(client, run_id, task, email, conversation)
-    if created:
+    _, existing = await start_run(client, run_id, task, email, conversation)
+    if existing is None:  # created now
         if not args.json:
             print(f"started run {run_id} on task queue {task_queue()!r}", flush=True)
     else:

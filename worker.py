@@ -58,6 +58,7 @@ import os
 import signal
 import sys
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.worker import Worker
@@ -128,7 +129,8 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, 
     options = worker_options(defaults=defaults, cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
-    client = await connect(runtime=runtime, **({"identity": identity} if identity else {}))
+    named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
+    client = await connect(runtime=runtime, **named)
     activities = FlowActivities(deps)
     worker = Worker(
         client,
@@ -148,7 +150,8 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, 
             print(f"worker metrics: {metrics_url}", flush=True)
         codec = client.data_converter.payload_codec
         # Names only: never a key, an API key or a payload.
-        encrypted = f"encrypted with key id {codec.key_id!r}" if codec is not None else "not encrypted"
+        key_id = getattr(codec, "key_id", None)  # flowclient.codec's codec names its key; another may not
+        encrypted = f"encrypted with key id {key_id!r}" if codec is not None else "not encrypted"
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
             f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "

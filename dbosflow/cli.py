@@ -41,6 +41,7 @@ import secrets
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.runstate import exit_code
@@ -94,9 +95,9 @@ def _pending(db: Path, version: str) -> list[str]:
 
 
 async def _finish(run_id: str) -> None:
-    from dbos import DBOS
+    from dbos import DBOS, WorkflowHandleAsync
 
-    handle = await DBOS.retrieve_workflow_async(run_id)
+    handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(run_id)
     try:
         await handle.get_result(polling_interval_sec=0.05)
     except Exception:  # noqa: BLE001 - the run failed; its status says how, in the lab's words

@@ -47,7 +47,7 @@ def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
         size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
         sizes = dict(con.execute(f"SELECT function_id, {size} FROM operation_outputs WHERE workflow_uuid = ?",
                                  (run_id,)).fetchall())
-        totals = _footprint(con, run_id)
+        totals: dict[str, Any] = dict(_footprint(con, run_id))  # row counts, then a "detail" line
     finally:
         con.close()
     wf = raw["workflow"]

@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID
+from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
 from dbos._error import DBOSMaxStepRetriesExceeded
 
 from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
@@ -128,7 +128,7 @@ def _should_retry(err: BaseException) -> bool:
     return not isinstance(err, (PermanentError, InputError))
 
 
-def step_options(step: str, rule: RetryRule) -> dict[str, Any]:
+def step_options(step: str, rule: RetryRule) -> StepOptions:
     """DBOS's step options for ``step`` under the run's recorded ``rule``."""
     return {
         "name": step,

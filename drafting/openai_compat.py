@@ -28,12 +28,15 @@ import logging
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from steps.errors import PermanentError, StepError, TransientError
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 from steps.retry import parse_retry_after
 
@@ -149,9 +152,9 @@ class OpenAIChatModel:
         if self.json_mode:
             extra["response_format"] = {"type": "json_object"}
         try:
-            completion = await self._client.chat.completions.create(
-                model=self.model, messages=conversation, **extra
-            )
+            # Chat-format dicts (memory's to_chat, checked there); the client's TypedDicts name the same shape.
+            messages = cast("list[ChatCompletionMessageParam]", conversation)
+            completion = await self._client.chat.completions.create(model=self.model, messages=messages, **extra)
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
         except openai.APITimeoutError:

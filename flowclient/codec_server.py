@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="codec-http")
     serving.start()
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = server.socket.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
     # Names and origins only: never key material.
     print(f"codec server: decrypts key ids {', '.join(codec.key_ids)}, encrypts with {codec.key_id!r}; "

@@ -237,7 +237,7 @@ async def _parked(client: Client, description, history) -> str | None:
             first_bad = first_bad or ev
     raw = description.raw_description
     attempts = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 1
-    if failed is None and (first_bad is None or attempts < 3):
+    if first_bad is None or (failed is None and attempts < 3):  # a reported failure is also first_bad
         return None
     since = iso(_utc(first_bad.event_time.ToDatetime()))
     if failed is not None:
@@ -283,7 +283,7 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
     errors = [t for t in runs if t.outcome in ("failed", "timed_out")]
     last_error = errors[-1].failure if errors else None
     in_doubt = any(t.in_doubt or (t.crashed and name in EFFECT_STEPS) for t in errors)
-    common = dict(crashes=crashes, last_error=last_error)
+    common: dict[str, Any] = {"crashes": crashes, "last_error": last_error}
     if last.outcome == "completed":
         out = last.output or {}
         result = out.get("result")

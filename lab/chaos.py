@@ -45,6 +45,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +75,7 @@ class ChaosConfig:
     workdir: Path | None = None  # None: a temporary directory
     echo: bool = False
     vary: bool = False  # LLM_OFFLINE_VARY=1 for the workers
-    say: object = print
+    say: Callable[[str], object] = print
 
 
 @dataclass

@@ -23,6 +23,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from flowclient.connect import connect
 from flowclient.status import run_status
@@ -86,7 +87,7 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
         await wait_until(lambda: not record.alive(), budget + 300, f"run {record_id} to end", interval=0.5)
         r_done = time.monotonic() - back
         r_status = json.loads(_record_cli(record_env, "status", record_id, "--json"))
-        result = {"outage seconds": outage, "budget seconds": budget, "engines": {}}
+        result: dict[str, Any] = {"outage seconds": outage, "budget seconds": budget, "engines": {}}
         for engine, run_id, status, took in (("temporal", temporal_id, t_status, t_done),
                                             ("runrecord", record_id, r_status, r_done)):
             entry = {"outcome": status["status"], "email attempts": status["steps"][1]["attempts"],

@@ -70,7 +70,7 @@ def in_process_memory(deps: Any) -> InMemoryStore:
     def context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
         return [m.to_chat() for m in store.window(conversation_id, include_pinned=False, as_of=as_of)]
 
-    def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+    def remember(conversation_id: str, messages: list[flow.Remembered]) -> int:
         return sum(store.append(conversation_id, Message(id=i, role=r, content=c)).added for i, r, c in messages)
 
     deps.context, deps.remember = context, remember

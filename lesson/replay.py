@@ -55,6 +55,8 @@ def _workflow_class(inject: str | None):
     (folder / "injected_flow.py").write_text(injected)
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("injected_flow", folder / "injected_flow.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the injected copy of the workflow from {folder}")
     module = importlib.util.module_from_spec(spec)
     sys.modules["injected_flow"] = module
     spec.loader.exec_module(module)

@@ -127,11 +127,15 @@ class Message:
         calls = []
         for raw in data.get("tool_calls") or ():
             fn = raw.get("function") or {}
-            calls.append(ToolCall(id=raw.get("id"), name=fn.get("name"), arguments=fn.get("arguments", "{}")))
+            # Any: whatever the mapping holds; ToolCall and Message check it and say what is wrong.
+            call_id: Any = raw.get("id")
+            name: Any = fn.get("name")
+            calls.append(ToolCall(id=call_id, name=name, arguments=fn.get("arguments", "{}")))
         content = data.get("content")
+        role: Any = data.get("role")
         return cls(
             id=id,
-            role=data.get("role"),
+            role=role,
             content="" if content is None else content,
             tool_calls=tuple(calls),
             tool_call_id=data.get("tool_call_id"),

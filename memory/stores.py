@@ -102,10 +102,12 @@ class StoreBase:
         """Build the result; log and call the hook for whatever left the window."""
         evicted, abandoned, dropped = outcome.evicted, outcome.abandoned, outcome.dropped
         if outcome.truncated:
+            # A truncated message is either stored (entry) or dropped on arrival, never neither.
+            truncated_id = next(e.message.id for e in (outcome.entry, dropped) if e is not None)
             log.warning(
                 "conversation %r: message %r was larger than the budget allows and was truncated to %d tokens",
                 conversation_id,
-                (outcome.entry or dropped).message.id,
+                truncated_id,
                 outcome.tokens,
             )
         events: list[EvictionEvent] = []
@@ -183,14 +185,20 @@ class InMemoryStore(StoreBase):
         self._lock = threading.Lock()
         self._closed = False
 
-    def _slot(self, conversation_id: str, create: bool) -> _Slot | None:
+    def _slot(self, conversation_id: str) -> _Slot | None:
+        """The conversation's slot, or None if it has none (the id is checked then)."""
         if self._closed:
             raise MemoryStoreError("this InMemoryStore is closed; open a new one")
         slot = self._slots.get(conversation_id)
         if slot is None:
             check_conversation_id(conversation_id)
-            if create:
-                slot = self._slots[conversation_id] = _Slot(Conversation(conversation_id, self.policy))
+        return slot
+
+    def _new_slot(self, conversation_id: str) -> _Slot:
+        """The conversation's slot, made if it has none."""
+        slot = self._slot(conversation_id)
+        if slot is None:
+            slot = self._slots[conversation_id] = _Slot(Conversation(conversation_id, self.policy))
         return slot
 
     def append(self, conversation_id: str, message: Message) -> AppendResult:
@@ -203,7 +211,7 @@ class InMemoryStore(StoreBase):
         with self._lock:
             slot = self._slots.get(conversation_id)
             if slot is None:
-                slot = self._slot(conversation_id, True)
+                slot = self._new_slot(conversation_id)
             conv = slot.conv
             stored = conv.index.get(message.id)
             if stored is not None:
@@ -249,7 +257,7 @@ class InMemoryStore(StoreBase):
     def unpin(self, conversation_id: str, message_id: str) -> bool:
         """Remove a pinned message (e.g. replaced instructions). False if it was not pinned."""
         with self._lock:
-            slot = self._slot(conversation_id, False)
+            slot = self._slot(conversation_id)
             if slot is None or slot.conv.unpin(message_id) is None:
                 return False
             slot.appended_at.pop(message_id, None)
@@ -261,7 +269,7 @@ class InMemoryStore(StoreBase):
         ``as_of`` (seconds, the store's clock): leave out what was appended
         later, by whole blocks (see ``Conversation.window``)."""
         with self._lock:
-            slot = self._slot(conversation_id, False)
+            slot = self._slot(conversation_id)
             if slot is None:
                 return []
             if as_of is None:
@@ -271,14 +279,14 @@ class InMemoryStore(StoreBase):
 
     def stats(self, conversation_id: str) -> MemoryStats:
         with self._lock:
-            slot = self._slot(conversation_id, False)
+            slot = self._slot(conversation_id)
             conv = slot.conv if slot is not None else Conversation(conversation_id, self.policy)
             return conv.stats()
 
     def clear(self, conversation_id: str) -> None:
         """Forget the conversation: window, pinned messages, remembered ids and counters."""
         with self._lock:
-            self._slot(conversation_id, False)
+            self._slot(conversation_id)
             self._slots.pop(conversation_id, None)
 
     def conversations(self) -> list[str]:

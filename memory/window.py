@@ -290,7 +290,7 @@ class Conversation:
         if message.role == "tool":
             call_id = message.tool_call_id
             block = self.open_block
-            if block is not None and call_id in block.pending:
+            if block is not None and block.pending and call_id in block.pending:
                 block.pending.discard(call_id)
                 if not block.pending:
                     self.open_block = None
@@ -306,7 +306,7 @@ class Conversation:
                 self.evictions += 1
                 return Outcome(None, dropped, _NOTHING, _NOTHING, truncated, tokens)
             else:
-                awaiting = sorted(block.pending) if block is not None else []
+                awaiting = sorted(block.pending or ()) if block is not None else []
                 raise UnknownToolCallError(
                     f"conversation {self.conversation_id!r}: tool result {message.id!r} answers tool call "
                     f"{call_id!r}, which no stored assistant message is awaiting "

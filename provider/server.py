@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
 
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="provider-http")
     serving.start()
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = server.socket.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
     print(f"provider listening on http://{shown_host}:{bound_port}", flush=True)
     try:

@@ -283,7 +283,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # How each refusal is worded and which exit code it gets.
-_REFUSALS = {
+_REFUSALS: dict[type[Exception], tuple[str, int]] = {
     RunExists: ("error", EXIT_EXISTS),
     RunTerminal: ("refused", EXIT_TERMINAL),
     LeaseHeld: ("refused", EXIT_LEASE_HELD),

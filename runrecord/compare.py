@@ -49,7 +49,7 @@ from steps.keys import idempotency_key
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
-def _camel(event_type: int) -> str:
+def _camel(event_type: EventType.ValueType) -> str:
     name = EventType.Name(event_type).removeprefix("EVENT_TYPE_")
     return "".join(part.capitalize() for part in name.split("_"))
 

@@ -415,7 +415,10 @@ class RunRecord:
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
                 f'python -m runrecord start {run_id} "TASK" --email ADDR'
             )
-        run = RunRow(*row[:-1], retry_rule=_load(row[-1]))
+        (rid, task, email, conversation_id, status, position, error, created_at, updated_at,
+         lease_holder, lease_expires_at, start_id, retry_rule) = row
+        run = RunRow(rid, task, email, conversation_id, status, position, error, created_at, updated_at,
+                     lease_holder, lease_expires_at, start_id, retry_rule=_load(retry_rule))
         run.steps = [
             StepRow(p, n, s, a, _load(r), e, t0, t1, t2, cr, ea, es, bool(dbt), nt, bool(op))
             for p, n, s, a, r, e, t0, t1, t2, cr, ea, es, dbt, nt, op in self.conn.execute(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from steps.flow import StepDeps
+from steps.flow import Remembered, StepDeps
 from steps.limits import InputError
 
 log = logging.getLogger("steps")
@@ -52,7 +52,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None], list[dict[str, Any]]],
-                                                       Callable[[str, list[tuple[str, str, str]]], int]]:
+                                                       Callable[[str, list[Remembered]], int]]:
     """(context reader, exchange writer) over the SQLite memory store.
 
     The reader opens the file read-only per call, leaves out what was appended
@@ -103,11 +103,11 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
 
     writing = threading.Lock()
 
-    def remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+    def remember(conversation_id: str, messages: list[Remembered]) -> int:
         with writing:
             return _remember(conversation_id, messages)
 
-    def _remember(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+    def _remember(conversation_id: str, messages: list[Remembered]) -> int:
         nonlocal store, opened_on
         if store is not None and opened_on != _file_id():
             _drop_writer()  # the file was removed or replaced under us: write to the new one

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from steps.adoption import adopt, start_metadata
 from steps.crashpoints import crash_point
@@ -51,7 +51,11 @@ def _no_context(conversation_id: str, as_of: float | None = None) -> list[dict[s
     return []
 
 
-def _no_memory(conversation_id: str, messages: list[tuple[str, str, str]]) -> int:
+# One message for ``StepDeps.remember``: (message id, role, content).
+Remembered = tuple[str, Literal["user", "assistant"], str]
+
+
+def _no_memory(conversation_id: str, messages: list[Remembered]) -> int:
     return 0
 
 
@@ -73,7 +77,7 @@ class StepDeps:
     provider: Any  # provider.client.ProviderClient (duck-typed to keep this import-light)
     llm: Any  # drafting.LanguageModel: the model that drafts the reply
     context: Callable[[str, float | None], list[dict[str, Any]]] = field(default=_no_context)
-    remember: Callable[[str, list[tuple[str, str, str]]], int] = field(default=_no_memory)
+    remember: Callable[[str, list[Remembered]], int] = field(default=_no_memory)
     pace_seconds: float = 0.0
 
 
@@ -165,7 +169,7 @@ async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
 
 
 async def _adopt_email(req: SendRequest, deps: StepDeps, conflict: IdempotencyConflict) -> EmailSent:
-    ours = {"run_id": req.run_id, "to": req.to, "subject": req.subject, "body": req.body}
+    ours: dict[str, Any] = {"run_id": req.run_id, "to": req.to, "subject": req.subject, "body": req.body}
     if req.start_id:
         ours["metadata"] = start_metadata(req.start_id)
     applied = await deps.provider.lookup(req.idempotency_key)
@@ -178,7 +182,7 @@ async def _adopt_email(req: SendRequest, deps: StepDeps, conflict: IdempotencyCo
 
 
 async def _adopt_ticket(req: RecordRequest, deps: StepDeps, conflict: IdempotencyConflict) -> OutcomeRecorded:
-    ours = {"run_id": req.run_id, "summary": req.summary, "email_message_id": req.email_message_id}
+    ours: dict[str, Any] = {"run_id": req.run_id, "summary": req.summary, "email_message_id": req.email_message_id}
     if req.start_id:
         ours["metadata"] = start_metadata(req.start_id)
     applied = await deps.provider.lookup(req.idempotency_key)
@@ -202,5 +206,5 @@ async def remember_exchange(req: RememberRequest, deps: StepDeps) -> int:
     for later prompts. Idempotent by message id; returns how many messages
     were new (0 on a repeat, or if memory is unavailable)."""
     task_id, reply_id = exchange_message_ids(req.run_id)
-    messages = [(task_id, "user", req.task), (reply_id, "assistant", req.reply)]
+    messages: list[Remembered] = [(task_id, "user", req.task), (reply_id, "assistant", req.reply)]
     return await asyncio.to_thread(deps.remember, req.conversation_id, messages)

@@ -303,7 +303,7 @@ class AgentFlow:
             state.note = ("an attempt's outcome is unknown: the effect may have been applied; "
                           f"`python starter.py settle {self._run_id}` asks the provider")
         self._status = "failed"
-        self._error = ledger.failure
+        self._error = ledger.failure or f"step {state.name} failed"  # the ledger always says why when it gives up
         raise ApplicationError(
             self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
         ) from err

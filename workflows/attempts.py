@@ -76,11 +76,11 @@ def ending_of(err: ActivityError, attempt_timeout: timedelta) -> Ending:
             return Ending("crash", "the worker running it shut down mid-attempt")
         if cause.non_retryable:
             return Ending("permanent", cause.message, in_doubt=in_doubt)
-        seconds = details.get("seconds")
+        took = details.get("seconds")
         retry_after = details.get("retry_after")
         return Ending(
             "transient", cause.message,
-            seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+            seconds=float(took) if isinstance(took, (int, float)) else None,
             retry_after=float(retry_after) if isinstance(retry_after, (int, float)) else None,
             in_doubt=in_doubt,
         )

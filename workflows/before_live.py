@@ -68,8 +68,9 @@ async def run_recorded_before_live(self, inp: FlowInput, task: str, email: str, 
     )
     if not memory_in_record:
         try:
-            await workflow.execute_activity(
-                FlowActivities.remember_exchange, remember, **_BEFORE_LIVE_REMEMBER
+            await workflow.execute_activity_method(  # the same command as execute_activity, typed for methods
+                FlowActivities.remember_exchange, remember,
+                start_to_close_timeout=_BEFORE_LIVE_REMEMBER_TIMEOUT, retry_policy=_BEFORE_LIVE_REMEMBER_RETRIES,
             )
         except ActivityError as err:
             workflow.logger.warning("run %s: exchange not remembered: %s", inp.run_id, _reason_before_live(err))
@@ -124,10 +125,8 @@ _BEFORE_LIVE_DEFAULTS = {
     "draft": dict(_BEFORE_LIVE_DRAFT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
     "effect": dict(_BEFORE_LIVE_EFFECT, heartbeat_timeout=None, start_to_close_timeout=timedelta(seconds=10)),
 }
-_BEFORE_LIVE_REMEMBER = dict(
-    start_to_close_timeout=timedelta(seconds=10),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
-)
+_BEFORE_LIVE_REMEMBER_TIMEOUT = timedelta(seconds=10)
+_BEFORE_LIVE_REMEMBER_RETRIES = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
 
 
 def _attempts_before_live(err: ActivityError, maximum: int) -> int:
