@@ -413,7 +413,8 @@ async def _cmd_settle(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="log the SDK's and the lab's debug messages to stderr")
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                        help="log the SDK's and the lab's debug messages to stderr")
     parser = argparse.ArgumentParser(prog="starter.py", description="Start and inspect agent-flow runs.",
                                      parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)

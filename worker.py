@@ -38,7 +38,8 @@ this off, for the benchmark that measures what it buys):
   incompatible deploy parks runs (``workflows.agent_flow``) until good code runs.
 - at most 8 workflow tasks at a time (default 100). A workflow task costs
   ~10-20 ms of CPU here when it replays the history in the sandbox (every
-  task with ``--cache 0``; with the cache, after a restart or an eviction); 100 taken at once from a burst queue up inside the worker for
+  task with ``--cache 0``; with the cache, after a restart or an eviction);
+  100 taken at once from a burst queue up inside the worker for
   seconds, overrun the 2 s workflow task timeout and are retried, and a burst
   of 1,000 runs made no progress for minutes (bench/bench_scale.py). With 8,
   the rest wait on the server, where the timeout has not started.
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-queue", default=None, help="default: $TASK_QUEUE or agent-flow")
     parser.add_argument("--cache", type=int, default=DEFAULT_CACHE, metavar="N",
                         help=f"cache up to N workflows, 100 ms sticky timeout (default {DEFAULT_CACHE}); 0: no cache, "
-                             "no sticky queue (resume does not wait on a dead worker's queue, at ~2.3x less throughput)")
+                             "no sticky queue (resume does not wait on a dead worker's queue, "
+                             "at ~2.3x less throughput)")
     parser.add_argument("--identity", default=None,
                         help="the name this worker gives Temporal (history records it on every task it runs); "
                              "default: pid@host")

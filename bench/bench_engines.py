@@ -371,7 +371,8 @@ def report(out: dict, args) -> None:
         print(f"  {label:<44} {value * 1e6:>10.1f} {value / floor:>7.1f}x {value / rec:>8.2f}x")
     print(f"\nthe real flow (offline model, provider, memory), {args.latency_runs} runs one at a time; "
           f"throughput: {args.rounds_throughput} rounds x {args.batch} runs at once")
-    print(f"  {'engine':<10} {'latency med':>11} {'p90':>9} {'x record':>9} {'x floor':>9}   {'runs/s':>7} {'x record':>9}")
+    print(f"  {'engine':<10} {'latency med':>11} {'p90':>9} {'x record':>9} {'x floor':>9}   "
+          f"{'runs/s':>7} {'x record':>9}")
     lat, thr = out["latency"], out["throughput"]
     for e in ENGINES:
         print(f"  {e:<10} {lat[e][0] * 1000:>9.1f}ms {lat[e][1] * 1000:>7.1f}ms {lat[e][0] / lat['record'][0]:>8.2f}x "

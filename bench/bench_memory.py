@@ -60,7 +60,8 @@ def conversation(n: int, seed: int = 1) -> list[Message]:
             )
             out.append(Message(f"a{turn}.{r}", "assistant", "", calls))
             for call in calls:
-                out.append(Message(f"t{call.id}", "tool", text(rng.choice((50, 400, 2000, 6000))), tool_call_id=call.id))
+                out.append(Message(f"t{call.id}", "tool", text(rng.choice((50, 400, 2000, 6000))),
+                                   tool_call_id=call.id))
         out.append(Message(f"a{turn}", "assistant", text(rng.choice((40, 200, 800)))))
     return out[:n]
 
@@ -210,7 +211,8 @@ def corpus() -> dict[str, list[str]]:
             {
                 "order_id": rng.randint(1, 99999),
                 "email": f"user{rng.randint(1, 999)}@example.com",
-                "items": [{"sku": f"SKU-{rng.randint(100, 999)}", "qty": rng.randint(1, 5)} for _ in range(rng.randint(1, 5))],
+                "items": [{"sku": f"SKU-{rng.randint(100, 999)}", "qty": rng.randint(1, 5)}
+                          for _ in range(rng.randint(1, 5))],
                 "note": "please confirm the refund",
             }
         )

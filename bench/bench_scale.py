@@ -119,8 +119,8 @@ async def main_async(runs: int, counts: list[int], in_flight: int, server_config
 
 def report(results: list[dict], server_config: str) -> None:
     print(f"\nmachine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
-    print(f"dev server in memory ({server_config} configuration), provider and workers as separate processes, offline model, memory on, "
-          f"at most {results[0]['in_flight']} runs open at a time\n")
+    print(f"dev server in memory ({server_config} configuration), provider and workers as separate processes, "
+          f"offline model, memory on, at most {results[0]['in_flight']} runs open at a time\n")
     for r in results:
         n = len(r["workers"])
         print(f"{r['runs']} runs, {n} worker(s): {r['elapsed']:.1f} s, {r['runs'] / r['elapsed']:.1f} runs/s"

@@ -185,7 +185,8 @@ def report(out: dict, args) -> None:
         print(line)
         if s != "nocache":
             ratio_t = thr[s] / thr["nocache"]
-            ratio_r = statistics.median(out["resume"][("lab", s)]) / statistics.median(out["resume"][("lab", "nocache")])
+            ratio_r = (statistics.median(out["resume"][("lab", s)])
+                       / statistics.median(out["resume"][("lab", "nocache")]))
             verdict.append((s, ratio_t >= 1.5 and ratio_r <= 1.25, ratio_t, ratio_r))
     print("\nrule: throughput >= 1.5x no-cache and resume (lab server, median from the kill) <= 1.25x no-cache's")
     for s, ok, rt, rr in verdict:

@@ -237,7 +237,8 @@ def _cmd_list(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=None, help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
+    common.add_argument("--db", default=None,
+                        help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
     parser = argparse.ArgumentParser(prog="python -m dbosflow", description="The agent flow on DBOS Transact (SQLite).")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start", parents=[common], help="start a run (DBOS workflow id = RUN_ID) and wait for it")

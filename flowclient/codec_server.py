@@ -137,7 +137,8 @@ def transform(codec: AesGcmCodec, endpoint: str, body: bytes) -> dict[str, Any]:
         payloads = json_format.ParseDict(document, Payloads(), ignore_unknown_fields=True).payloads
     except json_format.ParseError as err:
         # The parser's message can quote the offending value: cut it short.
-        raise BadRequest(400, "invalid_payloads", f"payloads are not protobuf JSON ({str(err)[:200]}): {_USAGE}") from None
+        raise BadRequest(400, "invalid_payloads",
+                         f"payloads are not protobuf JSON ({str(err)[:200]}): {_USAGE}") from None
     out = []
     for n, payload in enumerate(payloads, 1):
         try:
@@ -258,7 +259,8 @@ class Handler(BaseHTTPRequestHandler):
         if int(length) > MAX_BODY_BYTES:
             self.close_connection = True
             return self._error(413, "payload_too_large",
-                               f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted: send fewer payloads")
+                               f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted: "
+                               "send fewer payloads")
         body = self.rfile.read(int(length))
         try:
             answer = transform(self.server.codec, endpoint, body)
@@ -302,8 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Codec server for the Temporal UI and CLI: decrypts payloads with the lab's codec keys.",
     )
     parser.add_argument("--host", default="127.0.0.1",
-                        help=f"address to listen on (default 127.0.0.1; loopback only unless {ALLOW_REMOTE_VARIABLE}=1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+                        help="address to listen on (default 127.0.0.1; loopback only unless "
+                             f"{ALLOW_REMOTE_VARIABLE}=1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--origin", action="append", metavar="URL",
                         help=f"a UI origin allowed to call it, repeatable (default ${ORIGINS_VARIABLE}, else "
                              f"{' and '.join(DEFAULT_ORIGINS)})")

@@ -339,7 +339,8 @@ async def run_status(client: Client, run_id: str) -> dict:
     wf_status = description.status
     closed = wf_status != WorkflowExecutionStatus.RUNNING
     timers = _timers(history)
-    steps = [_step_from(name, by_step.get(name, []), pending, timers, closed and wf_status != WorkflowExecutionStatus.COMPLETED)
+    steps = [_step_from(name, by_step.get(name, []), pending, timers,
+                        closed and wf_status != WorkflowExecutionStatus.COMPLETED)
              for name in STEP_NAMES]
     if wf_status == WorkflowExecutionStatus.COMPLETED:
         return run_entry(run_id, "completed", steps)

@@ -115,7 +115,8 @@ class ChaosReport:
         lines = [
             f"chaos: seed {c.seed}, task queue {self.task_queue}, {os.cpu_count()} cores, pace {c.pace:g} s/step, "
             f"{'a model that varies every answer' if c.vary else 'the deterministic model'}",
-            f"  duration     {self.duration:.1f} s (kill phase {self.kill_phase:.1f} s, drain {self.duration - self.kill_phase:.1f} s)",
+            f"  duration     {self.duration:.1f} s (kill phase {self.kill_phase:.1f} s, "
+            f"drain {self.duration - self.kill_phase:.1f} s)",
             f"  runs         {len(self.runs)} in {self.waves} wave(s) of {c.runs} started at once: "
             f"{st['completed']} completed, {st['failed']} failed, "
             f"{st['running']} still open",
@@ -123,7 +124,8 @@ class ChaosReport:
             f"  kills        {self.kills} SIGKILLs of a ready worker ({self.kills_with_two_workers} while two workers "
             f"shared the queue, {self.kills_with_runs_in_flight} with runs in flight); {self.workers_started} worker "
             "processes started",
-            f"  faults       {self.faults_503} requests answered 503, {self.faults_lost} applied with the response lost",
+            f"  faults       {self.faults_503} requests answered 503, "
+            f"{self.faults_lost} applied with the response lost",
             f"  retries      {sum(self.retries.values())} attempts beyond the first ("
             + ", ".join(f"{s} {self.retries[s]}" for s in STEP_NAMES) + f"), {sum(self.crashes.values())} of them "
             f"after a worker died; {self.adopted} step(s) adopted an effect their run had applied",
@@ -365,14 +367,15 @@ def _check(report: ChaosReport, url: str) -> None:
             fail(f"no lost effect: run {rid} recorded ticket {recorded.get('ticket_id')}, the provider holds "
                  f"{tickets_by_run.get(rid, {}).get('ticket_id')}")
         if tickets_by_run.get(rid, {}).get("email_message_id") != sent.get("message_id"):
-            fail(f"no lost effect: run {rid}'s ticket cites email {tickets_by_run.get(rid, {}).get('email_message_id')}, "
-                 f"the run sent {sent.get('message_id')}")
+            fail(f"no lost effect: run {rid}'s ticket cites email "
+                 f"{tickets_by_run.get(rid, {}).get('email_message_id')}, the run sent {sent.get('message_id')}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="runs started at once (default 50)")
-    parser.add_argument("--kills", type=int, default=10, help="SIGKILLs of a worker while runs are in flight (default 10)")
+    parser.add_argument("--kills", type=int, default=10,
+                        help="SIGKILLs of a worker while runs are in flight (default 10)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=300.0, help="hard bound on the whole thing")
     parser.add_argument("--pace", type=float, default=1.0, help="LAB_STEP_SECONDS for the workers")

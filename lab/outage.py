@@ -62,7 +62,8 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
     record_env = {**os.environ, "RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
                   "MEMORY_DB": str(work / f"memory-r-{outage:g}.db"), "PROVIDER_URL": provider.url,
                   "LAB_RETRY_BUDGET_SECONDS": f"{budget:g}", "PYTHONUNBUFFERED": "1"}
-    temporal_id, record_id = f"outage-{outage:g}-t-{uuid.uuid4().hex[:4]}", f"outage-{outage:g}-r-{uuid.uuid4().hex[:4]}"
+    temporal_id, record_id = (f"outage-{outage:g}-t-{uuid.uuid4().hex[:4]}",
+                              f"outage-{outage:g}-r-{uuid.uuid4().hex[:4]}")
     procs = [worker]
     try:
         from starter import start_run

@@ -61,8 +61,8 @@ TIMEOUT = 90.0
 SEND = "        sent = await self._attempts(\n"
 PATCHES: dict[str, list[tuple[str, str, str]]] = {
     "before": [
-        ("workflows/agent_flow.py", SEND, "        await workflow.sleep(0.01)  # the release: a pause before the email\n"
-                                          + SEND),
+        ("workflows/agent_flow.py", SEND,
+         "        await workflow.sleep(0.01)  # the release: a pause before the email\n" + SEND),
         ("runrecord/definition.py", '    FlowStep("send_confirmation",',
          '    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause before the email\n'
          '    FlowStep("send_confirmation",'),
@@ -73,8 +73,9 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
         ("runrecord/definition.py", 'assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES', "assert True"),
     ],
     "before, versioned": [
-        ("workflows/agent_flow.py", SEND, '        if workflow.patched("pause-before-send"):  # the release, versioned\n'
-                                          "            await workflow.sleep(0.01)\n" + SEND),
+        ("workflows/agent_flow.py", SEND,
+         '        if workflow.patched("pause-before-send"):  # the release, versioned\n'
+         "            await workflow.sleep(0.01)\n" + SEND),
     ],
     "rule": [
         ("steps/retry.py", "DEFAULT_BUDGET_SECONDS = 900.0", "DEFAULT_BUDGET_SECONDS = 600.0  # the release"),
@@ -211,7 +212,8 @@ class Deploy:
     def runrecord(self, change: str) -> Row:
         row = Row("runrecord", change, f"deploy-rec-{_slug(change)}-{self.stamp}")
         start = ["-m", "runrecord", "start", row.run_id, TASK, "--email", EMAIL]
-        self.killed(self.spawn("runrecord", start, self.code(None), {"CRASH_AT": "runrecord:send_confirmation:after_record"}))
+        self.killed(self.spawn("runrecord", start, self.code(None),
+                               {"CRASH_AT": "runrecord:send_confirmation:after_record"}))
         env = {}
         if change == "moved":
             moved = self.work / "elsewhere"

@@ -72,7 +72,8 @@ async def replay(history: WorkflowHistory, inject: str | None = None) -> str:
     # failed workflow task (a traceback, and the core's warning) stays quiet.
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
     replayer = Replayer(workflows=[_workflow_class(inject)], workflow_runner=worker_options()["workflow_runner"],
-                        data_converter=data_converter_from_env(), runtime=Runtime(telemetry=TelemetryConfig(logging=None)))
+                        data_converter=data_converter_from_env(),
+                        runtime=Runtime(telemetry=TelemetryConfig(logging=None)))
     events = len(history.events)
     completed = sum(1 for e in history.events if e.HasField("activity_task_completed_event_attributes"))
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)

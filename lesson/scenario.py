@@ -15,7 +15,8 @@ engine          killed (SIGKILL, by a crash point)         restarted with
 in memory       ``in_memory:after_send_confirmation``      the same ``python -m lesson.in_memory`` command
 run record      ``runrecord:send_confirmation:after_record``  ``python -m runrecord resume RUN_ID``
 Temporal        worker with ``record_outcome:before``      a new worker process
-DBOS            ``dbos:send_confirmation:after_record``    ``python -m dbosflow resume RUN_ID`` (DBOS's recovery on launch)
+DBOS            ``dbos:send_confirmation:after_record``    ``python -m dbosflow resume RUN_ID``
+                                                           (DBOS's recovery on launch)
 ==============  =========================================  =================================
 
 The DBOS row needs the optional extra (``pip install -e '.[dbos]'``; ``make

@@ -75,7 +75,8 @@ class Message:
     def __post_init__(self) -> None:
         _need_text("message id", self.id, empty_ok=False)
         if self.role not in ROLES:
-            raise MemoryInputError(f"message {self.id!r}: role must be one of system, user, assistant, tool; got {self.role!r}")
+            raise MemoryInputError(f"message {self.id!r}: role must be one of system, user, assistant, tool; "
+                                   f"got {self.role!r}")
         _need_text(f"message {self.id!r} content", self.content, empty_ok=True)
         calls = self.tool_calls
         if not isinstance(calls, tuple):
@@ -85,19 +86,23 @@ class Message:
             object.__setattr__(self, "tool_calls", calls)
         if calls:
             if self.role != "assistant":
-                raise MemoryInputError(f"message {self.id!r}: only an assistant message may carry tool_calls (role is {self.role!r})")
+                raise MemoryInputError(f"message {self.id!r}: only an assistant message may carry tool_calls "
+                                       f"(role is {self.role!r})")
             seen: set[str] = set()
             for call in calls:
                 if not isinstance(call, ToolCall):
-                    raise MemoryInputError(f"message {self.id!r}: tool_calls must hold ToolCall objects, got {type(call).__name__}")
+                    raise MemoryInputError(f"message {self.id!r}: tool_calls must hold ToolCall objects, "
+                                           f"got {type(call).__name__}")
                 if call.id in seen:
-                    raise MemoryInputError(f"message {self.id!r}: tool call id {call.id!r} appears twice; ids must be unique")
+                    raise MemoryInputError(f"message {self.id!r}: tool call id {call.id!r} appears twice; "
+                                           "ids must be unique")
                 seen.add(call.id)
         if self.role == "tool":
             if not isinstance(self.tool_call_id, str) or not self.tool_call_id:
                 raise MemoryInputError(f"tool message {self.id!r} needs tool_call_id: the id of the call it answers")
         elif self.tool_call_id is not None:
-            raise MemoryInputError(f"message {self.id!r}: only a tool message has a tool_call_id (role is {self.role!r})")
+            raise MemoryInputError(f"message {self.id!r}: only a tool message has a tool_call_id "
+                                   f"(role is {self.role!r})")
         if not isinstance(self.pinned, bool):
             raise MemoryInputError(f"message {self.id!r}: pinned must be True or False")
         if self.pinned and (self.role == "tool" or calls):

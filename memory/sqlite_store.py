@@ -432,7 +432,9 @@ class SQLiteStore(StoreBase):
         with self._lock:
             conn = self._connection()
             try:
-                return [r[0] for r in conn.execute("SELECT conversation_id FROM conversations ORDER BY conversation_id")]
+                return [r[0] for r in conn.execute(
+                    "SELECT conversation_id FROM conversations ORDER BY conversation_id"
+                )]
             except sqlite3.Error as exc:
                 raise MemoryStoreError(f"cannot read conversation memory at {self.path}: {exc}") from exc
 

@@ -347,7 +347,8 @@ class Conversation:
         self.appended += 1
         if truncated:
             self.truncated += 1
-        if self.tokens + self.pinned_tokens <= policy.max_tokens and self.count + len(self.pinned) <= policy.max_messages:
+        if (self.tokens + self.pinned_tokens <= policy.max_tokens
+                and self.count + len(self.pinned) <= policy.max_messages):
             return _new_tuple(Outcome, (entry, None, _NOTHING, abandoned, truncated, tokens))
         return _new_tuple(Outcome, (entry, None, self._evict(), abandoned, truncated, tokens))
 

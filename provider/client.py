@@ -106,7 +106,8 @@ class AppliedRequest:
         )
 
 
-def email_body(*, run_id: str, to: str, subject: str, body: str, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+def email_body(*, run_id: str, to: str, subject: str, body: str,
+               metadata: dict[str, str] | None = None) -> dict[str, Any]:
     """The JSON body of ``POST /v1/emails``; metadata only when there is some, so
     requests made before metadata existed keep their exact form."""
     payload: dict[str, Any] = {"run_id": run_id, "to": to, "subject": subject, "body": body}

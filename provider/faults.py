@@ -81,7 +81,8 @@ class Faults:
             raise FaultSpecError("", "send a JSON object, e.g. {\"fail_next\": 2, \"status\": 503}")
         unknown = sorted(set(spec) - _FIELDS)
         if unknown:
-            raise FaultSpecError(unknown[0], f"unknown field {unknown[0]!r}: faults accept {', '.join(sorted(_FIELDS))}")
+            raise FaultSpecError(unknown[0],
+                                 f"unknown field {unknown[0]!r}: faults accept {', '.join(sorted(_FIELDS))}")
         for detail, owner in (("status", "fail_next"), ("retry_after", "fail_next"), ("hang_seconds", "hang_next")):
             if detail in spec and owner not in spec:
                 raise FaultSpecError(detail, f"{detail} belongs to {owner}: give {owner} in the same request")
@@ -122,7 +123,11 @@ class Faults:
                     "retry_after": self._fail.retry_after,
                     "kinds": list(self._fail.kinds),
                 },
-                "hang": {"remaining": self._hang.remaining, "hang_seconds": self._hang.seconds, "kinds": list(self._hang.kinds)},
+                "hang": {
+                    "remaining": self._hang.remaining,
+                    "hang_seconds": self._hang.seconds,
+                    "kinds": list(self._hang.kinds),
+                },
                 "lose_response": {"remaining": self._lose.remaining, "kinds": list(self._lose.kinds)},
             }
 

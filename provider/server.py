@@ -181,7 +181,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(raw, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_request", f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
+        raise ApiError(400, "invalid_request",
+                       f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "invalid_request", f"the request body must be a JSON object, got {type(payload).__name__}")
     return payload
@@ -190,14 +191,17 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:
     for name in expected:
         if name not in payload:
-            raise ApiError(422, "invalid_request", f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
+            raise ApiError(422, "invalid_request",
+                           f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
     for name in payload:
         if name not in expected and name not in OPTIONAL_FIELDS:
             accepted = ", ".join(expected + OPTIONAL_FIELDS)
-            raise ApiError(422, "invalid_request", f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
+            raise ApiError(422, "invalid_request",
+                           f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
     for name in expected:
         if not isinstance(payload[name], str):
-            raise ApiError(422, "invalid_request", f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
+            raise ApiError(422, "invalid_request",
+                           f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
 
 
 # The provider's own text rule, written here on purpose: it is the far side of
@@ -240,16 +244,20 @@ def _metadata(payload: dict[str, Any]) -> dict[str, str] | None:
         return None
     meta = payload["metadata"]
     hint = (f"metadata is an object of at most {MAX_METADATA_ENTRIES} entries: keys 1-{MAX_METADATA_KEY_CHARS} "
-            f"of letters, digits, '_', '.', '-'; values single-line strings of at most {MAX_METADATA_VALUE_CHARS} characters")
+            f"of letters, digits, '_', '.', '-'; values single-line strings of at most "
+            f"{MAX_METADATA_VALUE_CHARS} characters")
     if not isinstance(meta, dict) or len(meta) > MAX_METADATA_ENTRIES:
         raise ApiError(422, "invalid_request", hint, field="metadata")
     for key, value in meta.items():
-        if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
+        if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS
+                and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
             raise ApiError(422, "invalid_request", f"metadata key {key!r} is not allowed: {hint}", field="metadata")
         if isinstance(value, str):
             refuse_control_characters(f"metadata value of {key!r}", value, field="metadata")
-        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value) or "\x00" in value:
-            raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}", field="metadata")
+        if (not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value)
+                or "\x00" in value):
+            raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}",
+                           field="metadata")
     return dict(meta)
 
 
@@ -261,7 +269,8 @@ def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
     run_id = _single_line(payload, "run_id", MAX_RUN_ID_CHARS)
     to = payload["to"]
     if not to:
-        raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com", field="to")
+        raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com",
+                       field="to")
     refuse_control_characters("to", to)
     try:
         check_email(to, controls=False)  # the text rule is the provider's own, just above
@@ -473,7 +482,8 @@ class Handler(BaseHTTPRequestHandler):
     def _run_id_filter(self, query: dict[str, list[str]]) -> str | None:
         unknown = sorted(set(query) - {"run_id"})
         if unknown:
-            raise ApiError(400, "invalid_request", f"unknown query parameter {unknown[0]!r}: only run_id is accepted", field=unknown[0])
+            raise ApiError(400, "invalid_request", f"unknown query parameter {unknown[0]!r}: only run_id is accepted",
+                           field=unknown[0])
         values = query.get("run_id")
         if not values:
             return None
@@ -496,7 +506,8 @@ class Handler(BaseHTTPRequestHandler):
         key = unquote(urlsplit(self.path).path[len(REQUESTS_PREFIX):])
         found = self.server.store.lookup(key)
         if found is None:
-            raise ApiError(404, "not_found", f"no request ever carried Idempotency-Key {key!r}: nothing was applied under it")
+            raise ApiError(404, "not_found",
+                           f"no request ever carried Idempotency-Key {key!r}: nothing was applied under it")
         if found.get("applied"):
             found["request_sha256"] = body_sha256(found["request"])
         return 200, found, {}
@@ -632,8 +643,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m provider",
         description="Local stand-in for the external email and ticket APIs; honours Idempotency-Key.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; loopback only unless PROVIDER_ALLOW_REMOTE=1)")
-    parser.add_argument("--port", type=int, default=None, help=f"port (env PROVIDER_PORT, default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; loopback only unless PROVIDER_ALLOW_REMOTE=1)")
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"port (env PROVIDER_PORT, default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--db", default=None, help=f"SQLite file (env PROVIDER_DB, default {DEFAULT_DB})")
     parser.add_argument("--verbose", action="store_true", help="write an access log to stderr")
     return parser
@@ -643,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     port = args.port if args.port is not None else _env_port(os.environ)
     if port is None:
-        print(f"provider: PROVIDER_PORT={os.environ['PROVIDER_PORT']!r} is not a port number; give 0 to 65535", file=sys.stderr)
+        print(f"provider: PROVIDER_PORT={os.environ['PROVIDER_PORT']!r} is not a port number; give 0 to 65535",
+              file=sys.stderr)
         return 2
     if not 0 <= port <= 65535:
         print(f"provider: port {port} is out of range; give 0 to 65535 (0 picks a free port)", file=sys.stderr)

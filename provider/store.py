@@ -162,7 +162,8 @@ class Store:
     def count_request(self, *, key: str, kind: str, run_id: str | None, status: int) -> None:
         """Count a request that applied nothing (invalid, or failed by a fault)."""
         with self._write() as conn:
-            conn.execute(_COUNT_REQUEST, {"key": key, "kind": kind, "run_id": run_id, "status": status, "now": utc_now()})
+            conn.execute(_COUNT_REQUEST,
+                         {"key": key, "kind": kind, "run_id": run_id, "status": status, "now": utc_now()})
 
     def apply(
         self,
@@ -198,7 +199,8 @@ class Store:
             if outcome.status == 200 and lose_response():
                 outcome = replace(outcome, response_lost=True)
             status_sent = 503 if outcome.response_lost else outcome.status
-            conn.execute(_COUNT_REQUEST, {"key": key, "kind": kind, "run_id": fields["run_id"], "status": status_sent, "now": now})
+            conn.execute(_COUNT_REQUEST,
+                         {"key": key, "kind": kind, "run_id": fields["run_id"], "status": status_sent, "now": now})
             if outcome.status == 200 and not outcome.replayed:
                 # Stored with "replayed": false; a replay sets it true on the way out.
                 conn.execute(
@@ -251,14 +253,16 @@ class Store:
                 return found
             if row["kind"] == "email":
                 effect = conn.execute(
-                    "SELECT run_id, to_address, subject, body, metadata, created_at FROM emails WHERE idempotency_key = ?",
+                    "SELECT run_id, to_address, subject, body, metadata, created_at FROM emails "
+                    "WHERE idempotency_key = ?",
                     (key,),
                 ).fetchone()
                 request = {"run_id": effect["run_id"], "to": effect["to_address"], "subject": effect["subject"],
                            "body": effect["body"]}
             else:
                 effect = conn.execute(
-                    "SELECT run_id, summary, email_message_id, metadata, created_at FROM tickets WHERE idempotency_key = ?",
+                    "SELECT run_id, summary, email_message_id, metadata, created_at FROM tickets "
+                    "WHERE idempotency_key = ?",
                     (key,),
                 ).fetchone()
                 request = {"run_id": effect["run_id"], "summary": effect["summary"],
@@ -280,7 +284,8 @@ class Store:
             return [dict(r) for r in conn.execute(sql + " ORDER BY rowid", params)]
 
 
-def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dict[str, Any], now: str) -> dict[str, Any]:
+def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dict[str, Any],
+                   now: str) -> dict[str, Any]:
     metadata = None if fields.get("metadata") is None else json.dumps(fields["metadata"], sort_keys=True)
     if kind == "email":
         message_id = "msg_" + secrets.token_hex(12)

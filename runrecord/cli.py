@@ -67,7 +67,8 @@ from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.runstate import exit_code
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED, EXIT_LEASE_LOST = range(8)
+(EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
+ EXIT_LEASE_LOST) = range(8)
 
 
 def _lease(args) -> float:
@@ -236,7 +237,8 @@ async def _cmd_compare(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=None, help="the record's SQLite file (default: $RUNRECORD_DB or .state/runrecord.db)")
+    common.add_argument("--db", default=None,
+                        help="the record's SQLite file (default: $RUNRECORD_DB or .state/runrecord.db)")
     running = argparse.ArgumentParser(add_help=False)
     running.add_argument("--lease-seconds", default=None,
                          help="lease duration (default: $RUNRECORD_LEASE_SECONDS or 10); renewed every third of it")
@@ -276,7 +278,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--temporal", required=True, metavar="TEMPORAL_RUN_ID")
     p.add_argument("--dbos", default=None, metavar="DBOS_RUN_ID",
                    help="also a DBOS run of the same task (python -m dbosflow; needs the dbos extra)")
-    p.add_argument("--dbos-db", default=None, help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
+    p.add_argument("--dbos-db", default=None,
+                   help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_compare)
     return parser

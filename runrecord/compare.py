@@ -256,14 +256,16 @@ def render(report: dict[str, Any]) -> str:
             f"{'' if t['seconds'] is None else t['seconds']:>6}  {', '.join(t['events'])}  {_short(t['result'])}"
         )
         if pt:
-            lines.append(f"  {'':<18} {'provider':<9} requests {pt['requests']}, effects applied {pt['effects_applied']}")
+            lines.append(f"  {'':<18} {'provider':<9} requests {pt['requests']}, "
+                         f"effects applied {pt['effects_applied']}")
         intents = ", ".join(f"#{i['attempt']} {i['state']}" for i in r["intents"]) or "no intents (no effect)"
         lines.append(
             f"  {'':<18} {'record':<9} {r['status']:<10} {r['attempts']:>3} {r['rows']:>7} "
             f"{'' if r['seconds'] is None else r['seconds']:>6}  step row; intents: {intents}  {_short(r['result'])}"
         )
         if pr:
-            lines.append(f"  {'':<18} {'provider':<9} requests {pr['requests']}, effects applied {pr['effects_applied']}")
+            lines.append(f"  {'':<18} {'provider':<9} requests {pr['requests']}, "
+                         f"effects applied {pr['effects_applied']}")
         if dbs:
             d = dbs["steps"][i]
             pd = prov.get("dbos", {}).get(idempotency_key(dbs["run_id"], d["name"]))

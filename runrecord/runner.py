@@ -119,7 +119,8 @@ def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
     code = [s.name for s in flow]
     if recorded == code:
         return
-    where = next((i for i, (a, b) in enumerate(zip(recorded, code, strict=False)) if a != b), min(len(recorded), len(code)))
+    where = next((i for i, (a, b) in enumerate(zip(recorded, code, strict=False)) if a != b),
+                 min(len(recorded), len(code)))
     at = (
         f"position {where + 1} is {recorded[where] if where < len(recorded) else 'absent'!r} in the record "
         f"but {code[where] if where < len(code) else 'absent'!r} in the code"

@@ -82,7 +82,8 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     for i in intents:
         outcome = i.outcome or {}
         note = {
-            "in_doubt": (f"IN DOUBT: answered with an error that does not say whether it was applied: {outcome['error']}"
+            "in_doubt": (f"IN DOUBT: answered with an error that does not say whether it was applied: "
+                         f"{outcome['error']}"
                          if outcome.get("error") else
                          "IN DOUBT: recorded before sending, no answer recorded")
                         + ("; settle asks the provider" if run.status == "failed"

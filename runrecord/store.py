@@ -333,7 +333,8 @@ _SQL_STEP_DONE = (
     "in_doubt = 0, next_try_at = NULL WHERE run_id = ? AND position = ?"
 )
 _SQL_INTENT_ANSWERED = (
-    "UPDATE intents SET state = 'answered', outcome = ?, settled_at = ? WHERE run_id = ? AND position = ? AND attempt = ?"
+    "UPDATE intents SET state = 'answered', outcome = ?, settled_at = ? "
+    "WHERE run_id = ? AND position = ? AND attempt = ?"
 )
 _SQL_STEP_START = (
     "UPDATE steps SET status = 'running', attempts = ?, attempt_started_at = ?, started_at = coalesce(started_at, ?), "

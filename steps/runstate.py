@@ -102,7 +102,8 @@ def clock(ts_iso: str | None) -> str:
 
 
 def step_entry(name: str, status: str = "pending", attempts: int = 0, result: Any = None, *, crashes: int = 0,
-               last_error: str | None = None, next_try_at: str | None = None, note: str | None = None) -> dict[str, Any]:
+               last_error: str | None = None, next_try_at: str | None = None,
+               note: str | None = None) -> dict[str, Any]:
     return {"name": name, "status": status, "attempts": attempts, "result": result, "crashes": crashes,
             "last_error": last_error, "next_try_at": next_try_at, "note": note}
 

@@ -131,7 +131,8 @@ def runrecord(db, provider):
     started: list[Proc] = []
 
     def start(*args: str, env: dict | None = None) -> Proc:
-        full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
+        full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url,
+                "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=full)
         started.append(proc)
         return proc

@@ -73,7 +73,8 @@ class ProviderProcess:
         if self.running:
             raise RuntimeError(f"provider pid {self.pid} is already running")
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "provider", "--host", self.host, "--port", str(self.port), "--db", str(self.db_path)]
+        args = [sys.executable, "-m", "provider", "--host", self.host, "--port", str(self.port),
+                "--db", str(self.db_path)]
         if self.verbose:
             args.append("--verbose")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROVIDER_")}
@@ -93,7 +94,8 @@ class ProviderProcess:
         match = _LISTENING.fullmatch(line)
         if match is None:
             self.kill()
-            raise ProviderStartError(f"unexpected first line from the provider: {line!r}\n{self._stderr_since(log_offset)}")
+            raise ProviderStartError(f"unexpected first line from the provider: {line!r}\n"
+                                     f"{self._stderr_since(log_offset)}")
         announced = match.group(1)
         self.port = int(announced.rsplit(":", 1)[1])
         connect_host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(announced.split("//", 1)[1].rsplit(":", 1)[0])
@@ -120,7 +122,8 @@ class ProviderProcess:
                 if not chunk:
                     code = self.proc.wait(timeout=5)
                     raise ProviderStartError(
-                        f"the provider exited with code {code} before listening (stdout {buffer!r})\n{self.stderr_text()}"
+                        f"the provider exited with code {code} before listening (stdout {buffer!r})\n"
+                        f"{self.stderr_text()}"
                     )
                 buffer += chunk
         return buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
@@ -154,7 +157,8 @@ class ProviderProcess:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"the provider ignored SIGTERM for {timeout:g}s; killed it\n{self.stderr_text()}") from None
+                raise AssertionError(f"the provider ignored SIGTERM for {timeout:g}s; killed it\n"
+                                     f"{self.stderr_text()}") from None
         code = self.proc.returncode
         self._release()
         return code
@@ -221,7 +225,8 @@ def running_provider(db_path: str | Path, **options: Any) -> Iterator[ProviderPr
         proc.close()
 
 
-def poll_until(check: Callable[[], T | None], *, timeout: float, describe: Callable[[], str], interval: float = 0.05) -> T:
+def poll_until(check: Callable[[], T | None], *, timeout: float, describe: Callable[[], str],
+               interval: float = 0.05) -> T:
     """Call ``check`` until it returns something truthy; fail with what was seen."""
     deadline = time.monotonic() + timeout
     while True:

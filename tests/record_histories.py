@@ -90,7 +90,8 @@ async def record(out: Path) -> list[str]:
                 procs.append(dying)
                 run_id = f"in-flight{suffix}"
                 await start_run(client, run_id, TASK, EMAIL, queue=queue)
-                await wait_until(lambda dying=dying: not dying.alive(), 60, "the worker to die at record_outcome:before")
+                await wait_until(lambda dying=dying: not dying.alive(), 60,
+                                 "the worker to die at record_outcome:before")
                 await _write(client, run_id, out / f"{run_id}.json")
                 written.append(run_id)
 

@@ -35,7 +35,8 @@ async def test_a_different_email_of_the_same_run_is_adopted_and_nothing_is_sent_
         other = await send_confirmation(send(run_id, "a second, different draft", "start-A"), deps)
     assert other.message_id == first.message_id
     assert other.adopted["body"] == "the first draft"  # the content that was really sent
-    assert "applied sha256" in other.adopted["reason"] and other.adopted["applied_sha256"] != other.adopted["attempted_sha256"]
+    assert ("applied sha256" in other.adopted["reason"]
+            and other.adopted["applied_sha256"] != other.adopted["attempted_sha256"])
     [effect] = fetch_effects(provider.url, run_id=run_id)
     assert (effect.requests, effect.effects_applied) == (3, 1)
 

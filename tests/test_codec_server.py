@@ -237,7 +237,8 @@ class Browser:
         return await poll_until(check, timeout=120, interval=0.5, what=f"{needle!r} in the DOM of {url}")
 
 
-async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_server(tmp_path, provider, task_queue, run_id):
+async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_server(tmp_path, provider, task_queue,
+                                                                                  run_id):
     browser = Browser(tmp_path)
     task = "Confirm the refund for order KV-5150 to Katherine Johnson"
     email = "katherine.ui@example.com"
@@ -288,7 +289,8 @@ async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_serve
             server.stop()
 
 
-def test_the_temporal_cli_starts_and_reads_runs_through_it(dev_server, workers, provider, codec_server, task_queue, run_id):
+def test_the_temporal_cli_starts_and_reads_runs_through_it(dev_server, workers, provider, codec_server, task_queue,
+                                                            run_id):
     """The other client of the protocol: input typed into the CLI is encrypted by
     /encode (unbound, so a worker that refuses plaintext accepts it), and the
     result is shown decrypted by /decode."""

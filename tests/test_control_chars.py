@@ -84,7 +84,8 @@ IDS = [h.name for h in HOSTILE]
 
 def assert_no_raw(text: str, where: str) -> None:
     found = RAW.search(text)
-    assert found is None, f"{where} holds raw {found.group()!r} at {found.start()}: {text[max(0, found.start() - 60):found.start() + 60]!r}"
+    assert found is None, (f"{where} holds raw {found.group()!r} at {found.start()}: "
+                           f"{text[max(0, found.start() - 60):found.start() + 60]!r}")
 
 
 def offline_subject(task: str) -> str:
@@ -141,7 +142,8 @@ def test_the_starter_refuses_hostile_addresses_and_conversation_ids(dev_server):
     cases = [
         (["--email", "ada\t@example.com"], "email address holds U+0009 (TAB) at position 4"),
         (["--email", "ada@example.com\x1b[2J"], "email address holds U+001B (ESC) at position 16"),
-        (["--email", EMAIL, "--conversation", "conv\u20661"], "conversation id holds U+2066 (LEFT-TO-RIGHT ISOLATE) at position 5"),
+        (["--email", EMAIL, "--conversation", "conv\u20661"],
+         "conversation id holds U+2066 (LEFT-TO-RIGHT ISOLATE) at position 5"),
     ]
     for extra, expected in cases:
         done = starter(dev_server, "start", "ctl-start-fields", TASK, *extra)
@@ -463,7 +465,8 @@ async def test_the_models_subject_is_checked_before_anything_is_sent(h):
         with pytest.raises(PermanentError, match="the email request was not made: " + re.escape(refusal("subject", h))):
             await flow.send_confirmation(SendRequest(run_id="r-1", to=EMAIL, subject=h.text, body="b",
                                                      idempotency_key="k-1"), deps)
-        with pytest.raises(PermanentError, match="the ticket request was not made: " + re.escape(refusal("summary", h))):
+        with pytest.raises(PermanentError,
+                           match="the ticket request was not made: " + re.escape(refusal("summary", h))):
             await flow.record_outcome(RecordRequest(run_id="r-1", summary=h.text, email_message_id="m",
                                                     idempotency_key="k-2"), deps)
         assert deps.provider.calls == 0

@@ -1,5 +1,6 @@
 """The crash matrix: every named crash point (docs/crashpoints.md), on every
-durable engine (Temporal, the run record, and DBOS when its extra is installed). For each: a process armed with CRASH_AT dies there by SIGKILL; a
+durable engine (Temporal, the run record, and DBOS when its extra is
+installed). For each: a process armed with CRASH_AT dies there by SIGKILL; a
 fresh process (a new Temporal worker, ``python -m runrecord resume``, or
 ``python -m dbosflow resume``, i.e. DBOS's recovery on launch)
 finishes the run. Asserted, from the processes' own output and the

@@ -22,7 +22,8 @@ import uuid
 import httpx
 import pytest
 
-pytest.importorskip("dbos", reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
+pytest.importorskip("dbos",
+                    reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
 from dbosflow.engine import APP_VERSION, dbos_max_attempts  # noqa: E402
 from provider.client import fetch_effects  # noqa: E402

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("dbos", reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
+pytest.importorskip("dbos",
+                    reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
 from dbosflow.compare import dbos_side  # noqa: E402
 from lab.processes import REPO  # noqa: E402

@@ -20,7 +20,8 @@ from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 from tests.fake_openai_server import FakeOpenAIServer, Scripted, completion, error, no_choices
 
 SECRET = "sk-test-4f1c0ffee-not-a-real-key"
-GOOD = {"subject": "Refund for order 1234", "body": "Hello,\n\nYour refund is on its way.\n", "summary": "Confirms the refund."}
+GOOD = {"subject": "Refund for order 1234", "body": "Hello,\n\nYour refund is on its way.\n",
+        "summary": "Confirms the refund."}
 
 
 def conversation(task: str = "Confirm the refund for order 1234", context: int = 0) -> list[dict]:
@@ -55,7 +56,8 @@ async def test_valid_json_gives_draft_and_request_is_well_formed(server, model):
 
     draft = await model.draft(messages)
 
-    assert draft == Draft(subject="Refund for order 1234", body="Hello,\n\nYour refund is on its way.", summary="Confirms the refund.")
+    assert draft == Draft(subject="Refund for order 1234", body="Hello,\n\nYour refund is on its way.",
+                          summary="Confirms the refund.")
     assert server.request_count == 1
     request = server.requests[0]
     assert request.path == "/v1/chat/completions"

@@ -124,7 +124,8 @@ async def test_with_a_workflow_cache_a_killed_run_resumes_once_after_the_sticky_
     # The sticky path was taken: a workflow task timed out waiting on the dead worker's queue.
     history = await client.get_workflow_handle(run_id).fetch_history()
     sticky_timeouts = [e for e in history.events if e.HasField("workflow_task_timed_out_event_attributes")
-                       and e.workflow_task_timed_out_event_attributes.timeout_type == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START]
+                       and (e.workflow_task_timed_out_event_attributes.timeout_type
+                            == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START)]
     assert sticky_timeouts, "no workflow task waited on a sticky queue: was the cache on?"
 
 
@@ -201,7 +202,8 @@ async def test_provider_503s_are_retried_then_the_run_completes(client, workers,
     assert (effect.requests, effect.effects_applied) == (4, 1)
 
 
-async def test_provider_down_for_good_ends_failed_when_the_budget_is_spent(client, workers, provider, run_id, task_queue):
+async def test_provider_down_for_good_ends_failed_when_the_budget_is_spent(client, workers, provider, run_id,
+                                                                           task_queue):
     """A 2 s retry budget (the default is 900 s): the step retries with backoff
     until the budget is spent, then the run ends FAILED naming the step, the
     budget and the last error. 503s do not say whether the ticket was created,

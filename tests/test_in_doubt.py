@@ -24,7 +24,8 @@ EMAIL = "ada@example.com"
 
 
 def email_counts(provider, run_id):
-    effect = {e.key: e for e in fetch_effects(provider.url, run_id=run_id)}[idempotency_key(run_id, "send_confirmation")]
+    effect = {e.key: e
+              for e in fetch_effects(provider.url, run_id=run_id)}[idempotency_key(run_id, "send_confirmation")]
     return effect.requests, effect.effects_applied
 
 

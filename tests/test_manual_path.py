@@ -70,7 +70,8 @@ def test_the_manual_path_runs_verbatim(tmp_path):
                                   timeout=120)
         except subprocess.TimeoutExpired as err:
             raise AssertionError(f"the starter did not finish: {err.stdout}\n" + "\n".join(
-                f"--- {c}\n{(tmp_path / f'{i}.log').read_text()[-3000:]}" for i, c in enumerate(commands[3:6]))) from err
+                f"--- {c}\n{(tmp_path / f'{i}.log').read_text()[-3000:]}"
+                for i, c in enumerate(commands[3:6]))) from err
         assert done.returncode == 0, done.stdout + done.stderr
         assert "run order-1234: completed" in done.stdout, done.stdout
         assert (clone / ".state" / "temporal.db").exists() and (clone / ".state" / "provider.db").exists()

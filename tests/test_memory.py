@@ -88,7 +88,8 @@ def test_to_chat_is_openai_format():
     assert m.to_chat() == {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "lookup_order", "arguments": '{"id": 7}'}}],
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "lookup_order", "arguments": '{"id": 7}'}}],
     }
     assert result("call_1").to_chat() == {"role": "tool", "tool_call_id": "call_1", "content": "42"}
     assert user(1).to_chat() == {"role": "user", "content": "hi"}
@@ -103,7 +104,8 @@ def test_to_chat_is_openai_format():
         (dict(id="m", role="tool", content="x"), "needs tool_call_id"),
         (dict(id="m", role="user", content="x", tool_call_id="c"), "only a tool message"),
         (dict(id="m", role="user", content="x", tool_calls=(ToolCall("c", "f"),)), "only an assistant"),
-        (dict(id="m", role="assistant", content="", tool_calls=(ToolCall("c", "f"), ToolCall("c", "g"))), "appears twice"),
+        (dict(id="m", role="assistant", content="", tool_calls=(ToolCall("c", "f"), ToolCall("c", "g"))),
+         "appears twice"),
         (dict(id="m", role="tool", content="x", tool_call_id="c", pinned=True), "cannot be pinned"),
         (dict(id="m", role="user", content=None), "must be a string"),
     ],

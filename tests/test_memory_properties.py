@@ -106,7 +106,8 @@ class Driver:
         if kind == "say":
             return Message(f"a{n}", "assistant", text_of(self.rng, action[1]))
         if kind == "call":
-            calls = tuple(ToolCall(f"c{n}.{k}", "lookup", json.dumps({"q": text_of(self.rng, action[2])})) for k in range(action[1]))
+            calls = tuple(ToolCall(f"c{n}.{k}", "lookup", json.dumps({"q": text_of(self.rng, action[2])}))
+                          for k in range(action[1]))
             self.call_ids.extend(c.id for c in calls)
             return Message(f"a{n}", "assistant", "", calls)
         if kind == "result":
@@ -229,7 +230,8 @@ def test_sqlite_store_matches_the_rule(policy, actions):
 @settings(max_examples=100, deadline=None)
 @given(
     content=st.text(max_size=300),
-    calls=st.lists(st.tuples(st.text(min_size=1, max_size=10), st.text(max_size=100)), max_size=3, unique_by=lambda c: c[0]),
+    calls=st.lists(st.tuples(st.text(min_size=1, max_size=10), st.text(max_size=100)), max_size=3,
+                   unique_by=lambda c: c[0]),
 )
 def test_estimate_never_exceeds_the_byte_upper_bound(content, calls):
     from memory import upper_bound_tokens

@@ -107,7 +107,8 @@ class ReferenceModel:
         counter = self.policy.token_counter
         if m.pinned:
             t = counter(m)
-            if sum(i.tokens for i in self.pinned) + t >= self.policy.max_tokens or len(self.pinned) + 1 >= self.policy.max_messages:
+            if (sum(i.tokens for i in self.pinned) + t >= self.policy.max_tokens
+                    or len(self.pinned) + 1 >= self.policy.max_messages):
                 raise PinnedTooLargeError("model")
             self.seq += 1
             self.pinned.append(_Item(m, t, 0, 0))
@@ -192,7 +193,8 @@ class ReferenceModel:
 
 
 def text_of(rng: random.Random, size: int) -> str:
-    words = ("order", "refund", "the", "customer", "email", "ticket", "please", "confirm", "status", "{", '"id":', "42,")
+    words = ("order", "refund", "the", "customer", "email", "ticket", "please", "confirm", "status", "{", '"id":',
+             "42,")
     out = []
     n = 0
     while n < size:
@@ -225,13 +227,15 @@ class ConversationScript:
             for r in range(rng.choice((0, 0, 1, 1, 2, 3))):
                 calls = tuple(
                     ToolCall(f"c{n}.{r}.{k}", rng.choice(("lookup_order", "send_email", "open_ticket")),
-                             json.dumps({"order": rng.randint(1, 9999), "note": text_of(rng, rng.choice((0, 20, 200)))}))
+                             json.dumps({"order": rng.randint(1, 9999),
+                                         "note": text_of(rng, rng.choice((0, 20, 200)))}))
                     for k in range(rng.choice((1, 1, 2, 3)))
                 )
                 yield self._keep(Message(f"a{n}.{r}", "assistant", text_of(rng, rng.choice((0, 0, 30))), calls))
                 for call in calls:
                     big = rng.randrange(self.big_every) == 0
-                    yield self._keep(Message(f"t{call.id}", "tool", text_of(rng, 50_000 if big else size()), tool_call_id=call.id))
+                    yield self._keep(Message(f"t{call.id}", "tool", text_of(rng, 50_000 if big else size()),
+                                             tool_call_id=call.id))
             yield self._keep(Message(f"a{n}", "assistant", text_of(rng, size() or 3)))
             if self.retry_every and rng.randrange(self.retry_every) == 0 and self.sent:
                 # An activity retried after a crash appends a recent message again.

@@ -270,7 +270,9 @@ def test_malformed_email_is_refused_counted_and_fixable_with_the_same_key(url: s
         ("/v1/tickets", "email_message_id", "msg_1\nmsg_2"),
     ],
 )
-def test_line_breaks_in_single_line_fields_are_refused(url: str, run_id: str, path: str, field: str, value: str) -> None:
+def test_line_breaks_in_single_line_fields_are_refused(
+    url: str, run_id: str, path: str, field: str, value: str
+) -> None:
     body = email_body(run_id) if path == "/v1/emails" else ticket_body(run_id)
     body[field] = value
     response = post(url, path, body, new_key())
@@ -295,7 +297,9 @@ def test_body_may_hold_line_breaks(url: str, run_id: str) -> None:
         ("/v1/tickets", "summary", MAX_SUMMARY_CHARS),
     ],
 )
-def test_fields_at_the_limit_pass_and_beyond_it_are_refused(url: str, run_id: str, path: str, field: str, limit: int) -> None:
+def test_fields_at_the_limit_pass_and_beyond_it_are_refused(
+    url: str, run_id: str, path: str, field: str, limit: int
+) -> None:
     make = email_body if path == "/v1/emails" else ticket_body
     # Keep the run id (and so the effects filter) usable when the run id is the field under test.
     at_limit = (run_id + "x" * limit)[:limit] if field == "run_id" else "x" * limit
@@ -372,10 +376,12 @@ async def test_fail_next_answers_503_with_retry_after_then_succeeds(
     key = new_key()
     for attempt in (1, 2):
         with pytest.raises(TransientError) as failure:
-            await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
+            await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                             to="ada@example.com", subject="s", body="b")
         assert failure.value.retry_after == 0.25, attempt
         assert "503" in failure.value.message
-    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
+    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                               to="ada@example.com", subject="s", body="b")
     assert receipt.replayed is False
     [record] = await provider_client.effects(run_id)
     assert (record.requests, record.effects_applied, record.status_code) == (3, 1, 200)
@@ -384,36 +390,45 @@ async def test_fail_next_answers_503_with_retry_after_then_succeeds(
 async def test_fail_next_with_429_and_no_retry_after(url: str, run_id: str, provider_client: ProviderClient) -> None:
     await provider_client.set_faults(fail_next=1, status=429)
     with pytest.raises(TransientError) as failure:
-        await provider_client.create_ticket(idempotency_key=new_key(), run_id=run_id, summary="s", email_message_id="msg_1")
+        await provider_client.create_ticket(idempotency_key=new_key(), run_id=run_id,
+                                            summary="s", email_message_id="msg_1")
     assert failure.value.retry_after is None
     assert "429" in failure.value.message
 
 
 async def test_faults_can_target_one_kind(url: str, run_id: str, provider_client: ProviderClient) -> None:
     await provider_client.set_faults(fail_next=1, kinds=["ticket"])
-    email = await provider_client.send_email(idempotency_key=new_key(), run_id=run_id, to="ada@example.com", subject="s", body="b")
+    email = await provider_client.send_email(idempotency_key=new_key(), run_id=run_id,
+                                             to="ada@example.com", subject="s", body="b")
     with pytest.raises(TransientError):
-        await provider_client.create_ticket(idempotency_key=new_key(), run_id=run_id, summary="s", email_message_id=email.message_id)
+        await provider_client.create_ticket(idempotency_key=new_key(), run_id=run_id,
+                                            summary="s", email_message_id=email.message_id)
     assert (await provider_client.set_faults(lose_response_next=0))["fail"]["remaining"] == 0
 
 
-async def test_lost_response_applies_once_and_the_retry_replays(url: str, run_id: str, provider_client: ProviderClient) -> None:
+async def test_lost_response_applies_once_and_the_retry_replays(
+    url: str, run_id: str, provider_client: ProviderClient
+) -> None:
     await provider_client.set_faults(lose_response_next=1)
     key = new_key()
     with pytest.raises(TransientError) as failure:
-        await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
+        await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                         to="ada@example.com", subject="s", body="b")
     assert failure.value.retry_after is None
     [stored] = await provider_client.emails(run_id)  # the effect happened although the caller saw a failure
     [record] = await provider_client.effects(run_id)
     assert (record.requests, record.effects_applied, record.status_code) == (1, 1, 503)
 
-    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
+    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                               to="ada@example.com", subject="s", body="b")
     assert receipt.replayed is True and receipt.message_id == stored["message_id"]
     [record] = await provider_client.effects(run_id)
     assert (record.requests, record.effects_applied, record.status_code) == (2, 1, 200)
 
 
-async def test_hang_with_a_client_timeout_is_transient_and_applies_once(url: str, run_id: str, provider_client: ProviderClient) -> None:
+async def test_hang_with_a_client_timeout_is_transient_and_applies_once(
+    url: str, run_id: str, provider_client: ProviderClient
+) -> None:
     await provider_client.set_faults(hang_next=1, hang_seconds=1.0)
     key = new_key()
     async with ProviderClient(url, timeout=0.2) as impatient:
@@ -422,7 +437,8 @@ async def test_hang_with_a_client_timeout_is_transient_and_applies_once(url: str
     assert "in time" in failure.value.message
 
     # The retry overtakes the hung request; whichever comes first applies, the other replays.
-    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
+    receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                               to="ada@example.com", subject="s", body="b")
     record = poll_until(
         lambda: next((r for r in fetch_effects(url, run_id) if r.requests == 2), None),
         timeout=10,
@@ -439,7 +455,8 @@ def test_fault_admin_validates_shows_and_clears(url: str) -> None:
     assert HTTP.post(f"{url}/admin/faults", json={"fail_next": 1, "kinds": ["sms"]}).json()["field"] == "kinds"
     assert HTTP.post(f"{url}/admin/faults", json={}).status_code == 400
 
-    HTTP.post(f"{url}/admin/faults", json={"fail_next": 3, "status": 502, "hang_next": 1, "hang_seconds": 0.5}).raise_for_status()
+    HTTP.post(f"{url}/admin/faults",
+              json={"fail_next": 3, "status": 502, "hang_next": 1, "hang_seconds": 0.5}).raise_for_status()
     faults = HTTP.get(f"{url}/admin/faults").json()["faults"]
     assert faults["fail"] == {"remaining": 3, "status": 502, "retry_after": None, "kinds": ["email", "ticket"]}
     assert faults["hang"]["remaining"] == 1 and faults["hang"]["hang_seconds"] == 0.5
@@ -450,29 +467,37 @@ def test_fault_admin_validates_shows_and_clears(url: str) -> None:
 # -- client error mapping ------------------------------------------------------------
 
 
-async def test_client_maps_400_409_and_422_to_permanent_errors(url: str, run_id: str, provider_client: ProviderClient) -> None:
+async def test_client_maps_400_409_and_422_to_permanent_errors(
+    url: str, run_id: str, provider_client: ProviderClient
+) -> None:
     with pytest.raises(PermanentError) as bad_key:
-        await provider_client.send_email(idempotency_key="has space", run_id=run_id, to="ada@example.com", subject="s", body="b")
+        await provider_client.send_email(idempotency_key="has space", run_id=run_id,
+                                         to="ada@example.com", subject="s", body="b")
     assert "400" in bad_key.value.message and "Idempotency-Key" in bad_key.value.message
 
     with pytest.raises(PermanentError) as bad_field:
-        await provider_client.send_email(idempotency_key=new_key(), run_id=run_id, to="not-an-address", subject="s", body="b")
+        await provider_client.send_email(idempotency_key=new_key(), run_id=run_id,
+                                         to="not-an-address", subject="s", body="b")
     assert "field 'to'" in bad_field.value.message and "malformed" in bad_field.value.message
 
     key = new_key()
     await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="s", body="b")
     with pytest.raises(PermanentError) as conflict:
-        await provider_client.send_email(idempotency_key=key, run_id=run_id, to="ada@example.com", subject="other", body="b")
+        await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                         to="ada@example.com", subject="other", body="b")
     assert conflict.value.message.startswith("idempotency conflict: ")
     assert "different body" in conflict.value.message
     assert not conflict.value.retryable
 
 
 async def test_client_receipts_and_ticket_replay(url: str, run_id: str, provider_client: ProviderClient) -> None:
-    email = await provider_client.send_email(idempotency_key=new_key(), run_id=run_id, to="ada@example.com", subject="s", body="b")
+    email = await provider_client.send_email(idempotency_key=new_key(), run_id=run_id,
+                                             to="ada@example.com", subject="s", body="b")
     key = new_key()
-    first = await provider_client.create_ticket(idempotency_key=key, run_id=run_id, summary="s", email_message_id=email.message_id)
-    again = await provider_client.create_ticket(idempotency_key=key, run_id=run_id, summary="s", email_message_id=email.message_id)
+    first = await provider_client.create_ticket(idempotency_key=key, run_id=run_id,
+                                                summary="s", email_message_id=email.message_id)
+    again = await provider_client.create_ticket(idempotency_key=key, run_id=run_id,
+                                                summary="s", email_message_id=email.message_id)
     assert first.ticket_id.startswith("tkt_") and (first.replayed, again.replayed) == (False, True)
     assert again.ticket_id == first.ticket_id
     assert [t["email_message_id"] for t in await provider_client.tickets(run_id)] == [email.message_id]

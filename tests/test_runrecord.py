@@ -206,7 +206,8 @@ async def test_transient_errors_are_retried_then_bounded_and_failed_is_terminal(
     assert status["status"] == "failed" and status["current_step"] == "record_outcome"
     # 503s do not say whether the ticket was made: the step ends in doubt, not "failed, nothing happened".
     assert [s["status"] for s in status["steps"]] == ["completed", "completed", "in_doubt"]
-    assert status["error"].startswith(f"step record_outcome failed after {attempts} attempt(s): retry budget of 1 s spent")
+    assert status["error"].startswith(f"step record_outcome failed after {attempts} attempt(s): "
+                                      "retry budget of 1 s spent")
     assert counts(provider.url, other, "record_outcome") == (attempts, 0)
 
     refused = runrecord("resume", other)

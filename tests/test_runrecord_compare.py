@@ -25,7 +25,8 @@ from tests.test_runrecord import (
 )
 
 
-async def test_compare_agrees_with_the_provider(client, dev_server, workers, provider, runrecord, db, run_id, task_queue):
+async def test_compare_agrees_with_the_provider(client, dev_server, workers, provider, runrecord, db, run_id,
+                                                task_queue):
     temporal_id, record_id = f"{run_id}-t", f"{run_id}-r"
     workers()
     created, _ = await start_run(client, temporal_id, TASK, EMAIL, queue=task_queue)

@@ -87,6 +87,7 @@ async def test_the_readmes_status_json_has_the_real_shape(client, dev_server, wo
     done = starter(dev_server, "status", run_id, "--json")
     real = json.loads(done.stdout)
     assert list(shown) == list(real)
-    assert all(list(a) == list(b) for a, b in zip(shown["steps"], real["steps"], strict=False))  # the README shows some steps
+    # the README shows some steps
+    assert all(list(a) == list(b) for a, b in zip(shown["steps"], real["steps"], strict=False))
     assert set(shown["steps"][0]["result"]) <= set(real["steps"][0]["result"])
     assert done.stdout.startswith("{\n  \"run_id\"")  # indented, as the README says
