@@ -59,7 +59,7 @@ def edges(found: dict[str, list[Path]]) -> dict[tuple[str, str], list[int]]:
     for unit, files in found.items():
         for path in files:
             tree = ast.parse(path.read_text(), filename=str(path))
-            nested = set()
+            nested: set[int] = set()  # ids of the nodes inside a function
             for fn in ast.walk(tree):
                 if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                     nested.update(id(n) for n in ast.walk(fn) if n is not fn)
