@@ -9,7 +9,11 @@ The characters (the README's input limits state the same rule):
 - DEL U+007F and the C1 controls U+0080-U+009F (U+009B is a one-byte CSI
   to many terminals);
 - the bidirectional overrides and isolates U+202A-U+202E and U+2066-U+2069
-  (they reorder what a reader sees: "Trojan Source", CVE-2021-42574).
+  (they reorder what a reader sees: "Trojan Source", CVE-2021-42574);
+- lone surrogates U+D800-U+DFFF: not characters at all, but how Python
+  passes on bytes of a command-line argument that are not valid UTF-8
+  (``\xff`` arrives as U+DCFF). They cannot be stored, sent or printed as
+  UTF-8, so they are refused with the others instead of failing later.
 
 Anything else is text, including zero-width joiners and combining marks:
 they change how a string looks, not what a terminal does.
@@ -35,12 +39,12 @@ import unicodedata
 
 __all__ = ["CONTROLS", "char_label", "find_control", "printable"]
 
-_CLASS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_CLASS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 CONTROLS = re.compile(f"[{_CLASS}]")
 """Every character of the rule, newline and tab included (a single-line field)."""
-_MULTILINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+_MULTILINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]|\r(?!\n)")
 """The same, less newline (LF or CR LF) and tab: multi-line text."""
-_SHOW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_SHOW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """What ``printable`` escapes when the caller keeps newlines."""
 
 _C0 = ("NUL SOH STX ETX EOT ENQ ACK BEL BS TAB LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB "
@@ -58,6 +62,8 @@ def char_label(ch: str) -> str:
         name = "DEL"
     elif 0x80 <= code <= 0x9F:
         name = _C1[code - 0x80]
+    elif 0xD800 <= code <= 0xDFFF:
+        name = f"a byte that is not UTF-8: 0x{code - 0xDC00:02X}" if code >= 0xDC80 else "a lone surrogate"
     else:
         name = unicodedata.name(ch, "")
     return f"U+{code:04X}" + (f" ({name})" if name else "")

@@ -51,10 +51,11 @@ def has_line_break(value: str) -> bool:
     return any(ch in value for ch in "\r\n\x0b\x0c\x85\u2028\u2029")
 
 
-MULTILINE_RULE = ("control characters (C0 and C1) other than newline and tab, DEL and bidirectional "
-                  "override/isolate characters are refused")
+MULTILINE_RULE = ("control characters (C0 and C1) other than newline and tab, DEL, bidirectional "
+                  "override/isolate characters and bytes that are not UTF-8 are refused")
 SINGLE_LINE_RULE = ("the field is a single line of printable text: control characters (C0 and C1, newline and "
-                    "tab included), DEL and bidirectional override/isolate characters are refused")
+                    "tab included), DEL, bidirectional override/isolate characters and bytes that are not UTF-8 "
+                    "are refused")
 """The rule, as refusals quote it (the README's input limits state it in full)."""
 
 

@@ -549,3 +549,34 @@ def test_log_lines_show_control_characters_escaped_and_keep_tracebacks():
     lines = text.splitlines()
     assert lines[0].endswith("subject Refund \\x1b[2J\\x1b]0;owned\\x07 order \\x1b[31mRED\\x1b[0m 42\\x0aforged: line")
     assert lines[2] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad \\x9b2J"
+
+
+def test_bytes_that_are_not_utf8_are_refused_by_name_not_by_a_traceback(tmp_path, provider):
+    """A shell passes whatever bytes it is given; Python turns the ones that are
+    not UTF-8 into lone surrogates (U+DC80-U+DCFF), which nothing downstream can
+    encode. Both CLIs refuse them like the rule's other characters, exit 2."""
+    task = b"Refund \xff order 42"
+    commands = {
+        "starter": [b"starter.py", b"start", b"ctl-bytes", task, b"--email", EMAIL.encode()],
+        "runrecord": [b"-m", b"runrecord", b"start", b"ctl-bytes", task, b"--email", EMAIL.encode(),
+                      b"--db", str(tmp_path / "runrecord.db").encode()],
+    }
+    for name, args in commands.items():
+        done = subprocess.run([sys.executable.encode(), *args], cwd=REPO, capture_output=True, timeout=120,
+                              env={**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1", "PROVIDER_URL": provider.url})
+        err = done.stderr.decode("utf-8")  # strict: the refusal itself must be valid UTF-8
+        assert done.returncode == 2, (name, err)
+        assert "task holds U+DCFF (a byte that is not UTF-8: 0xFF) at position 8" in err, (name, err)
+        assert "Traceback" not in err, (name, err)
+    db = tmp_path / "runrecord.db"
+    if db.exists():  # nothing was recorded
+        with sqlite3.connect(db) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+def test_printable_escapes_lone_surrogates_so_printing_cannot_fail():
+    from steps.controls import printable
+
+    shown = printable("Refund \udcff order")
+    assert shown == "Refund \\udcff order"
+    shown.encode("utf-8")  # what print() does to a UTF-8 terminal: no UnicodeEncodeError
