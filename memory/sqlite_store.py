@@ -36,7 +36,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from memory.errors import MemoryStoreError
@@ -44,6 +43,7 @@ from memory.messages import Message, ToolCall, stable_digest
 from memory.policy import MemoryPolicy
 from memory.stores import EvictionHook, StoreBase, check_conversation_id, check_message
 from memory.window import COUNTER_FIELDS, AppendResult, Conversation, MemoryStats, Outcome
+from storage import sqlite
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "load_conversation"]
 
@@ -92,6 +92,19 @@ CREATE TABLE IF NOT EXISTS evicted_ids (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS evicted_ids_by_n ON evicted_ids (conversation_id, n);
 """
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """An empty file gets the current schema directly."""
+    sqlite.run_script(conn, _SCHEMA)
+
+
+def _add_appended_at(conn: sqlite3.Connection) -> None:
+    """Version 1 to 2: ``messages.appended_at``, for ``as_of``; the rows already there keep NULL."""
+    conn.execute("ALTER TABLE messages ADD COLUMN appended_at REAL")
+
+
+_UPGRADES = {1: _add_appended_at}
 
 _CONV_COLUMNS = ("version", "next_seq", "exchange", "orphaned_calls", "ledger_n", *COUNTER_FIELDS)
 _SELECT_CONV = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE conversation_id = ?"
@@ -186,43 +199,20 @@ class SQLiteStore(StoreBase):
     ) -> None:
         super().__init__(policy, on_evict)
         self._clock = clock
-        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
+        synchronous = sqlite.check_synchronous(synchronous)
         self.path = os.fspath(path)
         self.transactions = 0
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, Conversation] = OrderedDict()
         self._conn: sqlite3.Connection | None = None
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite.connect(self.path, busy_timeout=busy_timeout, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise MemoryStoreError(f"cannot open conversation memory at {self.path}: {exc}") from exc
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version == 0:
-                    # Statement by statement: executescript would commit the open transaction.
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                elif version == 1:
-                    conn.execute("ALTER TABLE messages ADD COLUMN appended_at REAL")
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                elif version != SCHEMA_VERSION:
-                    raise MemoryStoreError(
-                        f"{self.path} holds conversation memory schema {version}; this code reads "
-                        f"schema {SCHEMA_VERSION}. Use a matching version or a new file."
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            sqlite.use_wal(conn)
+            sqlite.configure(conn, synchronous=synchronous)
+            sqlite.migrate(conn, version=SCHEMA_VERSION, create=_create, upgrades=_UPGRADES, refuse=self._unknown)
         except sqlite3.Error as exc:
             conn.close()
             raise MemoryStoreError(
@@ -233,6 +223,12 @@ class SQLiteStore(StoreBase):
             conn.close()
             raise
         self._conn = conn
+
+    def _unknown(self, version: int) -> MemoryStoreError:
+        return MemoryStoreError(
+            f"{self.path} holds conversation memory schema {version}; this code reads "
+            f"schema {SCHEMA_VERSION}. Use a matching version or a new file."
+        )
 
     # ---- plumbing --------------------------------------------------------------
 
@@ -279,25 +275,18 @@ class SQLiteStore(StoreBase):
         with self._lock:
             conn = self._connection()
             try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise MemoryStoreError(f"cannot write conversation memory at {self.path}: {exc}") from exc
-            try:
-                conv = self._load(conn, conversation_id)
-                result = work(conn, conv)
-                conn.execute("COMMIT")
-            except BaseException as exc:
+                with sqlite.write_transaction(conn, self._write_error):
+                    conv = self._load(conn, conversation_id)
+                    result = work(conn, conv)
+            except BaseException:
                 # The cached copy may hold changes that were rolled back.
                 self._cache.pop(conversation_id, None)
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                if isinstance(exc, sqlite3.Error):
-                    raise MemoryStoreError(f"cannot write conversation memory at {self.path}: {exc}") from exc
                 raise
             self.transactions += 1
             return result
+
+    def _write_error(self, exc: sqlite3.Error) -> MemoryStoreError:
+        return MemoryStoreError(f"cannot write conversation memory at {self.path}: {exc}")
 
     def _read(self, conversation_id: str) -> Conversation:
         check_conversation_id(conversation_id)

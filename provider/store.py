@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from storage import sqlite
+
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -71,6 +73,17 @@ CREATE INDEX IF NOT EXISTS tickets_run ON tickets (run_id);
 # Version 2: the optional request metadata, stored with the effect (JSON, NULL when none).
 _ADDED_COLUMNS = (("emails", "metadata", "TEXT"), ("tickets", "metadata", "TEXT"))
 
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    """Whatever of the current schema is missing, added: creates it on an empty file, upgrades a
+    version 1 file, and completes one that an older provider stopped in the middle of creating
+    or upgrading (it did so outside a transaction)."""
+    sqlite.run_script(conn, _SCHEMA)
+    for table, column, kind in _ADDED_COLUMNS:
+        if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
 # Bookkeeping for a request with a key. Until an effect is applied, kind and
 # run_id follow the latest request (the client may be fixing a bad request);
 # once applied they are fixed to the request that applied it.
@@ -112,50 +125,40 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # Threads of this process queue here rather than in SQLite's busy
         # handler, which sleeps in growing steps; BEGIN IMMEDIATE still does
         # the real exclusion, including against another process.
         self._write_lock = threading.Lock()
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} was written by a newer provider (schema {version}, "
-                    f"this one knows {SCHEMA_VERSION}): use another --db"
-                )
-            conn.executescript(_SCHEMA)
-            for table, column, kind in _ADDED_COLUMNS:
-                if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        with self._connect(create_parent=True) as conn:
+            sqlite.use_wal(conn)
+            sqlite.migrate(conn, version=SCHEMA_VERSION, create=_ensure_schema, upgrades={1: _ensure_schema},
+                           refuse=self._newer)
+
+    def _newer(self, version: int) -> RuntimeError:
+        return RuntimeError(
+            f"{self.path} was written by a newer provider (schema {version}, "
+            f"this one knows {SCHEMA_VERSION}): use another --db"
+        )
 
     # -- connections -----------------------------------------------------------
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, create_parent: bool = False) -> Iterator[sqlite3.Connection]:
         # One connection per operation: no connection is ever shared between
         # threads, and nothing is cached that a crash could leave half-done.
-        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        conn = sqlite.connect(self.path, busy_timeout=30.0, create_parent=create_parent)
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=30000")
+            # FULL: an applied effect and its stored answer are on disk before the answer is sent.
+            sqlite.configure(conn, synchronous="FULL")
             yield conn
         finally:
             conn.close()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._write_lock, self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._write_lock, self._connect() as conn, sqlite.write_transaction(conn):
+            yield conn
 
     # -- writes ----------------------------------------------------------------
 

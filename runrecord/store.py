@@ -19,8 +19,9 @@ Every write is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken
 at the start, so a read-check-write (the lease) cannot interleave with
 another process's.
 
-Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; ``migrate`` creates or
-upgrades it and refuses a database written by a newer version):
+Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; ``connect`` creates or
+upgrades it with ``storage.sqlite.migrate``, and refuses a database written by
+a newer version):
 
 ``runs``
     one row per run: the inputs (task, email, conversation id), ``status``
@@ -59,13 +60,13 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runrecord.lease import Verdict, check_holder
+from storage import sqlite
 
 SCHEMA_VERSION = 2
 DEFAULT_DB = ".state/runrecord.db"
@@ -126,10 +127,21 @@ ALTER TABLE steps ADD COLUMN attempt_open INTEGER NOT NULL DEFAULT 0;
 UPDATE steps SET attempt_open = 1 WHERE status = 'running'
 """
 
-# Index = the version a script upgrades *from*. Add new scripts at the end;
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    sqlite.run_script(conn, _MIGRATE_V1_TO_V2)
+
+
+# Key = the version a step upgrades *from*. Add a step for each new version;
 # never edit a released one.
-_MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _MIGRATE_V1_TO_V2)
-assert len(_MIGRATIONS) == SCHEMA_VERSION
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2}
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """An empty file: version 1's schema, then every upgrade, the very statements an old file gets."""
+    sqlite.run_script(conn, _SCHEMA_V1)
+    for version in sorted(_UPGRADES):
+        _UPGRADES[version](conn)
 
 
 # ---------------------------------------------------------------- errors
@@ -280,45 +292,23 @@ def db_path_from(flag: str | None, env: Mapping[str, str] | None = None) -> Path
 
 
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
-    """A connection with the record's durability settings, schema migrated."""
+    """A connection with the record's durability settings, schema migrated (``storage.sqlite.migrate``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Autocommit mode: transactions are explicit BEGIN IMMEDIATE ... COMMIT.
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    conn = sqlite.connect(path, busy_timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
+    mode = sqlite.use_wal(conn)
     if mode.lower() != "wal":
         raise SchemaError(f"cannot put {path} in WAL mode (got {mode!r}); is it on a network file system?")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    migrate(conn, path)
+    sqlite.configure(conn, synchronous="FULL", foreign_keys=True)
+    sqlite.migrate(conn, version=SCHEMA_VERSION, create=_create, upgrades=_UPGRADES,
+                   refuse=lambda found: _newer(path, found))
     return conn
 
 
-def migrate(conn: sqlite3.Connection, path: Path | str = "the database") -> int:
-    """Bring the schema to SCHEMA_VERSION; returns the version found before."""
-    found = conn.execute("PRAGMA user_version").fetchone()[0]
-    if found > SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path} has run-record schema version {found}; this code knows versions up to "
-            f"{SCHEMA_VERSION}. Use the newer code that wrote it."
-        )
-    if found == SCHEMA_VERSION:
-        return found
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        # Re-read under the write lock: another process may have migrated meanwhile.
-        current = conn.execute("PRAGMA user_version").fetchone()[0]
-        for version in range(current, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[version].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return found
+def _newer(path: Path, found: int) -> SchemaError:
+    return SchemaError(
+        f"{path} has run-record schema version {found}; this code knows versions up to "
+        f"{SCHEMA_VERSION}. Use the newer code that wrote it."
+    )
 
 
 _SQL_ADVANCE = (
@@ -380,15 +370,8 @@ class RunRecord:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+    def _write(self) -> sqlite.write_transaction:
+        return sqlite.write_transaction(self.conn)
 
     def _renew(self, run_id: str, holder: str, lease_seconds: float, now: float, **changes: Any) -> None:
         sets = ", ".join(f"{k} = :{k}" for k in changes)
@@ -588,8 +571,7 @@ class RunRecord:
         c = self.conn
         # The hot path: fixed statements and positional parameters (the
         # sqlite3 statement cache then skips re-parsing); see bench/.
-        c.execute("BEGIN IMMEDIATE")
-        try:
+        with sqlite.write_transaction(c):
             if nxt is None:  # the run completes, and the lease is handed back
                 cur = c.execute(_SQL_ADVANCE_LAST, (position + 1, now, run_id, holder))
             else:
@@ -609,10 +591,6 @@ class RunRecord:
             if nxt is not None:
                 assert next_name is not None
                 self._start_attempt(run_id, next_name, nxt, now)
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
 
     def record_attempt_error(
         self, run_id: str, position: int, attempt: int, error: str, holder: str, lease_seconds: float,
