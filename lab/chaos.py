@@ -52,7 +52,7 @@ from pathlib import Path
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from steps.controls import printable
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES

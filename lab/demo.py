@@ -42,7 +42,7 @@ from lab.processes import (
     start_worker,
     wait_until,
 )
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.controls import printable
 from steps.models import STEP_NAMES

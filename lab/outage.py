@@ -28,7 +28,7 @@ from typing import Any
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker, wait_until
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.retry import RetryRule
 
 TASK = "Confirm the refund for order 1234"

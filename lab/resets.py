@@ -43,7 +43,7 @@ from pathlib import Path
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider, start_worker, temporal_cli, wait_until
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from steps.retry import RetryRule
 
 POINTS = ("first", "after draft", "after send", "last")

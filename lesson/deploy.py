@@ -48,7 +48,7 @@ from typing import Any
 
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
 from lesson.effects import per_step
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"

@@ -40,7 +40,7 @@ from pathlib import Path
 from lab.processes import REPO, start_provider
 from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.controls import printable
 from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from steps.models import STEP_NAMES

@@ -57,7 +57,7 @@ from typing import Any
 
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, start_worker
 from lesson.effects import describe, per_step
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.controls import printable
 from steps.models import STEP_NAMES
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_provider, start_worker, wait_until
-from provider.client import ProviderClient
+from providerclient import ProviderClient
 from starter import start_run
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.adoption import START_ID_METADATA, adopt
 from steps.errors import IdempotencyConflict, PermanentError

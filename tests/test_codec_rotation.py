@@ -19,7 +19,7 @@ from temporalio.api.history.v1 import History
 
 from flowclient.codec import ENCODING, KEY_ID_METADATA
 from flowclient.connect import connect
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from tests.conftest import poll_until
 from tests.test_codec import _first_workflow_task_failure, payloads_in

@@ -39,7 +39,7 @@ from temporalio.worker import Replayer
 from flowclient.codec import data_converter_from_env
 from flowclient.status import RunNotFound, run_status
 from lab.processes import REPO
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps import flow
 from steps.errors import PermanentError
 from steps.models import DraftRequest, RecordRequest, SendRequest

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pytest
 
 from lab.processes import Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from steps.crashpoints import ENGINE_POINTS, POINTS

@@ -10,7 +10,7 @@ import json
 import sys
 
 from lab.processes import Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.retry import RetryRule
 from tests.conftest import wait_exit

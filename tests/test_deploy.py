@@ -23,7 +23,7 @@ from temporalio.workflow import NondeterminismError
 
 from flowclient.status import run_status
 from lab.processes import REPO, Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from tests.conftest import poll_until, wait_exit
 from worker import worker_options

@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import TimeoutType
 
 from flowclient.status import RunNotFound, run_status
 from lab.processes import REPO
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from lab.processes import REPO, Proc
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule

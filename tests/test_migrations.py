@@ -12,10 +12,10 @@ import time
 
 from lab.processes import Proc
 from memory import Message, SQLiteStore, read_context
-from provider.client import fetch_effects
 from provider.store import _SCHEMA as PROVIDER_V1_SCHEMA
 from provider.store import SCHEMA_VERSION as PROVIDER_SCHEMA
 from provider.store import Store
+from providerclient import fetch_effects
 from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
 from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
 from steps.keys import idempotency_key

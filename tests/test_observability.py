@@ -26,7 +26,7 @@ EMAIL = "ada@example.com"
 
 
 async def test_log_lines_carry_run_step_attempt_and_duration(client, workers, provider, run_id, task_queue):
-    from provider.client import ProviderClient
+    from providerclient import ProviderClient
 
     async with ProviderClient(provider.url) as pc:
         await pc.set_faults(fail_next=1, status=503, kinds=["email"])

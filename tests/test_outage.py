@@ -18,7 +18,7 @@ import pytest
 
 from flowclient.status import run_status
 from lab.processes import REPO, Proc, start_worker
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule

@@ -18,7 +18,7 @@ import uuid
 
 from flowclient.connect import connect
 from lab.processes import DevServer, Proc, start_provider, start_worker
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from starter import start_run

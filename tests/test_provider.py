@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from provider.client import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
+from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
 from steps.limits import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 from tests.provider_process import REPO_ROOT, ProviderProcess, poll_until, running_provider

@@ -15,7 +15,7 @@ import pytest
 
 from lab.processes import REPO, Proc
 from memory import read_window
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
 from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
 from steps.flow import exchange_message_ids

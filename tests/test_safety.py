@@ -15,7 +15,7 @@ import pytest
 from temporalio.api.history.v1 import History
 
 from lab.processes import REPO, DevServer
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
 from tests.fake_openai_server import FakeOpenAIServer, completion
