@@ -53,8 +53,8 @@ from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "runrecord", "steps",
-            "workflows")
+PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "providerclient",
+            "runrecord", "steps", "workflows")
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).

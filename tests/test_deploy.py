@@ -34,7 +34,7 @@ EMAIL = "ada@example.com"
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts(\n"
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
-PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "steps", "workflows")
+PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "providerclient", "steps", "workflows")
 
 
 def incompatible_checkout(root: Path) -> Path:
