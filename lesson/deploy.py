@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
+from lab.provider_process import start_provider
 from lesson.effects import per_step
 from providerclient import fetch_effects
 from steps.models import STEP_NAMES
@@ -309,8 +310,9 @@ class Deploy:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG)
         try:
             self.say("starting a provider and a Temporal dev server (in memory)")
-            provider, self.provider_url = start_provider(self.work / "provider.db")
-            self.procs.append(provider)
+            provider = start_provider(self.work / "provider.db")
+            self.provider_url = provider.url
+            self.procs.append(provider.proc)
             server.start()
             rows = [self.in_memory()]
             for change in ("before", "rule", "moved"):
