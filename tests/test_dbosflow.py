@@ -29,10 +29,7 @@ from dbosflow.engine import APP_VERSION, dbos_max_attempts  # noqa: E402
 from providerclient import fetch_effects  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
-from tests.conftest import wait_exit  # noqa: E402
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, wait_exit  # noqa: E402
 
 
 def status(dbos_procs, run_id: str, env: dict | None = None) -> tuple[int, dict]:

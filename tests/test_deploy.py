@@ -25,11 +25,9 @@ from flowclient.status import run_status
 from lab.processes import REPO, Proc
 from providerclient import fetch_effects
 from starter import start_run
-from tests.conftest import poll_until, wait_exit
+from tests.support import EMAIL, TASK, poll_until, wait_exit
 from worker import worker_options
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 # What the incompatible deploy changes: a new timer before the email, where
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts(\n"

@@ -12,10 +12,7 @@ from memory import Message, SQLiteStore, open_store, read_window
 from providerclient import fetch_effects
 from starter import start_run
 from steps.flow import exchange_message_ids
-from tests.conftest import wait_exit
-from tests.test_flow import executions, wait_closed
-
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, executions, wait_closed, wait_exit
 
 
 def memory_db(provider):

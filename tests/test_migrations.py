@@ -19,10 +19,8 @@ from providerclient import fetch_effects
 from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
 from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
 from steps.keys import idempotency_key
-from tests.conftest import wait_exit
+from tests.support import EMAIL, TASK, wait_exit
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
          "model": "offline", "context_messages": 0}
 

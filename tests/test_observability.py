@@ -17,12 +17,7 @@ import pytest
 
 from lab.processes import REPO
 from starter import start_run
-from tests.test_flow import wait_closed
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
-
-
+from tests.support import EMAIL, TASK, wait_closed
 
 
 async def test_log_lines_carry_run_step_attempt_and_duration(client, workers, provider, run_id, task_queue):
