@@ -400,7 +400,7 @@ async def _cmd_retry(args) -> int:
 
 
 async def _cmd_settle(args) -> int:
-    from provider.client import ProviderClient, provider_url_from_env
+    from providerclient import ProviderClient, provider_url_from_env
     from steps.settle import render_settle, settle
 
     run_id = check_run_id(args.run_id)

@@ -62,7 +62,8 @@ from bench_resume_record import record_one as record_resume  # noqa: E402
 from dbos import DBOS  # noqa: E402
 
 from dbosflow import engine as dbos_engine  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
@@ -282,7 +283,8 @@ async def main_async(args) -> dict:
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-engines-") as tmp:
         work = Path(tmp)
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        provider, url = start_provider(work / "provider.db")
+        provider = start_provider(work / "provider.db")
+        url = provider.url
         try:
             # Per step: floor (two journal modes) and the record, interleaved run by run.
             wal, rollback = bare_db(work / "bare-wal.db", "WAL"), bare_db(work / "bare-rollback.db", "DELETE")

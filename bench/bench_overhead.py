@@ -57,7 +57,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 from steps.deps import deps_from_env  # noqa: E402
 from worker import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
@@ -85,7 +86,8 @@ class Kind:
 async def main_async(args) -> tuple[dict[str, Kind], dict]:
     tmp = tempfile.TemporaryDirectory(prefix="bench-overhead-")
     server = DevServer(dynamic_config=LAB_SERVER_CONFIG if args.server == "lab" else None).start()
-    provider, url = start_provider(Path(tmp.name) / "provider.db")
+    provider = start_provider(Path(tmp.name) / "provider.db")
+    url = provider.url
     deps = {}
     try:
         client = await Client.connect(server.address)

@@ -50,7 +50,8 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 
 from flowclient.connect import connect, exit_now  # noqa: E402
 from flowclient.status import run_status  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider, start_worker  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, start_worker  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 
 POINTS = ["draft:before", "send_confirmation:before", "send_confirmation:after_effect",
@@ -109,7 +110,8 @@ async def main_async(trials: int, points: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         stock = DevServer().start()
         fast = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        provider, url = start_provider(Path(tmp) / "provider.db")
+        provider = start_provider(Path(tmp) / "provider.db")
+        url = provider.url
         try:
             for trial in range(trials):
                 for point in points:

@@ -47,7 +47,8 @@ from bench_resume import POINTS  # noqa: E402  (bench/bench_resume.py)
 from bench_resume import one as temporal_one
 
 from flowclient.connect import exit_now  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from runrecord import RunRecord  # noqa: E402
 from steps.models import STEP_NAMES  # noqa: E402
 
@@ -101,7 +102,8 @@ async def main_async(trials: int, points: list[str]) -> dict[tuple[str, str], li
         work = Path(tmp)
         stock = DevServer().start()
         lab = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        provider, url = start_provider(work / "provider.db")
+        provider = start_provider(work / "provider.db")
+        url = provider.url
         try:
             for trial in range(trials):
                 for point in points:

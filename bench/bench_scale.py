@@ -34,7 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flowclient.connect import connect  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider, start_worker  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 
 
@@ -106,7 +107,8 @@ async def main_async(runs: int, counts: list[int], in_flight: int, server_config
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG if server_config == "lab" else None).start()
-        provider, url = start_provider(Path(tmp) / "provider.db")
+        provider = start_provider(Path(tmp) / "provider.db")
+        url = provider.url
         try:
             for n in counts:
                 print(f"  {runs} runs through {n} worker(s) ...", flush=True)

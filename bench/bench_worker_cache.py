@@ -47,7 +47,8 @@ from temporalio.worker import Worker  # noqa: E402
 
 from activities import FlowActivities  # noqa: E402
 from flowclient.connect import connect, exit_now  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 from starter import start_run  # noqa: E402
 from steps.deps import deps_from_env  # noqa: E402
 from worker import NO_CACHE_OPTIONS, worker_options  # noqa: E402
@@ -144,7 +145,8 @@ async def main_async(args) -> dict:
         work = Path(tmp)
         lab = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
         stock = None if args.no_stock else DevServer().start()
-        provider, url = start_provider(work / "provider.db")
+        provider = start_provider(work / "provider.db")
+        url = provider.url
         try:
             out["throughput"] = await throughput(lab, url, settings, args.batch, args.rounds, work)
             servers = [("lab", lab)] + ([("stock", stock)] if stock else [])

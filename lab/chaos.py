@@ -51,8 +51,9 @@ from pathlib import Path
 
 from flowclient.connect import connect
 from flowclient.status import run_status
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
-from provider.client import ProviderClient, fetch_effects
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
+from lab.provider_process import start_provider
+from providerclient import ProviderClient, fetch_effects
 from steps.controls import printable
 from steps.keys import idempotency_key
 from steps.models import STEP_NAMES
@@ -204,7 +205,8 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
             address = server.address
         else:
             address = config.temporal_address
-        provider, url = start_provider(work / "provider.db")
+        provider = start_provider(work / "provider.db")
+        url = provider.url
         workers = _Workers(address, url, report.task_queue,
                            {"MEMORY_DB": str(work / "memory.db"), "LAB_STEP_SECONDS": str(config.pace),
                             "LLM_OFFLINE_VARY": "1" if config.vary else "0"}, config.echo)

@@ -38,11 +38,11 @@ from lab.processes import (
     free_port,
     port_is_free,
     start_codec_server,
-    start_provider,
     start_worker,
     wait_until,
 )
-from provider.client import fetch_effects
+from lab.provider_process import ProviderProcess, start_provider
+from providerclient import fetch_effects
 from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.controls import printable
 from steps.models import STEP_NAMES
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     # LAB_SERVER_CONFIG: the resume waits on two server timers (heartbeat timeout,
     # retry backoff) that a stock dev server fires up to ~1 s late, and each step on
     # a transfer-queue read a stock server rate-limits; see lab/processes.py.
-    provider: Proc | None = None
+    provider: ProviderProcess | None = None
     codec_server: Proc | None = None
     codec_url = None
     if (os.environ.get("LAB_CODEC_KEY") or "").strip():
@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             f"history in {state / 'temporal.db'})")
         server.start()
         say("starting the provider (stand-in email + ticket APIs; counts effects per idempotency key)")
-        provider, provider_url = start_provider(state / "provider.db")
+        provider = start_provider(state / "provider.db")
+        provider_url = provider.url
         console.print(f"    provider at {provider_url}, pid {provider.pid}")
         code = asyncio.run(story(server, provider_url, args.pace, run_id, state))
         if not args.keep_server:

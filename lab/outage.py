@@ -28,35 +28,16 @@ from typing import Any
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker, wait_until
-from provider.client import fetch_effects
+from lab.provider_process import start_provider
+from providerclient import fetch_effects
 from steps.retry import RetryRule
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 
 
-class _Provider:
-    """A provider on a fixed port, stopped and started again on the same store."""
-
-    def __init__(self, db: Path) -> None:
-        from lab.processes import free_port
-
-        self.db, self.port = db, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: Proc | None = None
-
-    def start(self) -> None:
-        self.proc = Proc("provider", [sys.executable, "-m", "provider", "--port", str(self.port), "--db", str(self.db)])
-        self.proc.wait_for_line("provider listening on", timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-
-
 async def _row(client, server, work: Path, outage: float, budget: float, say) -> dict:
-    provider = _Provider(work / f"provider-{outage:g}.db")
-    provider.start()
+    provider = start_provider(work / f"provider-{outage:g}.db")  # stopped and started again on this port and store
     queue = f"outage-{outage:g}-{uuid.uuid4().hex[:6]}"
     worker = start_worker(server.address, provider.url, queue, {"MEMORY_DB": str(work / f"memory-{outage:g}.db")})
     record_env = {**os.environ, "RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
@@ -68,14 +49,14 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
     try:
         from starter import start_run
 
-        provider.stop()
+        provider.kill()
         down = time.monotonic()
         await start_run(client, temporal_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=budget))
         record = Proc("runrecord", [sys.executable, "-m", "runrecord", "start", record_id, TASK, "--email", EMAIL],
                       env=record_env)
         procs.append(record)
         await asyncio.sleep(max(0.0, outage - (time.monotonic() - down)))
-        provider.start()
+        provider.restart()
         back = time.monotonic()
         say(f"  outage {outage:g} s: provider back")
 
@@ -112,7 +93,7 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
     finally:
         for proc in procs:
             proc.kill()
-        provider.stop()
+        provider.kill()
 
 
 def _record_cli(env: dict, *args: str) -> str:

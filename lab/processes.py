@@ -318,13 +318,6 @@ def wait_for_namespace(address: str, timeout: float, proc: Proc | None = None) -
         raise result[0]
 
 
-def start_provider(db: Path, port: int = 0, echo: bool = False) -> tuple[Proc, str]:
-    proc = Proc("provider", [sys.executable, "-m", "provider", "--port", str(port), "--db", str(db)],
-                echo=echo)
-    line = proc.wait_for_line("provider listening on", timeout=30)
-    return proc, line.rsplit(" ", 1)[-1]
-
-
 def start_codec_server(env: dict[str, str], origins: list[str] | None = None, port: int = 0,
                        echo: bool = False) -> tuple[Proc, str]:
     """``python -m flowclient.codec_server`` with the codec keys in ``env``; returns (process, URL)."""

@@ -42,8 +42,9 @@ from pathlib import Path
 
 from flowclient.connect import connect
 from flowclient.status import run_status
-from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider, start_worker, temporal_cli, wait_until
-from provider.client import ProviderClient, fetch_effects
+from lab.processes import LAB_SERVER_CONFIG, DevServer, start_worker, temporal_cli, wait_until
+from lab.provider_process import start_provider
+from providerclient import ProviderClient, fetch_effects
 from steps.retry import RetryRule
 
 POINTS = ("first", "after draft", "after send", "last")
@@ -111,7 +112,8 @@ async def matrix(say=print) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="resets-") as tmp:
         work = Path(tmp)
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        provider_proc, url = start_provider(work / "provider.db")
+        provider_proc = start_provider(work / "provider.db")
+        url = provider_proc.url
         workers = []
         try:
             client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})

@@ -46,15 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, wait_until
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
+from lab.provider_process import start_provider
 from lesson.effects import per_step
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "runrecord", "steps",
-            "workflows")
+PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "providerclient",
+            "runrecord", "steps", "workflows")
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).
@@ -309,8 +310,9 @@ class Deploy:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG)
         try:
             self.say("starting a provider and a Temporal dev server (in memory)")
-            provider, self.provider_url = start_provider(self.work / "provider.db")
-            self.procs.append(provider)
+            provider = start_provider(self.work / "provider.db")
+            self.provider_url = provider.url
+            self.procs.append(provider.proc)
             server.start()
             rows = [self.in_memory()]
             for change in ("before", "rule", "moved"):

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from provider.client import EffectRecord, fetch_effects, provider_url_from_env
+from providerclient import EffectRecord, fetch_effects, provider_url_from_env
 from steps.controls import printable
 
 STEP_OF_KIND = {"email": "send_confirmation", "ticket": "record_outcome"}

@@ -37,10 +37,11 @@ import time
 import uuid
 from pathlib import Path
 
-from lab.processes import REPO, start_provider
+from lab.processes import REPO
+from lab.provider_process import start_provider
 from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.controls import printable
 from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from steps.models import STEP_NAMES
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     earlier, run_id = f"mvr-{stamp}-1", f"mvr-{stamp}-2"
     provider = None
     try:
-        provider, url = start_provider(state / "provider.db")
+        provider = start_provider(state / "provider.db")
+        url = provider.url
         env = {**os.environ, "PROVIDER_URL": url, "MEMORY_DB": str(memory_db), "RUNRECORD_DB": str(record_db),
                "PYTHONUNBUFFERED": "1", "CRASH_AT": ""}
 

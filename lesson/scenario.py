@@ -55,9 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_provider, start_worker
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker
+from lab.provider_process import start_provider
 from lesson.effects import describe, per_step
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from steps.controls import printable
 from steps.models import STEP_NAMES
 
@@ -317,8 +318,9 @@ class Scenario:
         try:
             self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
             starter.start()
-            provider, self.provider_url = start_provider(self.state / "provider.db")
-            self.procs.append(provider)
+            provider = start_provider(self.state / "provider.db")
+            self.provider_url = provider.url
+            self.procs.append(provider.proc)
             self.env = {
                 "PROVIDER_URL": self.provider_url,
                 "MEMORY_DB": str(self.state / "memory.db"),

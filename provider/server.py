@@ -9,6 +9,10 @@ that: its store, not the engines' records, says how many emails were sent.
 Contract
 ========
 
+docs/provider-contract.md is the contract as both sides must honour it, with
+the table of limits; what follows is the server's side in detail, and
+``provider.validation`` is what it accepts.
+
 Effect endpoints: ``POST /v1/emails`` ``{"run_id", "to", "subject", "body"}``
 and ``POST /v1/tickets`` ``{"run_id", "summary", "email_message_id"}``, each
 with an optional ``"metadata"`` object (as real APIs have: at most 10 entries,
@@ -83,7 +87,6 @@ import hashlib
 import ipaddress
 import json
 import os
-import re
 import signal
 import socket
 import socketserver
@@ -99,220 +102,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from provider.errors import ApiError
 from provider.faults import Faults, FaultSpecError
 from provider.store import Store
-from steps.limits import (
-    MAX_BODY_CHARS,
-    MAX_RUN_ID_CHARS,
-    MAX_SUBJECT_CHARS,
-    MAX_SUMMARY_CHARS,
-    InputError,
-    check_email,
-    check_single_line,
-    has_line_break,
+from provider.validation import (
+    MAX_REQUEST_BYTES,
+    bookkeeping_run_id,
+    check_idempotency_key,
+    parse_json_object,
+    validate_email,
+    validate_ticket,
 )
 
 DEFAULT_PORT = 8780
 DEFAULT_DB = ".state/provider.db"
-MAX_KEY_CHARS = 255
-MAX_MESSAGE_ID_CHARS = 128
-MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
 IDLE_CONNECTION_SECONDS = 60  # bounds how long an idle keep-alive connection holds a thread
 SHUTDOWN_DRAIN_SECONDS = 5.0
 
-EMAIL_FIELDS = ("run_id", "to", "subject", "body")
-TICKET_FIELDS = ("run_id", "summary", "email_message_id")
-OPTIONAL_FIELDS = ("metadata",)
-MAX_METADATA_ENTRIES = 10
-MAX_METADATA_KEY_CHARS = 40
-MAX_METADATA_VALUE_CHARS = 200
 
-
-class ApiError(Exception):
-    """An answer other than success; becomes a JSON error response."""
-
-    def __init__(
-        self,
-        status: int,
-        error: str,
-        message: str,
-        *,
-        field: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-        self.message = message
-        self.field = field
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": self.error, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        return body
-
-
-# -- validation ----------------------------------------------------------------
-
-
-def check_idempotency_key(values: list[str]) -> str:
-    hint = "send an Idempotency-Key header that names this request, e.g. Idempotency-Key: run-1234-send-email"
-    if not values:
-        raise ApiError(400, "invalid_request", f"missing Idempotency-Key header: {hint}", field="Idempotency-Key")
-    if len(values) > 1:
-        raise ApiError(400, "invalid_request", f"more than one Idempotency-Key header: {hint}", field="Idempotency-Key")
-    key = values[0]
-    if not 1 <= len(key) <= MAX_KEY_CHARS or not all("\x21" <= ch <= "\x7e" for ch in key):
-        raise ApiError(
-            400,
-            "invalid_request",
-            f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} printable ASCII characters without whitespace: {hint}",
-            field="Idempotency-Key",
-        )
-    return key
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    def refuse_constant(name: str) -> None:
-        raise ValueError(f"{name} is not valid JSON")
-
-    try:
-        payload = json.loads(raw, parse_constant=refuse_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_request",
-                       f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
-    if not isinstance(payload, dict):
-        raise ApiError(400, "invalid_request", f"the request body must be a JSON object, got {type(payload).__name__}")
-    return payload
-
-
-def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:
-    for name in expected:
-        if name not in payload:
-            raise ApiError(422, "invalid_request",
-                           f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
-    for name in payload:
-        if name not in expected and name not in OPTIONAL_FIELDS:
-            accepted = ", ".join(expected + OPTIONAL_FIELDS)
-            raise ApiError(422, "invalid_request",
-                           f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
-    for name in expected:
-        if not isinstance(payload[name], str):
-            raise ApiError(422, "invalid_request",
-                           f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
-
-
-# The provider's own text rule, written here on purpose: it is the far side of
-# an API and trusts no client to have checked (the lab's clients apply the
-# same rule in their own code, steps/controls.py; nothing is shared).
-_CONTROLS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
-_NOT_SINGLE_LINE_TEXT = re.compile(f"[{_CONTROLS}]")
-_NOT_MULTILINE_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
-
-
-def refuse_control_characters(name: str, value: str, *, multiline: bool = False, field: str | None = None) -> None:
-    """422 if ``value`` holds a character the provider's text rule refuses."""
-    found = (_NOT_MULTILINE_TEXT if multiline else _NOT_SINGLE_LINE_TEXT).search(value)
-    if found is None:
-        return
-    rule = ("it is multi-line text: newline (LF or CR LF) and tab are allowed; no other control character, "
-            "no DEL, no bidirectional override or isolate character" if multiline else
-            "it must be a single line of printable text: no control character (tab and line breaks included), "
-            "no DEL, no bidirectional override or isolate character")
-    raise ApiError(
-        422, "invalid_request",
-        f"{name} contains U+{ord(found.group()):04X} at position {found.start() + 1}: {rule}. Send it without",
-        field=field or name,
-    )
-
-
-def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
-    value = payload[name]
-    refuse_control_characters(name, value)
-    if not value.strip():
-        raise ApiError(422, "invalid_request", f"{name} is empty: give a value", field=name)
-    try:
-        return check_single_line(name, value, max_chars)
-    except InputError as exc:
-        raise ApiError(422, "invalid_request", str(exc), field=name) from None
-
-
-def _metadata(payload: dict[str, Any]) -> dict[str, str] | None:
-    if "metadata" not in payload:
-        return None
-    meta = payload["metadata"]
-    hint = (f"metadata is an object of at most {MAX_METADATA_ENTRIES} entries: keys 1-{MAX_METADATA_KEY_CHARS} "
-            f"of letters, digits, '_', '.', '-'; values single-line strings of at most "
-            f"{MAX_METADATA_VALUE_CHARS} characters")
-    if not isinstance(meta, dict) or len(meta) > MAX_METADATA_ENTRIES:
-        raise ApiError(422, "invalid_request", hint, field="metadata")
-    for key, value in meta.items():
-        if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS
-                and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
-            raise ApiError(422, "invalid_request", f"metadata key {key!r} is not allowed: {hint}", field="metadata")
-        if isinstance(value, str):
-            refuse_control_characters(f"metadata value of {key!r}", value, field="metadata")
-        if (not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value)
-                or "\x00" in value):
-            raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}",
-                           field="metadata")
-    return dict(meta)
-
-
-UNDELIVERABLE_TLD = ".invalid"
-
-
-def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
-    _check_field_names(payload, EMAIL_FIELDS)
-    run_id = _single_line(payload, "run_id", MAX_RUN_ID_CHARS)
-    to = payload["to"]
-    if not to:
-        raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com",
-                       field="to")
-    refuse_control_characters("to", to)
-    try:
-        check_email(to, controls=False)  # the text rule is the provider's own, just above
-    except InputError as exc:
-        raise ApiError(422, "invalid_request", str(exc), field="to") from None
-    if to.lower().endswith(UNDELIVERABLE_TLD):
-        # Like a hard bounce: well-formed, yet no mail can ever reach it, so
-        # the sender must not retry. RFC 2606 reserves .invalid for this.
-        raise ApiError(
-            422, "recipient_rejected",
-            f"recipient {to!r} rejected: the domain {UNDELIVERABLE_TLD} cannot receive mail (RFC 2606); "
-            "use a deliverable address",
-            field="to",
-        )
-    subject = _single_line(payload, "subject", MAX_SUBJECT_CHARS)
-    body = payload["body"]
-    if len(body) > MAX_BODY_CHARS:
-        raise ApiError(
-            422, "invalid_request", f"body is {len(body)} characters; the limit is {MAX_BODY_CHARS}", field="body"
-        )
-    refuse_control_characters("body", body, multiline=True)
-    return {"run_id": run_id, "to": to, "subject": subject, "body": body, "metadata": _metadata(payload)}
-
-
-def validate_ticket(payload: dict[str, Any]) -> dict[str, Any]:
-    _check_field_names(payload, TICKET_FIELDS)
-    return {
-        "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
-        "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
-        "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
-        "metadata": _metadata(payload),
-    }
-
-
-def _bookkeeping_run_id(payload: Any) -> str | None:
-    """The run id to file a refused request under, when it is usable at all."""
-    if isinstance(payload, dict):
-        run_id = payload.get("run_id")
-        if (isinstance(run_id, str) and run_id and len(run_id) <= MAX_RUN_ID_CHARS and not has_line_break(run_id)
-                and not _NOT_SINGLE_LINE_TEXT.search(run_id)):
-            return run_id
-    return None
+# -- fingerprints ----------------------------------------------------------------
 
 
 def canonical_json(payload: dict[str, Any]) -> str:
@@ -535,7 +343,7 @@ class Handler(BaseHTTPRequestHandler):
             payload = parse_json_object(self.body)
             fields = validate(payload)
         except ApiError as exc:
-            store.count_request(key=key, kind=kind, run_id=_bookkeeping_run_id(payload), status=exc.status)
+            store.count_request(key=key, kind=kind, run_id=bookkeeping_run_id(payload), status=exc.status)
             raise
 
         hang = faults.take_hang(kind)

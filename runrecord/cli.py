@@ -167,7 +167,7 @@ def _cmd_status(args) -> int:
 
 
 async def _cmd_settle(args) -> int:
-    from provider.client import ProviderClient, provider_url_from_env
+    from providerclient import ProviderClient, provider_url_from_env
     from steps.settle import render_settle, settle
 
     run_id = check_run_id(args.run_id)
@@ -216,7 +216,7 @@ def _dbos_db(args):
 async def _cmd_compare(args) -> int:
     from flowclient.connect import connect
     from flowclient.status import RunNotFound as TemporalRunNotFound
-    from provider.client import provider_url_from_env
+    from providerclient import provider_url_from_env
     from runrecord.compare import compare, render
 
     record_id = check_run_id(args.run_id)

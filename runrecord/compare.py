@@ -40,7 +40,7 @@ from temporalio.api.history.v1 import History
 
 from flowclient.status import activity_traces, read_history
 from flowclient.status import run_status as temporal_status
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
 from steps.controls import printable

@@ -28,8 +28,8 @@ the provider or from Temporal's history, never reaches a terminal raw. A
 backslash is left as it is: the escape is for a reader, not a round trip
 (``--json`` is the exact form).
 
-The provider has its own copy of the rule (``provider.server``): it is the
-far side of an API and shares no code with its clients for this.
+The provider has its own copy of the rule (``provider.validation``): it is
+the far side of an API and shares no code with its clients.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
 
 def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
     from drafting import model_from_env
-    from provider.client import ProviderClient, provider_url_from_env
+    from providerclient import ProviderClient, provider_url_from_env
 
     env = os.environ if env is None else env
     context, remember = memory_from_env(env)

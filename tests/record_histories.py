@@ -37,8 +37,9 @@ from pathlib import Path
 
 from flowclient.connect import connect
 from flowclient.status import run_status
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_provider, start_worker, wait_until
-from provider.client import ProviderClient
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
+from lab.provider_process import start_provider
+from providerclient import ProviderClient
 from starter import start_run
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
@@ -73,7 +74,8 @@ async def record(out: Path) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        provider_proc, provider_url = start_provider(tmp_path / "provider.db")
+        provider_proc = start_provider(tmp_path / "provider.db")
+        provider_url = provider_proc.url
         procs = []
         try:
             for encrypted in (False, True):

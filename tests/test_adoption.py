@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.adoption import START_ID_METADATA, adopt
 from steps.errors import IdempotencyConflict, PermanentError
 from steps.flow import StepDeps, record_outcome, send_confirmation
 from steps.keys import idempotency_key
 from steps.models import RecordRequest, SendRequest
-from tests.test_flow import wait_closed
-
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, wait_closed
 
 
 def send(run_id: str, body: str, start_id: str, to: str = EMAIL) -> SendRequest:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -39,8 +38,7 @@ from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import REPO
 from starter import start_run
-from tests.conftest import poll_until
-from tests.test_flow import wait_closed
+from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()
@@ -299,26 +297,6 @@ async def test_failure_messages_are_encrypted_too_and_status_decodes_them(
 
 # --- every payload bound to its run, in a real history ------------------------
 
-def payloads_in(message, path: str = ""):
-    """(path, Payload) for every Payload anywhere inside a protobuf message."""
-    for field, value in message.ListFields():
-        if field.type != field.TYPE_MESSAGE:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            if field.message_type.fields_by_name["value"].type != field.TYPE_MESSAGE:
-                continue
-            items = [(f"{path}/{field.name}[{key}]", item) for key, item in value.items()]
-        elif isinstance(value, Sequence):
-            items = [(f"{path}/{field.name}[{n}]", item) for n, item in enumerate(value)]
-        else:
-            items = [(f"{path}/{field.name}", value)]
-        for item_path, item in items:
-            if item.DESCRIPTOR.full_name == Payload.DESCRIPTOR.full_name:
-                yield item_path, item
-            else:
-                yield from payloads_in(item, item_path)
-
-
 def check_sealed_and_bound(events, workflow_id: str, key_id: str) -> int:
     """Every payload that went through a codec is encrypted under key_id and bound to workflow_id."""
     found = [(path, p) for n, ev in enumerate(events) for path, p in payloads_in(ev, f"event {n + 1}")]
@@ -368,22 +346,6 @@ async def test_a_real_history_is_bound_to_its_run_for_workers_replay_and_status(
         await activity_traces(sealed_client, moved)
 
 
-async def _first_workflow_task_failure(raw_client, reader, run_id: str) -> str:
-    """The decoded message of the run's first failed workflow task, once there is one."""
-    from temporalio.api.enums.v1 import EventType
-
-    from flowclient.status import failure_text
-    from tests.conftest import poll_until
-
-    async def failed():
-        history = await raw_client.get_workflow_handle(run_id).fetch_history()
-        return next((ev.workflow_task_failed_event_attributes.failure for ev in history.events
-                     if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), None)
-
-    failure = await poll_until(failed, timeout=60, what=f"a failed workflow task in {run_id}")
-    return await failure_text(reader, failure)
-
-
 async def test_a_payload_copied_from_another_run_is_refused_by_the_worker(
     dev_server, client, workers, provider, run_id, task_queue
 ):
@@ -406,7 +368,7 @@ async def test_a_payload_copied_from_another_run_is_refused_by_the_worker(
     handle = await client.start_workflow(WORKFLOW_NAME, RawValue(stolen), id=copy_id, task_queue=task_queue,
                                          task_timeout=timedelta(seconds=2))
     try:
-        message = await _first_workflow_task_failure(client, sealed_client, copy_id)
+        message = await first_workflow_task_failure(client, sealed_client, copy_id)
         assert f"bound to workflow id {run_id!r} but was read for workflow id {copy_id!r}" in message, message
         assert "step draft started: run " + copy_id not in worker.output()
     finally:
@@ -427,7 +389,7 @@ async def test_plaintext_input_is_refused_until_the_switch_allows_it(
     # The session client has no codec: this input is stored in clear.
     await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL),
                                 id=run_id, task_queue=task_queue, task_timeout=timedelta(seconds=2))
-    message = await _first_workflow_task_failure(client, sealed_client, run_id)
+    message = await first_workflow_task_failure(client, sealed_client, run_id)
     assert "payload is not encrypted" in message and "LAB_CODEC_ALLOW_PLAINTEXT=1" in message, message
     strict.kill()
 
@@ -447,7 +409,6 @@ async def test_memo_queries_results_and_failures_pass_the_codec_with_plaintext_r
 ):
     """Everything legitimate a run carries is encrypted by the codec, so the
     default refusal of plaintext breaks none of it."""
-    from tests.conftest import poll_until
     from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}

@@ -19,11 +19,9 @@ from temporalio.api.history.v1 import History
 
 from flowclient.codec import ENCODING, KEY_ID_METADATA
 from flowclient.connect import connect
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
-from tests.conftest import poll_until
-from tests.test_codec import _first_workflow_task_failure, payloads_in
-from tests.test_flow import wait_closed
+from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 OLD = base64.b64encode(bytes(range(32, 64))).decode()
 NEW = base64.b64encode(bytes(range(64, 96))).decode()
@@ -45,7 +43,7 @@ async def test_a_run_survives_a_rolling_key_switch_when_the_new_key_was_staged(
 
     # The unsafe order: a worker still on the old key alone cannot read the input.
     unstaged = workers(extra_env=NEVER_GOT_NEW)
-    message = await _first_workflow_task_failure(client, old_reader, run_id)
+    message = await first_workflow_task_failure(client, old_reader, run_id)
     assert "key id '2027-01', which this process does not hold" in message, message
     unstaged.kill()
 

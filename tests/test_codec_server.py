@@ -38,8 +38,7 @@ from lab.processes import (
     start_worker,
 )
 from starter import start_run
-from tests.conftest import poll_until
-from tests.test_flow import wait_closed
+from tests.support import poll_until, wait_closed
 
 KEY = base64.b64encode(bytes(range(7, 39))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(50, 82))).decode()
@@ -75,10 +74,10 @@ def codec_server(codec_server_proc):
 
 
 def test_listens_on_loopback_only(codec_server_proc):
-    from tests.test_safety import _loopback, listening_addresses
+    from tests.support import is_loopback, listening_addresses
 
     seen = listening_addresses(codec_server_proc[0].pid)
-    assert seen and all(_loopback(address) for address, _ in seen), seen
+    assert seen and all(is_loopback(address) for address, _ in seen), seen
 
 
 def test_decode_and_encode_round_trip_over_http(codec_server):

@@ -30,16 +30,13 @@ from dataclasses import dataclass
 import pytest
 
 from lab.processes import Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from steps.crashpoints import ENGINE_POINTS, POINTS
 from steps.keys import idempotency_key
-from tests.conftest import wait_exit
-from tests.test_flow import wait_closed
+from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
@@ -108,10 +105,6 @@ HAVE_DBOS = importlib.util.find_spec("dbos") is not None
 CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for model in ("deterministic", "varying")
          for point in (*POINTS, *ENGINE_POINTS[engine])]
 DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying") for point in (*POINTS, *DBOS_POINTS)]
-
-
-def executions(proc: Proc, step: str) -> int:
-    return proc.output().count(f"step {step} started:")
 
 
 def new_run_id(case: Case) -> str:

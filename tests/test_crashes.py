@@ -10,14 +10,10 @@ import json
 import sys
 
 from lab.processes import Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.retry import RetryRule
-from tests.conftest import wait_exit
-from tests.test_flow import wait_closed
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, wait_closed, wait_exit
 
 
 async def test_temporal_step_survives_ten_worker_deaths(client, workers, provider, run_id, task_queue):

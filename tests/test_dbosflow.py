@@ -26,13 +26,10 @@ pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
 from dbosflow.engine import APP_VERSION, dbos_max_attempts  # noqa: E402
-from provider.client import fetch_effects  # noqa: E402
+from providerclient import fetch_effects  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
-from tests.conftest import wait_exit  # noqa: E402
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, wait_exit  # noqa: E402
 
 
 def status(dbos_procs, run_id: str, env: dict | None = None) -> tuple[int, dict]:

@@ -21,9 +21,7 @@ from lab.processes import REPO  # noqa: E402
 from runrecord import RunRecord  # noqa: E402
 from runrecord.compare import compare, render  # noqa: E402
 from starter import start_run  # noqa: E402
-from tests.conftest import wait_exit  # noqa: E402
-from tests.test_flow import wait_closed  # noqa: E402
-from tests.test_runrecord import EMAIL, TASK, finished  # noqa: E402
+from tests.support import EMAIL, TASK, finished, wait_closed, wait_exit  # noqa: E402
 
 
 async def test_compare_lays_dbos_beside_temporal_and_the_record(client, dev_server, workers, provider, runrecord, db,

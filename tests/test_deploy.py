@@ -23,18 +23,16 @@ from temporalio.workflow import NondeterminismError
 
 from flowclient.status import run_status
 from lab.processes import REPO, Proc
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
-from tests.conftest import poll_until, wait_exit
+from tests.support import EMAIL, TASK, poll_until, wait_exit
 from worker import worker_options
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 # What the incompatible deploy changes: a new timer before the email, where
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts(\n"
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
-PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "steps", "workflows")
+PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "providerclient", "steps", "workflows")
 
 
 def incompatible_checkout(root: Path) -> Path:

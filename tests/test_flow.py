@@ -17,32 +17,12 @@ from temporalio.api.enums.v1 import TimeoutType
 
 from flowclient.status import RunNotFound, run_status
 from lab.processes import REPO
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from steps.settle import settle
-from tests.conftest import poll_until, wait_exit
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
-
-
-def executions(proc, step: str) -> int:
-    """How many times this worker process began executing ``step``."""
-    return proc.output().count(f"step {step} started:")
-
-
-def effects_by_key(provider_url: str, run_id: str) -> dict[str, dict]:
-    return {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
-
-
-async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
-    async def closed():
-        status = await run_status(client, run_id)
-        return status if status["status"] != "running" else None
-
-    return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
+from tests.support import BAD_INPUT_CASES, EMAIL, TASK, effects_by_key, executions, poll_until, wait_closed, wait_exit
 
 
 async def start(client, run_id, task_queue, email=EMAIL, task=TASK, rule=None):
@@ -278,24 +258,6 @@ def test_cli_start_wait_and_status_json(dev_server, workers, provider, run_id, t
     assert status["status"] == "completed"
     again = _starter(dev_server, "start", run_id, TASK, "--email", EMAIL, task_queue=task_queue)
     assert again.returncode == 0 and "already exists (completed)" in again.stderr
-
-
-# Bad input and the words every engine's CLI must answer it with (starter.py
-# here; tests/test_runrecord.py checks python -m runrecord against the same list).
-BAD_INPUT_CASES = [
-    (["start", "r-1", "", "--email", EMAIL], "task is empty"),
-    (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
-    (["start", "r-1", TASK, "--email", "not-an-address"], "malformed"),
-    (["start", "r-1", TASK, "--email", "a@example.com\r\nBcc: x@example.com"], "single line"),
-    (["start", "bad id", TASK, "--email", EMAIL], "run id"),
-    # The text rule (README, input limits): the field, the character and where it is.
-    (["start", "r-1", "Refund \x1b[2J\x1b]0;owned\x07 order 42", "--email", EMAIL],
-     "task holds U+001B (ESC) at position 8"),
-    (["start", "r-1", TASK, "--email", "ada\t@example.com"], "email address holds U+0009 (TAB) at position 4"),
-    (["start", "r-1", TASK, "--email", EMAIL, "--conversation", "c\u202e1"],
-     "conversation id holds U+202E (RIGHT-TO-LEFT OVERRIDE) at position 2"),
-    (["status", "no-such-run-anywhere"], "no run with id"),
-]
 
 
 def test_cli_bad_input_is_refused_before_anything_starts(dev_server):

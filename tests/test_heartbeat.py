@@ -10,8 +10,7 @@ import sys
 from lab.processes import Proc
 from memory import SQLiteStore
 from starter import start_run
-from tests.conftest import poll_until, wait_exit
-from tests.test_flow import executions, wait_closed
+from tests.support import executions, poll_until, wait_closed, wait_exit
 
 HOLD = """
 import sqlite3, sys, time

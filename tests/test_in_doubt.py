@@ -12,15 +12,11 @@ import subprocess
 import sys
 
 from lab.processes import REPO, Proc
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient, fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
-from tests.conftest import wait_exit
-from tests.test_flow import wait_closed
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, wait_closed, wait_exit
 
 
 def email_counts(provider, run_id):

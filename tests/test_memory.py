@@ -28,7 +28,7 @@ from memory import (
     upper_bound_tokens,
 )
 from memory.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, pretokenizer_pieces
-from tests.test_memory_support import check_no_orphans
+from tests.memory_support import check_no_orphans
 
 CID = "c1"
 

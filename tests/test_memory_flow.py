@@ -9,13 +9,10 @@ import pytest
 
 from flowclient.status import run_status
 from memory import Message, SQLiteStore, open_store, read_window
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.flow import exchange_message_ids
-from tests.conftest import wait_exit
-from tests.test_flow import executions, wait_closed
-
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, executions, wait_closed, wait_exit
 
 
 def memory_db(provider):

@@ -15,7 +15,7 @@ import itertools
 import sqlite3
 
 from memory import InMemoryStore, MemoryPolicy, Message, SQLiteStore
-from tests.test_memory_support import ConversationScript, check_stats_bound, check_window
+from tests.memory_support import ConversationScript, check_stats_bound, check_window
 
 POLICY = MemoryPolicy(max_tokens=3000, max_messages=40)
 SYSTEM = Message("system", "system", "You draft short, polite replies about orders. " * 5, pinned=True)

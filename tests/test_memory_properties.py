@@ -27,7 +27,7 @@ from memory import (
     ToolCall,
     approx_tokens,
 )
-from tests.test_memory_support import (
+from tests.memory_support import (
     ReferenceModel,
     check_stats_bound,
     check_window,

@@ -12,17 +12,15 @@ import time
 
 from lab.processes import Proc
 from memory import Message, SQLiteStore, read_context
-from provider.client import fetch_effects
 from provider.store import _SCHEMA as PROVIDER_V1_SCHEMA
 from provider.store import SCHEMA_VERSION as PROVIDER_SCHEMA
 from provider.store import Store
+from providerclient import fetch_effects
 from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
 from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
 from steps.keys import idempotency_key
-from tests.conftest import wait_exit
+from tests.support import EMAIL, TASK, wait_exit
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
          "model": "offline", "context_messages": 0}
 

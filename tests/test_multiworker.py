@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from flowclient.status import run_status
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
-from tests.conftest import poll_until
+from tests.support import poll_until
 
 RUNS = 8
 

@@ -17,16 +17,11 @@ import pytest
 
 from lab.processes import REPO
 from starter import start_run
-from tests.test_flow import wait_closed
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
-
-
+from tests.support import EMAIL, TASK, wait_closed
 
 
 async def test_log_lines_carry_run_step_attempt_and_duration(client, workers, provider, run_id, task_queue):
-    from provider.client import ProviderClient
+    from providerclient import ProviderClient
 
     async with ProviderClient(provider.url) as pc:
         await pc.set_faults(fail_next=1, status=503, kinds=["email"])

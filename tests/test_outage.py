@@ -18,25 +18,17 @@ import pytest
 
 from flowclient.status import run_status
 from lab.processes import REPO, Proc, start_worker
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
-from tests.conftest import poll_until, wait_exit
-from tests.provider_process import ProviderProcess
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, poll_until, wait_exit
 
 
 @pytest.fixture
-def api(tmp_path):
-    """A provider that the test stops and starts again on the same port and database."""
-    proc = ProviderProcess(tmp_path / "provider.db").start()
-    try:
-        yield proc
-    finally:
-        proc.close()
+def api(provider):
+    """The test's provider (conftest), which the test kills and starts again on the same port and database."""
+    return provider
 
 
 @pytest.fixture

@@ -13,48 +13,41 @@ committed with synchronous=FULL, so it survives by construction.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 
 from flowclient.connect import connect
-from lab.processes import DevServer, Proc, start_provider, start_worker
-from provider.client import fetch_effects
+from lab.processes import DevServer, Proc, start_worker
+from lab.provider_process import start_provider
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from starter import start_run
 from steps.keys import idempotency_key
-from tests.conftest import poll_until, wait_exit
-from tests.test_flow import wait_closed
+from tests.support import (
+    EMAIL,
+    TASK,
+    effects_by_key,
+    executions,
+    poll_until,
+    wait_closed,
+    wait_exit,
+    wait_lease_expired,
+)
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 # Slow enough that "mid-run" lasts: the cut lands after the email, before the ticket.
 PACE = {"LAB_STEP_SECONDS": "1.0"}
 
 
-def effects(url: str, run_id: str) -> dict:
-    return {e.key: e for e in fetch_effects(url, run_id=run_id)}
-
-
 def email_applied(url: str, run_id: str) -> bool:
-    e = effects(url, run_id).get(idempotency_key(run_id, "send_confirmation"))
+    e = effects_by_key(url, run_id).get(idempotency_key(run_id, "send_confirmation"))
     return bool(e and e.effects_applied == 1)
 
 
 def assert_once_each(url: str, run_id: str) -> None:
-    found = effects(url, run_id)
+    found = effects_by_key(url, run_id)
     assert set(found) == {idempotency_key(run_id, s) for s in ("send_confirmation", "record_outcome")}, found
     for effect in found.values():
         assert effect.effects_applied == 1, effect
         assert 1 <= effect.requests <= 2, effect  # a repeat after the cut is replayed, not applied
-
-
-def executions(proc: Proc, step: str) -> int:
-    return proc.output().count(f"step {step} started:")
-
-
-def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[-1])
 
 
 async def test_power_cut_temporal(tmp_path):
@@ -66,8 +59,9 @@ async def test_power_cut_temporal(tmp_path):
     try:
         server = DevServer(db_file=db).start()
         procs.append(server.proc)
-        provider, url = start_provider(tmp_path / "provider.db")
-        procs.append(provider)
+        provider = start_provider(tmp_path / "provider.db")
+        url = provider.url
+        procs.append(provider.proc)
         first = start_worker(server.address, url, queue, {**env, **PACE}, name="worker1")
         procs.append(first)
         client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
@@ -76,18 +70,18 @@ async def test_power_cut_temporal(tmp_path):
 
         await poll_until(lambda: email_applied(url, run_id), timeout=60, interval=0.05,
                          what="the provider to apply the email")
-        mid_run = idempotency_key(run_id, "record_outcome") not in effects(url, run_id)
+        mid_run = idempotency_key(run_id, "record_outcome") not in effects_by_key(url, run_id)
         # The cut: all three at once, no cleanup anywhere.
-        for proc in (first, server.proc, provider):
+        for proc in (first, server.proc, provider.proc):
             proc.kill()
         assert mid_run, "the ticket was created before the cut: the cut did not land mid-run"
 
         # Power back: same database file and port for the server, same store and port for the provider.
         server = DevServer(db_file=db, port=server.port).start()
         procs.append(server.proc)
-        provider, url_again = start_provider(tmp_path / "provider.db", port=port_of(url))
-        procs.append(provider)
-        assert url_again == url
+        provider.restart()
+        procs.append(provider.proc)
+        assert provider.url == url
         second = start_worker(server.address, url, queue, env, name="worker2")
         procs.append(second)
         client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
@@ -116,26 +110,22 @@ async def test_power_cut_runrecord(tmp_path):
         return proc
 
     try:
-        provider, url = start_provider(tmp_path / "provider.db")
-        procs.append(provider)
+        provider = start_provider(tmp_path / "provider.db")
+        url = provider.url
+        procs.append(provider.proc)
         first = runner("start", run_id, TASK, "--email", EMAIL, extra=PACE, provider_url=url)
         await poll_until(lambda: email_applied(url, run_id), timeout=60, interval=0.05,
                          what="the provider to apply the email")
-        mid_run = idempotency_key(run_id, "record_outcome") not in effects(url, run_id)
-        for proc in (first, provider):
+        mid_run = idempotency_key(run_id, "record_outcome") not in effects_by_key(url, run_id)
+        for proc in (first, provider.proc):
             proc.kill()
         assert mid_run, "the ticket was created before the cut: the cut did not land mid-run"
 
-        provider, url_again = start_provider(tmp_path / "provider.db", port=port_of(url))
-        procs.append(provider)
-        assert url_again == url
+        provider.restart()
+        procs.append(provider.proc)
+        assert provider.url == url
 
-        def lease_free() -> bool:
-            with RunRecord(db) as record:
-                run = record.load(run_id)
-            return run.lease_holder is None or run.lease_expires_at < time.time()
-
-        await poll_until(lease_free, timeout=30, interval=0.05, what="the dead runner's lease to expire")
+        await wait_lease_expired(db, run_id, timeout=30)
         second = runner("resume", run_id, provider_url=url)
         assert wait_exit(second, timeout=120) == 0, second.output()
         with RunRecord(db) as record:

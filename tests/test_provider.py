@@ -23,10 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
-from provider.client import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
+from lab.processes import REPO
+from lab.provider_process import ProviderProcess
+from provider.validation import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
-from steps.limits import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
-from tests.provider_process import REPO_ROOT, ProviderProcess, poll_until, running_provider
+from tests.support import poll_until_sync
 
 # -- fixtures and helpers --------------------------------------------------------
 
@@ -43,7 +45,7 @@ def _close_http() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def shared_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProviderProcess]:
-    with running_provider(tmp_path_factory.mktemp("provider") / "provider.db") as proc:
+    with ProviderProcess(tmp_path_factory.mktemp("provider") / "provider.db") as proc:
         yield proc
 
 
@@ -439,7 +441,7 @@ async def test_hang_with_a_client_timeout_is_transient_and_applies_once(
     # The retry overtakes the hung request; whichever comes first applies, the other replays.
     receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id,
                                                to="ada@example.com", subject="s", body="b")
-    record = poll_until(
+    record = poll_until_sync(
         lambda: next((r for r in fetch_effects(url, run_id) if r.requests == 2), None),
         timeout=10,
         describe=lambda: repr(fetch_effects(url, run_id)),
@@ -538,13 +540,13 @@ def test_provider_url_from_env() -> None:
 
 
 def test_effects_and_counts_survive_sigkill_and_restart(tmp_path: Path) -> None:
-    with running_provider(tmp_path / "provider.db") as proc:
+    with ProviderProcess(tmp_path / "provider.db") as proc:
         url, key = proc.url, new_key()
         first = post(url, "/v1/emails", email_body("persist-1"), key)
         assert first.status_code == 200
 
         proc.kill()
-        assert not proc.running
+        assert not proc.alive()
         with pytest.raises(httpx.TransportError):
             HTTP.get(f"{url}/healthz", timeout=1)
 
@@ -559,14 +561,14 @@ def test_effects_and_counts_survive_sigkill_and_restart(tmp_path: Path) -> None:
 
 
 def test_sigterm_during_an_injected_hang_exits_promptly(tmp_path: Path) -> None:
-    with running_provider(tmp_path / "provider.db") as proc:
+    with ProviderProcess(tmp_path / "provider.db") as proc:
         HTTP.post(f"{proc.url}/admin/faults", json={"hang_next": 1, "hang_seconds": 60}).raise_for_status()
         outcome: list[Any] = []
         sender = threading.Thread(
             target=lambda: outcome.append(post(proc.url, "/v1/emails", email_body("hang-1"), new_key(), timeout=30))
         )
         sender.start()
-        poll_until(
+        poll_until_sync(
             lambda: HTTP.get(f"{proc.url}/admin/faults").json()["faults"]["hang"]["remaining"] == 0,
             timeout=10,
             describe=lambda: HTTP.get(f"{proc.url}/admin/faults").text,
@@ -583,7 +585,7 @@ def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PROVIDER_ALLOW_REMOTE"}
     result = subprocess.run(
         [sys.executable, "-m", "provider", "--host", "0.0.0.0", "--port", "0", "--db", str(db)],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
@@ -596,7 +598,7 @@ def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
 
 
 def test_non_loopback_host_is_allowed_with_the_container_opt_in(tmp_path: Path) -> None:
-    with running_provider(tmp_path / "provider.db", host="0.0.0.0", env={"PROVIDER_ALLOW_REMOTE": "1"}) as proc:
+    with ProviderProcess(tmp_path / "provider.db", host="0.0.0.0", env={"PROVIDER_ALLOW_REMOTE": "1"}) as proc:
         assert HTTP.get(f"{proc.url}/healthz").json() == {"ok": True}
 
 
@@ -605,7 +607,7 @@ def test_a_failed_start_reports_the_providers_stderr(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         with pytest.raises(RuntimeError, match="cannot listen on"):
-            with running_provider(tmp_path / "provider.db", port=taken.getsockname()[1]):
+            with ProviderProcess(tmp_path / "provider.db", port=taken.getsockname()[1]):
                 pass
 
 

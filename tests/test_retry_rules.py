@@ -12,7 +12,7 @@ from email.utils import format_datetime
 import pytest
 
 from drafting.openai_compat import retry_after_seconds
-from provider.client import parse_retry_after as provider_parse
+from providerclient import parse_retry_after as provider_parse
 from steps.retry import (
     MAX_RETRY_AFTER,
     RetryRule,

@@ -4,7 +4,6 @@ killed with SIGKILL, at crash points or by the lease tests."""
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import subprocess
@@ -13,64 +12,28 @@ import time
 
 import pytest
 
-from lab.processes import REPO, Proc
+from lab.processes import REPO
 from memory import read_window
-from provider.client import ProviderClient, fetch_effects
+from providerclient import ProviderClient
 from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
 from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
-from tests.conftest import poll_until, wait_exit
-from tests.test_flow import BAD_INPUT_CASES
+from tests.support import (
+    BAD_INPUT_CASES,
+    EMAIL,
+    TASK,
+    counts,
+    create_unleased,
+    effects_by_key,
+    executions,
+    finished,
+    status_json,
+    wait_lease_expired,
+)
 
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
 SHAPE = {"run_id", "status", "current_step", "steps", "error", "detail"}
 STEP_SHAPE = {"name", "status", "attempts", "result", "crashes", "last_error", "next_try_at", "note"}
-
-
-def executions(proc_or_text, step: str) -> int:
-    """How many times this runner process began executing ``step``."""
-    text = proc_or_text if isinstance(proc_or_text, str) else proc_or_text.output()
-    return text.count(f"step {step} started:")
-
-
-def effects_by_key(provider_url: str, run_id: str) -> dict:
-    return {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
-
-
-def counts(provider_url: str, run_id: str, step: str) -> tuple[int, int] | None:
-    e = effects_by_key(provider_url, run_id).get(idempotency_key(run_id, step))
-    return None if e is None else (e.requests, e.effects_applied)
-
-
-def finished(proc: Proc, timeout: float = 60.0) -> int:
-    return wait_exit(proc, timeout)
-
-
-def status_json(runrecord, run_id: str) -> dict:
-    proc = runrecord("status", run_id, "--json")
-    finished(proc)
-    return json.loads(proc.output())
-
-
-def lease_expired(db, run_id: str) -> bool:
-    with RunRecord(db) as record:
-        run = record.load(run_id)
-        return run.lease_holder is None or run.lease_expires_at < time.time()
-
-
-async def wait_lease_expired(db, run_id: str, timeout: float = 15.0) -> None:
-    await poll_until(lambda: lease_expired(db, run_id), timeout=timeout, interval=0.05,
-                     what=f"the crashed runner's lease on {run_id} to expire")
-
-
-def create_unleased(db, run_id: str, email: str = EMAIL) -> None:
-    """A run recorded as started (draft attempt 1) whose runner is gone and lease released."""
-    with RunRecord(db) as record:
-        record.create_run(run_id, TASK, email, run_id, [s.name for s in DEFAULT_FLOW], "test:0:setup", 60,
-                          NextAttempt(0, 1, None))
-        record.release_lease(run_id, "test:0:setup")
 
 
 # ------------------------------------------------------------------ happy path and CLI

@@ -15,12 +15,12 @@ from runrecord import RunRecord
 from runrecord.compare import compare, render
 from starter import start_run
 from steps.keys import idempotency_key
-from tests.test_flow import wait_closed
-from tests.test_runrecord import (
+from tests.support import (
     EMAIL,
     TASK,
     counts,
     finished,
+    wait_closed,
     wait_lease_expired,
 )
 

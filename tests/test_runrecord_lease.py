@@ -20,7 +20,7 @@ from runrecord import DEFAULT_FLOW, Runner, RunRecord
 from runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
 from runrecord.store import NextAttempt, RunEnded
 from steps.flow import StepDeps
-from tests.test_runrecord import (
+from tests.support import (
     EMAIL,
     TASK,
     counts,

@@ -9,23 +9,17 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from temporalio.api.history.v1 import History
 
 from lab.processes import REPO, DevServer
-from provider.client import fetch_effects
+from providerclient import fetch_effects
 from starter import start_run
 from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
 from tests.fake_openai_server import FakeOpenAIServer, completion
-from tests.test_flow import wait_closed
+from tests.support import EMAIL, TASK, is_loopback, listening_addresses, wait_closed
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
-
-
 
 
 def _starter(dev_server, *args):
@@ -99,70 +93,17 @@ async def test_a_subject_with_crlf_from_the_model_never_reaches_an_email(client,
 
 # --- listening sockets -------------------------------------------------------
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    return inodes
-
-
-def _process_tree(pid: int) -> set[int]:
-    found, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        found.add(p)
-        try:
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            children = []
-        todo += [int(c) for c in children]
-    return found
-
-
-def listening_addresses(pid: int) -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket in LISTEN state held by pid or its children."""
-    inodes = set().union(*(_socket_inodes(p) for p in _process_tree(pid)))
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state != "0A" or inode not in inodes:  # 0A = LISTEN
-                continue
-            hex_addr, hex_port = local.split(":")
-            raw = bytes.fromhex(hex_addr)
-            # /proc stores each 32-bit word in host (little-endian) order.
-            words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-            import ipaddress
-            addr = ipaddress.ip_address(words)
-            found.append((str(addr), int(hex_port, 16)))
-    return found
-
-
-def _loopback(address: str) -> bool:
-    import ipaddress
-    ip = ipaddress.ip_address(address)
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
-
-
 def test_the_provider_and_the_demos_dev_server_listen_on_loopback_only(provider):
     seen = listening_addresses(provider.proc.pid)
     assert seen, "found no listening socket of the provider"
-    assert all(_loopback(a) for a, _ in seen), seen
+    assert all(is_loopback(a) for a, _ in seen), seen
     # The dev server as the demo starts it: with the UI.
     server = DevServer(headless=False).start()
     try:
         seen = listening_addresses(server.proc.pid)
         ports = {p for _, p in seen}
         assert server.port in ports and server.port + 1000 in ports, seen
-        assert all(_loopback(a) for a, _ in seen), seen
+        assert all(is_loopback(a) for a, _ in seen), seen
     finally:
         server.stop()
 

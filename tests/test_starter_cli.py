@@ -12,11 +12,7 @@ import sys
 
 from lab.processes import REPO, Proc
 from starter import start_run
-from tests.conftest import wait_exit
-from tests.test_flow import wait_closed
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, wait_closed, wait_exit
 
 
 def starter(dev_server, *args, **kwargs) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import json
 
 from starter import start_run
 from tests.fake_openai_server import FakeOpenAIServer, completion
-from tests.test_flow import wait_closed
+from tests.support import wait_closed
 
 EMAIL = "hedy.verbose@example.com"
 # Markers with letters outside 0-9a-f, so no id or hash can hold them by chance.

@@ -16,12 +16,7 @@ import pytest
 from flowclient.metrics import metrics_address
 from lab.processes import REPO, free_port
 from starter import start_run
-from tests.conftest import poll_until
-from tests.test_flow import wait_closed
-from tests.test_safety import _loopback, listening_addresses
-
-TASK = "Confirm the refund for order 1234"
-EMAIL = "ada@example.com"
+from tests.support import EMAIL, TASK, is_loopback, listening_addresses, poll_until, wait_closed
 
 
 def _series(text: str, name: str, **labels: str) -> list[str]:
@@ -46,7 +41,7 @@ async def test_a_worker_serves_its_task_metrics_to_prometheus(client, workers, p
     url = f"http://127.0.0.1:{port}/metrics"
     assert f"worker metrics: {url}" in worker.output()
     seen = listening_addresses(worker.pid)
-    assert ("127.0.0.1", port) in seen and all(_loopback(a) for a, _ in seen), seen
+    assert ("127.0.0.1", port) in seen and all(is_loopback(a) for a, _ in seen), seen
 
     await start_run(client, run_id, "Confirm the refund for order 1234", EMAIL, queue=task_queue)
     assert (await wait_closed(client, run_id))["status"] == "completed"

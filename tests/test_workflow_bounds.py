@@ -16,7 +16,7 @@ from temporalio.worker import Replayer
 from flowclient.status import run_status
 from lab.processes import REPO
 from starter import start_run
-from tests.conftest import poll_until
+from tests.support import poll_until
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
 
 

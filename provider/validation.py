@@ -1,0 +1,215 @@
+"""What the provider accepts: its limits, its text rule and the checks of
+every effect request, each refusal an ``ApiError`` (400 or 422) that names the
+field and says what to send instead.
+
+The provider's own, on purpose: it is the far side of an API and trusts no
+client to have checked anything, so it shares no code with its clients (they
+apply the same limits in their own code, ``steps.limits`` and
+``steps.controls``). docs/provider-contract.md holds the table of limits both
+sides must honour; a test on each side reads it and checks that side's
+constants and behaviour against it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from provider.errors import ApiError
+
+MAX_KEY_CHARS = 255
+MAX_RUN_ID_CHARS = 64
+MAX_EMAIL_CHARS = 254  # RFC 5321's limit on a forward path, less the angle brackets
+MAX_SUBJECT_CHARS = 200
+MAX_BODY_CHARS = 20000
+MAX_SUMMARY_CHARS = 500
+MAX_MESSAGE_ID_CHARS = 128
+MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
+
+EMAIL_FIELDS = ("run_id", "to", "subject", "body")
+TICKET_FIELDS = ("run_id", "summary", "email_message_id")
+OPTIONAL_FIELDS = ("metadata",)
+MAX_METADATA_ENTRIES = 10
+MAX_METADATA_KEY_CHARS = 40
+MAX_METADATA_VALUE_CHARS = 200
+
+# Deliberately simple: one @, a dot in the domain, no spaces, no quotes or
+# angle brackets. It refuses some exotic valid addresses; it never lets through
+# something that could break a header.
+_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
+
+
+def has_line_break(value: str) -> bool:
+    """True if ``value`` holds a character that ends a header line: CR and LF,
+    and the Unicode line separators some mail libraries fold into line breaks."""
+    return any(ch in value for ch in "\r\n\x0b\x0c\x85\u2028\u2029")
+
+
+def _one_line(name: str, value: str, max_chars: int, *, field: str) -> str:
+    """422 unless ``value`` is one line, without NUL, of at most ``max_chars``."""
+    if has_line_break(value):
+        message = f"{name} must be a single line: remove the line breaks (CR/LF) from it"
+    elif "\x00" in value:
+        message = f"{name} must not contain NUL characters"
+    elif len(value) > max_chars:
+        message = f"{name} is {len(value)} characters; the limit is {max_chars}"
+    else:
+        return value
+    raise ApiError(422, "invalid_request", message, field=field)
+
+
+def check_idempotency_key(values: list[str]) -> str:
+    hint = "send an Idempotency-Key header that names this request, e.g. Idempotency-Key: run-1234-send-email"
+    if not values:
+        raise ApiError(400, "invalid_request", f"missing Idempotency-Key header: {hint}", field="Idempotency-Key")
+    if len(values) > 1:
+        raise ApiError(400, "invalid_request", f"more than one Idempotency-Key header: {hint}", field="Idempotency-Key")
+    key = values[0]
+    if not 1 <= len(key) <= MAX_KEY_CHARS or not all("\x21" <= ch <= "\x7e" for ch in key):
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} printable ASCII characters without whitespace: {hint}",
+            field="Idempotency-Key",
+        )
+    return key
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    def refuse_constant(name: str) -> None:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        payload = json.loads(raw, parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_request",
+                       f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_request", f"the request body must be a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:
+    for name in expected:
+        if name not in payload:
+            raise ApiError(422, "invalid_request",
+                           f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
+    for name in payload:
+        if name not in expected and name not in OPTIONAL_FIELDS:
+            accepted = ", ".join(expected + OPTIONAL_FIELDS)
+            raise ApiError(422, "invalid_request",
+                           f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
+    for name in expected:
+        if not isinstance(payload[name], str):
+            raise ApiError(422, "invalid_request",
+                           f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
+
+
+# The provider's own text rule, written here on purpose: it is the far side of
+# an API and trusts no client to have checked (the lab's clients apply the
+# same rule in their own code, steps/controls.py; nothing is shared).
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_NOT_SINGLE_LINE_TEXT = re.compile(f"[{_CONTROLS}]")
+_NOT_MULTILINE_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+
+
+def refuse_control_characters(name: str, value: str, *, multiline: bool = False, field: str | None = None) -> None:
+    """422 if ``value`` holds a character the provider's text rule refuses."""
+    found = (_NOT_MULTILINE_TEXT if multiline else _NOT_SINGLE_LINE_TEXT).search(value)
+    if found is None:
+        return
+    rule = ("it is multi-line text: newline (LF or CR LF) and tab are allowed; no other control character, "
+            "no DEL, no bidirectional override or isolate character" if multiline else
+            "it must be a single line of printable text: no control character (tab and line breaks included), "
+            "no DEL, no bidirectional override or isolate character")
+    raise ApiError(
+        422, "invalid_request",
+        f"{name} contains U+{ord(found.group()):04X} at position {found.start() + 1}: {rule}. Send it without",
+        field=field or name,
+    )
+
+
+def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
+    value = payload[name]
+    refuse_control_characters(name, value)
+    if not value.strip():
+        raise ApiError(422, "invalid_request", f"{name} is empty: give a value", field=name)
+    return _one_line(name, value, max_chars, field=name)
+
+
+def _metadata(payload: dict[str, Any]) -> dict[str, str] | None:
+    if "metadata" not in payload:
+        return None
+    meta = payload["metadata"]
+    hint = (f"metadata is an object of at most {MAX_METADATA_ENTRIES} entries: keys 1-{MAX_METADATA_KEY_CHARS} "
+            f"of letters, digits, '_', '.', '-'; values single-line strings of at most "
+            f"{MAX_METADATA_VALUE_CHARS} characters")
+    if not isinstance(meta, dict) or len(meta) > MAX_METADATA_ENTRIES:
+        raise ApiError(422, "invalid_request", hint, field="metadata")
+    for key, value in meta.items():
+        if not (1 <= len(key) <= MAX_METADATA_KEY_CHARS
+                and all(c.isascii() and (c.isalnum() or c in "_.-") for c in key)):
+            raise ApiError(422, "invalid_request", f"metadata key {key!r} is not allowed: {hint}", field="metadata")
+        if isinstance(value, str):
+            refuse_control_characters(f"metadata value of {key!r}", value, field="metadata")
+        if (not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS or has_line_break(value)
+                or "\x00" in value):
+            raise ApiError(422, "invalid_request", f"metadata value of {key!r} is not allowed: {hint}",
+                           field="metadata")
+    return dict(meta)
+
+
+UNDELIVERABLE_TLD = ".invalid"
+
+
+def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
+    _check_field_names(payload, EMAIL_FIELDS)
+    run_id = _single_line(payload, "run_id", MAX_RUN_ID_CHARS)
+    to = payload["to"]
+    if not to:
+        raise ApiError(422, "invalid_request", "to is empty: give the recipient's address, e.g. ada@example.com",
+                       field="to")
+    refuse_control_characters("to", to)
+    _one_line("email address", to, MAX_EMAIL_CHARS, field="to")
+    if not _EMAIL.fullmatch(to):
+        raise ApiError(422, "invalid_request",
+                       f"email address {to!r} is malformed: expected something like ada@example.com", field="to")
+    if to.lower().endswith(UNDELIVERABLE_TLD):
+        # Like a hard bounce: well-formed, yet no mail can ever reach it, so
+        # the sender must not retry. RFC 2606 reserves .invalid for this.
+        raise ApiError(
+            422, "recipient_rejected",
+            f"recipient {to!r} rejected: the domain {UNDELIVERABLE_TLD} cannot receive mail (RFC 2606); "
+            "use a deliverable address",
+            field="to",
+        )
+    subject = _single_line(payload, "subject", MAX_SUBJECT_CHARS)
+    body = payload["body"]
+    if len(body) > MAX_BODY_CHARS:
+        raise ApiError(
+            422, "invalid_request", f"body is {len(body)} characters; the limit is {MAX_BODY_CHARS}", field="body"
+        )
+    refuse_control_characters("body", body, multiline=True)
+    return {"run_id": run_id, "to": to, "subject": subject, "body": body, "metadata": _metadata(payload)}
+
+
+def validate_ticket(payload: dict[str, Any]) -> dict[str, Any]:
+    _check_field_names(payload, TICKET_FIELDS)
+    return {
+        "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
+        "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
+        "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
+        "metadata": _metadata(payload),
+    }
+
+
+def bookkeeping_run_id(payload: Any) -> str | None:
+    """The run id to file a refused request under, when it is usable at all."""
+    if isinstance(payload, dict):
+        run_id = payload.get("run_id")
+        if (isinstance(run_id, str) and run_id and len(run_id) <= MAX_RUN_ID_CHARS and not has_line_break(run_id)
+                and not _NOT_SINGLE_LINE_TEXT.search(run_id)):
+            return run_id
+    return None
