@@ -69,8 +69,9 @@ from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
+from provider.client import provider_url_from_env
 from steps import crashpoints
-from steps.deps import deps_from_env
+from wiring import deps_from_env
 from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
@@ -155,7 +156,7 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, 
         encrypted = f"encrypted with key id {key_id!r}" if codec is not None else "not encrypted"
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
-            f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "
+            f"model {deps.llm.name}, provider {provider_url_from_env()}, crash points {armed}, "
             f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}, "
             f"identity {client.identity}",
             flush=True,

@@ -66,11 +66,11 @@ from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # 
 from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
-from steps.deps import deps_from_env  # noqa: E402
 from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
+from wiring import deps_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -183,7 +183,7 @@ class Engines:
                              activities=[*FlowActivities(deps_from_env(self.env)).all(), noop], **TUNED_OPTIONS)
         await self.worker.__aenter__()
         db = self.work / "dbosflow.db"
-        dbos_engine.set_environment(self.env, db, say=lambda line: None)
+        dbos_engine.set_environment(lambda: deps_from_env(self.env), db, say=lambda line: None)
         dbos_engine.configure(db)
         await asyncio.to_thread(DBOS.launch)
         return self

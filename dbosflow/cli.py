@@ -68,13 +68,14 @@ async def _launch(db: Path):
     from dbos import DBOS
 
     from dbosflow import engine
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
+    env = dict(os.environ)
     try:
-        deps_from_env()  # configuration errors (provider URL, model, memory) before anything runs
+        deps_from_env(env)  # configuration errors (provider URL, model, memory) before anything runs
     except ValueError as err:
         raise InputError(str(err)) from err
-    engine.set_environment(dict(os.environ), db)
+    engine.set_environment(lambda: deps_from_env(env), db)
     engine.configure(db)
     await asyncio.to_thread(DBOS.launch)
     return DBOS

@@ -50,7 +50,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
+from steps.flow import StepDeps
 from steps.limits import InputError
 from steps.models import STEP_NAMES, RememberRequest, sent_reply, to_jsonable
 from steps.retry import RetryRule
@@ -157,28 +158,30 @@ def configure(db: Path, *, version: str | None = None) -> DBOS:
 
 # ------------------------------------------------------------------ the steps' world
 
-_DEPS: dict[int, Any] = {}  # per event loop: an httpx client belongs to the loop that first used it
-_ENV: dict[str, str] = {}
+_DEPS: dict[int, StepDeps] = {}  # per event loop: an httpx client belongs to the loop that first used it
+_MAKE_DEPS: list[Callable[[], StepDeps]] = []
 _SAY = [lambda line: print(line, flush=True)]
 _DB: list[Path] = []
 
 
-def set_environment(env: Mapping[str, str], db: Path, say=None) -> None:
-    """What the steps use in this process: provider, model and memory from ``env``."""
-    _ENV.clear()
-    _ENV.update(env)
+def set_environment(make_deps: Callable[[], StepDeps], db: Path, say=None) -> None:
+    """What the steps use in this process: ``make_deps()`` builds their provider,
+    model and memory (the caller's choice, e.g. ``wiring.deps_from_env``), once
+    per event loop; ``db`` is DBOS's system database."""
+    _MAKE_DEPS[:] = [make_deps]
     _DB[:] = [db]
     if say is not None:
         _SAY[0] = say
 
 
-def _deps():
-    from steps.deps import deps_from_env
-
+def _deps() -> StepDeps:
+    if not _MAKE_DEPS:
+        raise RuntimeError("dbosflow.engine.set_environment(make_deps, db) was not called: the process that "
+                           "launches DBOS says how the steps reach the provider, model and memory")
     loop = asyncio.get_running_loop()
     deps = _DEPS.get(id(loop))
     if deps is None:
-        deps = _DEPS[id(loop)] = deps_from_env(_ENV or os.environ)
+        deps = _DEPS[id(loop)] = _MAKE_DEPS[0]()
     return deps
 
 

@@ -114,7 +114,7 @@ async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversatio
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)

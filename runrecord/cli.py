@@ -104,7 +104,7 @@ def _flow_changed(run) -> str | None:
 
 
 def _runner(args) -> Runner:
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
     try:
         deps = deps_from_env()

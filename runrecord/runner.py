@@ -170,7 +170,7 @@ def _at(ts: float) -> str:
 class Runner:
     """Drives runs of ``flow`` recorded in the SQLite file at ``path``.
 
-    ``deps`` is the steps' ``StepDeps`` (``steps.deps.deps_from_env()``).
+    ``deps`` is the steps' ``StepDeps`` (built by the caller, e.g. ``wiring.deps_from_env()``).
     ``say`` receives one line per event (default: print, flushed).
     """
 

@@ -83,7 +83,7 @@ def test_lab_md_points_at_code_that_exists():
         "steps/retry.py": ("StepLedger",),
         "workflows/agent_flow.py": ("def _attempts",),
         "lesson/in_memory.py": ("def run_flow", "def make_key"),
-        "steps/deps.py": ("def memory_from_env",),
+        "wiring/memory.py": ("def memory_from_env",),
         "steps/flow.py": ("def build_prompt",),
     }
     for path, names in sources.items():
