@@ -63,12 +63,13 @@ from dbos import DBOS  # noqa: E402
 
 from dbosflow import engine as dbos_engine  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_provider  # noqa: E402
-from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
 from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
+from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
+from steps.plan import FlowStep  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
 from wiring import deps_from_env  # noqa: E402
 

@@ -7,8 +7,9 @@ What DBOS does here, and what the lab adds:
 - **One workflow per run**, DBOS workflow id = RUN_ID (``SetWorkflowID``).
   Its inputs (task, email, conversation, start id, creation time, retry rule)
   are recorded by DBOS with the workflow, so every dispatch builds the same
-  requests: the request builders are the run record's (``runrecord.definition``),
-  which read only the inputs and the recorded results of earlier steps.
+  requests: the flow is ``steps.plan``'s and its request builders
+  ``steps.requests``, which read only the inputs and the recorded results of
+  earlier steps.
 - **Each step is ``DBOS.run_step_async``** under the step's own name. DBOS
   writes one row per step to ``operation_outputs`` *after* the step returns
   (output or error): nothing is written when a step starts. A process that
@@ -57,13 +58,14 @@ from typing import Any
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
 from dbos._error import DBOSMaxStepRetriesExceeded
 
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.flow import StepDeps
 from steps.limits import InputError
-from steps.models import STEP_NAMES, RememberRequest, sent_reply, to_jsonable
+from steps.models import STEP_NAMES, to_jsonable
+from steps.plan import FLOW, FlowStep
+from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule
 
 APP_NAME = "agentlab"
@@ -78,7 +80,7 @@ VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
 
-assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES
+assert tuple(s.name for s in FLOW) == STEP_NAMES
 
 
 class StepFailed(Exception):
@@ -229,7 +231,7 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
     dispatch = await asyncio.to_thread(dispatch_of, run_id)
     results: dict[str, Any] = {}
     previous_dispatch = 1
-    for step in DEFAULT_FLOW:
+    for step in FLOW:
         request = step.request(inputs, results)
         ran = {"attempts": 0}
         try:
@@ -251,12 +253,7 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
             crash_point(f"dbos:{step.name}:after_record")
     # Best effort, idempotent by message id, outside any step (as on the run record):
     # memory is context for later prompts, never read to decide what was done.
-    draft = results.get("draft") or {}
-    await step_functions.remember_exchange(
-        RememberRequest(run_id=run_id, conversation_id=inputs.conversation_id, task=inputs.task,
-                        reply=sent_reply(draft.get("body", ""), results.get("send_confirmation") or {})),
-        _deps(),
-    )
+    await step_functions.remember_exchange(remember_request(inputs, results), _deps())
     return results
 
 

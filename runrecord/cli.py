@@ -43,8 +43,8 @@ import sys
 
 from flowclient.logs import basic_config
 from runrecord import status as status_mod
-from runrecord.definition import DEFAULT_FLOW
 from runrecord.runner import (
+    DEFAULT_FLOW,
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
     Runner,

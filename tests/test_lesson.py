@@ -79,7 +79,8 @@ def test_lab_md_points_at_code_that_exists():
     sources = {
         "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def retry"),
         "runrecord/store.py": ("def begin_attempt", "def complete_step", "def migrate"),
-        "runrecord/definition.py": ("DEFAULT_FLOW", "def _send_request"),
+        "steps/plan.py": ("FLOW",),
+        "steps/requests.py": ("def send_request", "def record_request"),
         "steps/retry.py": ("StepLedger",),
         "workflows/agent_flow.py": ("def _attempts",),
         "lesson/in_memory.py": ("def run_flow", "def make_key"),

@@ -19,6 +19,9 @@ single attempt, and the workflow reads how it ended.
 - a permanent error ends the run FAILED at once; an idempotency conflict the
   step could not adopt (``steps.adoption``) is one.
 
+Each request is built by ``steps.requests`` (the builders every engine uses)
+from the run's inputs and the results so far.
+
 Server-side activity retries cannot tell a crash from an error, which is why
 the loop lives here. The cost is history: each attempt is its own activity
 (id ``<step>/<attempt>``) and each backoff a timer.
@@ -55,17 +58,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities import FlowActivities
     from steps.crashpoints import crash_point
-    from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import (
-        STEP_NAMES,
-        DraftRequest,
-        RecordRequest,
-        RememberRequest,
-        SendRequest,
-        sent_reply,
-        to_jsonable,
-    )
+    from steps.models import STEP_NAMES, to_jsonable
+    from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso
     from workflows.attempts import (
@@ -150,21 +145,17 @@ class AgentFlow:
         info = workflow.info()
         # Both kept by a reset: the start id tells this run's earlier effects from
         # another start of the same id; the memory cut-off keeps the prompt fixed.
-        start_id = info.original_execution_run_id
-        as_of = info.workflow_start_time.timestamp()
+        inputs = RunInputs(
+            run_id=inp.run_id, task=task, email=email, conversation_id=conversation_id,
+            start_id=info.original_execution_run_id, created_at=info.workflow_start_time.timestamp(),
+        )
         defaults = inp.timeouts == "defaults"
 
         drafted = await self._attempts(
-            0, FlowActivities.draft,
-            DraftRequest(run_id=inp.run_id, task=task, conversation_id=conversation_id, memory_as_of=as_of),
-            rule, effect=False, defaults=defaults,
+            0, FlowActivities.draft, draft_request(inputs, {}), rule, effect=False, defaults=defaults,
         )
         sent = await self._attempts(
-            1, FlowActivities.send_confirmation,
-            SendRequest(
-                run_id=inp.run_id, to=email, subject=drafted.subject, body=drafted.body,
-                idempotency_key=idempotency_key(inp.run_id, "send_confirmation"), start_id=start_id,
-            ),
+            1, FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}),
             rule, effect=True, defaults=defaults,
         )
         # Conversation memory is written after the last effect and never read
@@ -172,16 +163,9 @@ class AgentFlow:
         # record_outcome activity writes it once the ticket is recorded (best
         # effort), which saves a round trip. It remembers the reply that was
         # really sent, the adopted one if the email step adopted.
-        remember = RememberRequest(
-            run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=sent_reply(drafted.body, sent)
-        )
         await self._attempts(
             2, FlowActivities.record_outcome,
-            RecordRequest(
-                run_id=inp.run_id, summary=drafted.summary, email_message_id=sent.message_id,
-                idempotency_key=idempotency_key(inp.run_id, "record_outcome"), remember=remember,
-                start_id=start_id,
-            ),
+            record_request(inputs, {"draft": drafted, "send_confirmation": sent}, remember=True),
             rule, effect=True, defaults=defaults,
         )
         self._status = "completed"
