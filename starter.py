@@ -65,15 +65,8 @@ from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.models import STEP_NAMES
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
-from steps.runstate import (
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    EXIT_NO_WORKER,
-    EXIT_PIPE_CLOSED,
-    exit_code,
-    render_table,
-    short_result,
-)
+from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, exit_code
+from steps.runview import render_table, rich_table, step_ticker
 from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
 # A worker that dies mid workflow task is noticed after this, not the 10 s default.
@@ -161,27 +154,6 @@ async def wait_for_close(client: Client, run_id: str, on_change=None, poll: floa
     return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
 
 
-def step_ticker(indent: str = "  "):
-    """An ``on_change`` callback that prints one line each time a step changes status or attempt."""
-    seen: dict[str, tuple] = {}
-
-    def tick(status: dict) -> None:
-        for step in status["steps"]:
-            now = (step["status"], step["attempts"])
-            if seen.get(step["name"]) != now:
-                seen[step["name"]] = now
-                if step["status"] != "pending":
-                    extra = ""
-                    if step["status"] == "retrying":
-                        extra = f"; next try at {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error')}"
-                    print(printable(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
-                                    f" (attempt {step['attempts']}{extra})"), flush=True)
-        if status["status"] == "parked":
-            print(printable(f"{indent}{time.strftime('%H:%M:%S')} parked: {status.get('detail')}"), flush=True)
-
-    return tick
-
-
 class NoWorker(RuntimeError):
     """``status --live`` asks the workflow itself, which needs a worker; none answered."""
 
@@ -229,52 +201,15 @@ def _interactive(args) -> bool:
     return not getattr(args, "json", False) and sys.stdout.isatty()
 
 
-_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "waiting": "yellow", "retrying": "bold magenta",
-               "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
-
-
-def _cell(value) -> str:
-    """Run data for a rich cell: control characters escaped, and rich's markup too."""
-    from rich.markup import escape
-
-    return escape(printable(value))
-
-
-def rich_table(status: dict):
-    """The same table as ``render_table``, for a terminal: rich, updated in place."""
-    from rich.console import JustifyMethod
-    from rich.table import Table
-
-    title = _cell(f"run {status['run_id']}: {status['status']}")
-    table = Table(title=title, title_justify="left", caption=ui_url(status["run_id"]), caption_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("#", "right"), ("step", "left"), ("status", "left"), ("attempts", "right"), ("result", "left"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
-    for i, step in enumerate(status["steps"], 1):
-        style = _STEP_STYLE.get(step["status"], "")
-        mark = {"running": "> ", "retrying": "~ ", "waiting": "… ", "completed": "ok ", "adopted": "ok ",
-                "failed": "x ", "in_doubt": "? "}.get(step["status"], "  ")
-        result = "" if step["result"] is None else short_result(step["result"])
-        if step["status"] == "retrying":
-            result = f"next try {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error') or ''}"
-        table.add_row(str(i), _cell(step["name"]), f"[{style}]{mark}{_cell(step['status'])}[/]",
-                      str(step["attempts"]), _cell(result))
-    if status.get("detail"):
-        table.add_row("", "", "[yellow]now[/]", "", _cell(status["detail"]))
-    if status.get("error"):
-        table.add_row("", "", "[bold red]error[/]", "", _cell(status["error"]))
-    return table
-
-
 async def follow_live(client: Client, run_id: str) -> dict:
     """Follow the run in a live rich table until it closes."""
     from rich.console import Console
     from rich.live import Live
 
     first = await run_status(client, run_id)
-    with Live(rich_table(first), console=Console(), refresh_per_second=8, transient=False) as live:
-        return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s)))
+    caption = ui_url(run_id)
+    with Live(rich_table(first, caption), console=Console(), refresh_per_second=8, transient=False) as live:
+        return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s, caption)))
 
 
 def _exit_code(status: dict) -> int:

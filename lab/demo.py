@@ -43,9 +43,10 @@ from lab.processes import (
     wait_until,
 )
 from provider.client import fetch_effects
-from starter import render_table, start_run, step_ticker, wait_for_status
+from starter import start_run, wait_for_status
 from steps.controls import printable
 from steps.models import STEP_NAMES
+from steps.runview import render_table, step_ticker
 
 console = Console(highlight=False)
 if not console.is_terminal:  # piped or logged: don't wrap at 80 columns

@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.models import STEP_NAMES, to_jsonable
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
-    from steps.runstate import describe_step, iso
+    from steps.runstate import describe_step, iso, run_entry, step_entry
     from workflows.attempts import (
         DEFAULTS_ATTEMPT_TIMEOUT,
         HEARTBEAT_TIMEOUT,
@@ -97,17 +97,11 @@ class AgentFlow:
         return self._snapshot()
 
     def _snapshot(self) -> RunStatus:
-        current = next((s.name for s in self._steps if s.status not in ("completed", "adopted")), None)
-        active = next((s for s in self._steps if s.status in ("running", "retrying")), None)
-        detail = describe_step(to_jsonable(active)) if active is not None and self._status == "running" else None
-        return RunStatus(
-            run_id=self._run_id,
-            status=self._status,
-            current_step=current,
-            steps=[StepState(**to_jsonable(s)) for s in self._steps],
-            error=self._error,
-            detail=detail,
-        )
+        """The run's status in the shared shape, built by ``steps.runstate`` as on every engine."""
+        steps = [step_entry(**to_jsonable(s)) for s in self._steps]
+        active = next((s for s in steps if s["status"] in ("running", "retrying")), None)
+        detail = describe_step(active) if active is not None and self._status == "running" else None
+        return RunStatus.from_entry(run_entry(self._run_id, self._status, steps, error=self._error, detail=detail))
 
     @workflow.run
     async def run(self, inp: FlowInput) -> RunStatus:
