@@ -198,7 +198,7 @@ class Engines:
     async def run(self, engine: str) -> None:
         run_id = f"b-{engine}-{uuid.uuid4().hex[:10]}"
         if engine == "temporal":
-            from starter import start_run
+            from flowclient.runs import start_run
 
             await start_run(self.client, run_id, TASK, EMAIL, queue=self.queue)
             await self.client.get_workflow_handle(run_id).result()

@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 
 from flowclient.connect import connect, exit_now  # noqa: E402
+from flowclient.runs import start_run  # noqa: E402
 from flowclient.status import run_status  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, start_provider, start_worker  # noqa: E402
-from starter import start_run  # noqa: E402
 
 POINTS = ["draft:before", "send_confirmation:before", "send_confirmation:after_effect",
           "record_outcome:before", "record_outcome:after_effect"]

@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowclient.connect import connect, exit_now
+from flowclient.runs import start_run, wait_for_status
 from lab.processes import (
     LAB_SERVER_CONFIG,
     REPO,
@@ -43,7 +44,6 @@ from lab.processes import (
     wait_until,
 )
 from provider.client import fetch_effects
-from starter import start_run, wait_for_status
 from steps.controls import printable
 from steps.models import STEP_NAMES
 from steps.runview import render_table, step_ticker

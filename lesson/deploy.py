@@ -254,8 +254,8 @@ class Deploy:
 
     async def temporal(self, server: DevServer, change: str) -> Row:
         from flowclient.connect import connect
+        from flowclient.runs import start_run
         from flowclient.status import run_status
-        from starter import start_run
 
         row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
         queue = f"deploy-{_slug(change)}-{self.stamp}"
