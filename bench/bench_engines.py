@@ -175,7 +175,7 @@ class Engines:
         from temporalio.worker import Worker
 
         from activities import FlowActivities
-        from worker import TUNED_OPTIONS  # worker.py's options as shipped
+        from flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
         from workflows.agent_flow import AgentFlow
 
         self.client = await Client.connect(self.server.address)

@@ -29,8 +29,8 @@ from temporalio.worker import (
 )
 
 from flowclient.codec import data_converter_from_env
+from flowclient.worker_options import worker_options
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
-from worker import worker_options
 from workflows.agent_flow import AgentFlow
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
