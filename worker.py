@@ -1,6 +1,6 @@
 """Runs the Temporal worker for the agent flow.
 
-    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--defaults] [--verbose]
+    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--verbose]
 
 Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
@@ -12,8 +12,8 @@ worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
 
 Tuned for a fast resume after SIGKILL and for throughput (the options are
-``flowclient.worker_options``; ``--defaults`` turns this off, for the
-benchmark that measures what it buys):
+``flowclient.worker_options``; bench/bench_resume.py measures what they buy
+against Temporal's defaults):
 
 - a workflow cache of 1,000 (``--cache N``) with a **100 ms** sticky
   schedule-to-start timeout (Temporal's default is 10 s). With a cache, the
@@ -77,8 +77,8 @@ from workflows.agent_flow import AgentFlow
 log = logging.getLogger("worker")
 
 
-async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
-    options = worker_options(defaults=defaults, cache=cache)
+async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
+    options = worker_options(cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
     named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
@@ -126,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--identity", default=None,
                         help="the name this worker gives Temporal (history records it on every task it runs); "
                              "default: pid@host")
-    parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="debug logging (the SDK's, and a line per HTTP request); never payloads or bodies")
     args = parser.parse_args(argv)
@@ -136,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     # Workflow log lines (the replay report) carry the run id in their text already.
     workflow.logger.workflow_info_on_message = False
     try:
-        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache,
-                               identity=args.identity))
+        asyncio.run(run_worker(args.task_queue or task_queue(), cache=args.cache, identity=args.identity))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2

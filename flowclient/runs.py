@@ -78,23 +78,24 @@ def execution_timeout(rule: RetryRule | None = None, env: Mapping[str, str] | No
 
 async def start_run(
     client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
-    queue: str | None = None, timeouts: str = "tuned", rule: RetryRule | None = None,
+    queue: str | None = None, rule: RetryRule | None = None, *,
+    task_timeout: timedelta = WORKFLOW_TASK_TIMEOUT,
 ) -> tuple[bool, dict | None]:
     """Start the run, or attach to the existing one. Returns (created, existing status).
 
     See the module docstring for the id policies and the timeouts; the retry
-    rule comes from the environment unless given.
+    rule comes from the environment unless given. ``task_timeout`` is there
+    for a benchmark that compares with Temporal's default (10 s).
     """
     rule = rule or rule_from_env()
     try:
         await client.start_workflow(
             WORKFLOW_NAME,
             FlowInput(run_id=run_id, task=task, email=email,
-                      conversation_id=conversation_id or run_id, timeouts=timeouts, retry=rule.to_dict()),
+                      conversation_id=conversation_id or run_id, retry=rule.to_dict()),
             id=run_id,
             task_queue=queue or task_queue(),
-            # "defaults" exists for bench/bench_resume.py: Temporal's 10 s task timeout.
-            task_timeout=WORKFLOW_TASK_TIMEOUT if timeouts == "tuned" else timedelta(seconds=10),
+            task_timeout=task_timeout,
             execution_timeout=execution_timeout(rule),
             # One run per RUN_ID, ever: the idempotency keys derive from it.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

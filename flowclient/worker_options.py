@@ -52,11 +52,8 @@ CACHED_STICKY_TIMEOUT = timedelta(milliseconds=100)
 DEFAULT_CACHE = 1000
 
 
-def worker_options(*, defaults: bool = False, cache: int = DEFAULT_CACHE) -> dict[str, Any]:
-    """The Worker options: Temporal's defaults, or the tuned ones with a cache of
-    ``cache`` workflows (0: no cache, ``NO_CACHE_OPTIONS``)."""
-    if defaults:
-        return {"workflow_runner": NO_CACHE_OPTIONS["workflow_runner"]}
+def worker_options(*, cache: int = DEFAULT_CACHE) -> dict[str, Any]:
+    """The Worker options with a cache of ``cache`` workflows (0: no cache, ``NO_CACHE_OPTIONS``)."""
     if cache < 0:
         raise ValueError(f"--cache must be 0 or more, not {cache}")
     if cache:

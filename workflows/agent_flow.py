@@ -20,7 +20,9 @@ single attempt, and the workflow reads how it ended.
   step could not adopt (``steps.adoption``) is one.
 
 Each request is built by ``steps.requests`` (the builders every engine uses)
-from the run's inputs and the results so far.
+from the run's inputs and the results so far; each attempt's timeouts come
+from ``AgentFlow.attempt_timeouts``, a hook a benchmark overrides
+(bench/defaults_flow.py).
 
 Server-side activity retries cannot tell a crash from an error, which is why
 the loop lives here. The cost is history: each attempt is its own activity
@@ -63,13 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso, run_entry, step_entry
-    from workflows.attempts import (
-        DEFAULTS_ATTEMPT_TIMEOUT,
-        HEARTBEAT_TIMEOUT,
-        LIVE_PATCH,
-        ONE_ATTEMPT,
-        ending_of,
-    )
+    from workflows.attempts import HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of
     from workflows.before_live import run_recorded_before_live
 
     # The run's input and status types live in their own module: this module
@@ -122,7 +118,7 @@ class AgentFlow:
             task = check_task(inp.task, controls=live)
             email = check_email(inp.email, controls=live)
             conversation_id = check_conversation_id(inp.conversation_id or inp.run_id, controls=live)
-            if inp.timeouts not in ("tuned", "defaults"):
+            if inp.timeouts not in ("tuned", "defaults"):  # a compatibility field (workflows.state)
                 raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
             try:
                 rule = RetryRule.from_dict(inp.retry)
@@ -143,14 +139,10 @@ class AgentFlow:
             run_id=inp.run_id, task=task, email=email, conversation_id=conversation_id,
             start_id=info.original_execution_run_id, created_at=info.workflow_start_time.timestamp(),
         )
-        defaults = inp.timeouts == "defaults"
 
-        drafted = await self._attempts(
-            0, FlowActivities.draft, draft_request(inputs, {}), rule, effect=False, defaults=defaults,
-        )
+        drafted = await self._attempts(0, FlowActivities.draft, draft_request(inputs, {}), rule, effect=False)
         sent = await self._attempts(
-            1, FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}),
-            rule, effect=True, defaults=defaults,
+            1, FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}), rule, effect=True,
         )
         # Conversation memory is written after the last effect and never read
         # here: what happened is the history above, not memory. The
@@ -160,7 +152,7 @@ class AgentFlow:
         await self._attempts(
             2, FlowActivities.record_outcome,
             record_request(inputs, {"draft": drafted, "send_confirmation": sent}, remember=True),
-            rule, effect=True, defaults=defaults,
+            rule, effect=True,
         )
         self._status = "completed"
         workflow.set_current_details("completed: every step done")
@@ -174,13 +166,22 @@ class AgentFlow:
             + (f"; next try at {state.next_try_at}" if state.status == "retrying" else "")
         )
 
-    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool,
-                        defaults: bool) -> Any:
+    def attempt_timeouts(self, step: str, rule: RetryRule) -> tuple[timedelta, timedelta | None]:
+        """(start-to-close, heartbeat) timeout of every attempt of ``step``: the
+        rule's attempt timeout, and a 1 s heartbeat timeout so that a killed
+        worker is noticed within about a second (``workflows.attempts``).
+
+        A hook, and the only one: bench/bench_resume.py registers a subclass
+        under the same workflow name, on its own task queue and worker
+        (bench/defaults_worker.py), that returns Temporal's defaults instead,
+        to measure what these buy. Workflow code: it must stay deterministic."""
+        return timedelta(seconds=rule.attempt_timeout_for(step)), HEARTBEAT_TIMEOUT
+
+    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool) -> Any:
         """Attempts of one step until it succeeds or the retry rules give up (steps.retry)."""
         state = self._steps[index]
         ledger = StepLedger(state.name, rule, effect=effect)
-        attempt_timeout = (DEFAULTS_ATTEMPT_TIMEOUT if defaults
-                           else timedelta(seconds=rule.attempt_timeout_for(state.name)))
+        attempt_timeout, heartbeat_timeout = self.attempt_timeouts(state.name, rule)
         while True:
             ledger.attempts += 1
             state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
@@ -193,7 +194,7 @@ class AgentFlow:
                     activity_id=f"{state.name}/{ledger.attempts}",
                     summary=f"{state.name}, attempt {ledger.attempts}",
                     start_to_close_timeout=attempt_timeout,
-                    heartbeat_timeout=None if defaults else HEARTBEAT_TIMEOUT,
+                    heartbeat_timeout=heartbeat_timeout,
                     retry_policy=ONE_ATTEMPT,
                 )
             except ActivityError as err:

@@ -24,7 +24,13 @@ class FlowInput:
     task: str
     email: str
     conversation_id: str = ""
-    timeouts: str = "tuned"  # "tuned" | "defaults" (benchmark only)
+    # Compatibility only: inputs recorded with "tuned" or "defaults" (the resume
+    # benchmark's, before its timeouts became a subclass, bench/defaults_flow.py)
+    # must decode and replay as they ran, and the frozen path
+    # (workflows.before_live) picks its timeouts by it. New runs leave it at
+    # "tuned"; the live path checks it and otherwise ignores it (its timeouts
+    # are AgentFlow.attempt_timeouts).
+    timeouts: str = "tuned"
     # The retry rule the run records (steps.retry.RetryRule.to_dict()); the
     # starter fills it from the environment. None: the code's defaults.
     retry: dict[str, Any] | None = None
