@@ -68,7 +68,7 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
          '    FlowStep("send_confirmation",'),
         ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (",
          "async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
-         "def _no_request(inputs: RunInputs, results: Any) -> None:\n    return None\n\n\n"
+         "def _no_request(inputs: Any, results: Any) -> None:\n    return None\n\n\n"
          "FLOW: tuple[FlowStep, ...] = ("),
         ("steps/plan.py", 'assert tuple(s.name for s in FLOW) == STEP_NAMES', "assert True"),
     ],

@@ -18,7 +18,7 @@ from typing import Any
 
 from steps import flow as step_functions
 from steps.models import STEP_NAMES
-from steps.requests import RequestBuilder, RunInputs, draft_request, record_request, send_request
+from steps.requests import RequestBuilder, draft_request, record_request, send_request
 
 
 @dataclass(frozen=True)
@@ -41,5 +41,3 @@ FLOW: tuple[FlowStep, ...] = (
     FlowStep("record_outcome", step_functions.record_outcome, record_request, effect=True),
 )
 assert tuple(s.name for s in FLOW) == STEP_NAMES, "the engines must drive the same flow as Temporal"
-
-__all__ = ["FLOW", "FlowStep", "RunInputs"]
