@@ -45,161 +45,18 @@ import json
 import logging
 import os
 import sys
-import time
-import uuid
-from datetime import timedelta
 from urllib.parse import quote
 
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
 from flowclient.logs import basic_config
-from flowclient.status import RunNotFound, activity_traces, read_history, run_status
+from flowclient.runs import NoWorker, RetryRefused, live_status, retry_run, start_run, wait_for_close
+from flowclient.status import RunNotFound, run_status
 from steps.controls import printable
-from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.models import STEP_NAMES
-from steps.retry import RetryRule, rule_from_env, run_timeout_floor
-from steps.runstate import (
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    EXIT_NO_WORKER,
-    EXIT_PIPE_CLOSED,
-    exit_code,
-    render_table,
-    short_result,
-)
-from workflows.agent_flow import WORKFLOW_NAME, FlowInput
-
-# A worker that dies mid workflow task is noticed after this, not the 10 s default.
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
-PARKING_WINDOW = timedelta(hours=24)
-"""How long a run may wait beyond its retry budgets (parked by a bad deploy, or
-with no worker running) before Temporal closes it as timed out."""
-
-
-def execution_timeout(rule: RetryRule | None = None, env=None) -> timedelta:
-    """The run's execution timeout: ``RUN_TIMEOUT_SECONDS``, or by default every
-    step's retry budget plus the parking window. Never below the budgets: a
-    timeout that could cut a retrying step short is refused."""
-    env = os.environ if env is None else env
-    rule = rule or rule_from_env(env)
-    floor = run_timeout_floor(rule, len(STEP_NAMES))
-    raw = (env.get("RUN_TIMEOUT_SECONDS") or "").strip()
-    if not raw:
-        return timedelta(seconds=floor) + PARKING_WINDOW
-    try:
-        seconds = float(raw)
-        if not seconds > 0:
-            raise ValueError
-    except ValueError:
-        raise InputError(f"RUN_TIMEOUT_SECONDS={raw!r} must be a positive number of seconds") from None
-    if seconds < floor:
-        raise InputError(
-            f"RUN_TIMEOUT_SECONDS={raw} would cut a retrying step short: it must be at least {floor:g} s, "
-            f"the {len(STEP_NAMES)} steps' retry budgets ({rule.budget_seconds:g} s each, LAB_RETRY_BUDGET_SECONDS) "
-            "plus a minute each. Raise it, or lower the budget."
-        )
-    return timedelta(seconds=seconds)
-
-
-async def start_run(
-    client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
-    queue: str | None = None, timeouts: str = "tuned", rule: RetryRule | None = None,
-) -> tuple[bool, dict | None]:
-    """Start the run, or attach to the existing one. Returns (created, existing status).
-
-    The server decides, atomically: REJECT_DUPLICATE refuses an id whose run has
-    closed, FAIL refuses one whose run is open. Either refusal means "attach".
-    The retry rule (``steps.retry``, from the environment unless given) goes
-    into the run's input: the numbers a run runs under are in its history.
-    """
-    rule = rule or rule_from_env()
-    try:
-        await client.start_workflow(
-            WORKFLOW_NAME,
-            FlowInput(run_id=run_id, task=task, email=email,
-                      conversation_id=conversation_id or run_id, timeouts=timeouts, retry=rule.to_dict()),
-            id=run_id,
-            task_queue=queue or task_queue(),
-            # "defaults" exists for bench/bench_resume.py: Temporal's 10 s task timeout.
-            task_timeout=WORKFLOW_TASK_TIMEOUT if timeouts == "tuned" else timedelta(seconds=10),
-            execution_timeout=execution_timeout(rule),
-            # One run per RUN_ID, ever: the idempotency keys derive from it.
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        )
-    except WorkflowAlreadyStartedError:
-        return False, await run_status(client, run_id)
-    return True, None
-
-
-async def wait_for_status(client: Client, run_id: str, until, on_change=None, poll: float = 0.25,
-                          timeout: float | None = None) -> dict:
-    """Poll the run's status until ``until(status)``; ``on_change`` sees each new status."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    last = None
-    while True:
-        status = await run_status(client, run_id)
-        if on_change and status != last:
-            on_change(status)
-        last = status
-        if until(status):
-            return status
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s; last status: {status}")
-        await asyncio.sleep(poll)
-
-
-async def wait_for_close(client: Client, run_id: str, on_change=None, poll: float = 0.25) -> dict:
-    """Until the run completes, fails or is parked (which needs an operator)."""
-    return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
-
-
-def step_ticker(indent: str = "  "):
-    """An ``on_change`` callback that prints one line each time a step changes status or attempt."""
-    seen: dict[str, tuple] = {}
-
-    def tick(status: dict) -> None:
-        for step in status["steps"]:
-            now = (step["status"], step["attempts"])
-            if seen.get(step["name"]) != now:
-                seen[step["name"]] = now
-                if step["status"] != "pending":
-                    extra = ""
-                    if step["status"] == "retrying":
-                        extra = f"; next try at {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error')}"
-                    print(printable(f"{indent}{time.strftime('%H:%M:%S')} {step['name']}: {step['status']}"
-                                    f" (attempt {step['attempts']}{extra})"), flush=True)
-        if status["status"] == "parked":
-            print(printable(f"{indent}{time.strftime('%H:%M:%S')} parked: {status.get('detail')}"), flush=True)
-
-    return tick
-
-
-class NoWorker(RuntimeError):
-    """``status --live`` asks the workflow itself, which needs a worker; none answered."""
-
-
-LIVE_TIMEOUT = timedelta(seconds=5)
-
-
-async def live_status(client: Client, run_id: str) -> dict:
-    try:
-        return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=LIVE_TIMEOUT)
-    except RPCError as err:
-        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) or "imeout" in str(err):
-            raise NoWorker(
-                f"no worker answered the query for run {run_id} in {LIVE_TIMEOUT.total_seconds():g} s: start one "
-                f"(python worker.py), or drop --live to read Temporal's history, which needs none"
-            ) from None
-        raise
-
+from steps.limits import check_conversation_id, check_email, check_run_id, check_task
+from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, exit_code
+from steps.runview import render_table, rich_table, step_ticker
 
 DEV_SERVER_UI = "http://localhost:8233"
 CLOUD_UI = "https://cloud.temporal.io"
@@ -229,52 +86,15 @@ def _interactive(args) -> bool:
     return not getattr(args, "json", False) and sys.stdout.isatty()
 
 
-_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "waiting": "yellow", "retrying": "bold magenta",
-               "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
-
-
-def _cell(value) -> str:
-    """Run data for a rich cell: control characters escaped, and rich's markup too."""
-    from rich.markup import escape
-
-    return escape(printable(value))
-
-
-def rich_table(status: dict):
-    """The same table as ``render_table``, for a terminal: rich, updated in place."""
-    from rich.console import JustifyMethod
-    from rich.table import Table
-
-    title = _cell(f"run {status['run_id']}: {status['status']}")
-    table = Table(title=title, title_justify="left", caption=ui_url(status["run_id"]), caption_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("#", "right"), ("step", "left"), ("status", "left"), ("attempts", "right"), ("result", "left"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
-    for i, step in enumerate(status["steps"], 1):
-        style = _STEP_STYLE.get(step["status"], "")
-        mark = {"running": "> ", "retrying": "~ ", "waiting": "… ", "completed": "ok ", "adopted": "ok ",
-                "failed": "x ", "in_doubt": "? "}.get(step["status"], "  ")
-        result = "" if step["result"] is None else short_result(step["result"])
-        if step["status"] == "retrying":
-            result = f"next try {(step.get('next_try_at') or '?')[11:19]} UTC: {step.get('last_error') or ''}"
-        table.add_row(str(i), _cell(step["name"]), f"[{style}]{mark}{_cell(step['status'])}[/]",
-                      str(step["attempts"]), _cell(result))
-    if status.get("detail"):
-        table.add_row("", "", "[yellow]now[/]", "", _cell(status["detail"]))
-    if status.get("error"):
-        table.add_row("", "", "[bold red]error[/]", "", _cell(status["error"]))
-    return table
-
-
 async def follow_live(client: Client, run_id: str) -> dict:
     """Follow the run in a live rich table until it closes."""
     from rich.console import Console
     from rich.live import Live
 
     first = await run_status(client, run_id)
-    with Live(rich_table(first), console=Console(), refresh_per_second=8, transient=False) as live:
-        return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s)))
+    caption = ui_url(run_id)
+    with Live(rich_table(first, caption), console=Console(), refresh_per_second=8, transient=False) as live:
+        return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s, caption)))
 
 
 def _exit_code(status: dict) -> int:
@@ -336,47 +156,6 @@ async def _cmd_watch(args) -> int:
     final = await wait_for_close(client, run_id, lambda s: print(render_table(s), "\n", flush=True))
     print(f"  ui: {ui_url(run_id)}", flush=True)
     return _exit_code(final)
-
-
-class RetryRefused(ValueError):
-    """A run that cannot be retried; the message says why and what to do."""
-
-
-async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
-    """Reset a failed or timed-out run to the workflow task that first scheduled
-    its failed step. Returns (step, reset event id, new Temporal run id)."""
-    description, history = await read_history(client, run_id)
-    state = description.status
-    if state == WorkflowExecutionStatus.COMPLETED:
-        raise RetryRefused(f"run {run_id} completed; a completed run cannot be retried. "
-                           "Start a new RUN_ID to do the task again.")
-    if state == WorkflowExecutionStatus.RUNNING:
-        raise RetryRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
-                           "retry is for a run that failed or timed out")
-    status = await run_status(client, run_id)
-    if (status.get("error") or "").startswith("input refused"):
-        raise RetryRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
-                           "again. Start a new RUN_ID with corrected input.")
-    step = status["current_step"]
-    traces = [t for t in (await activity_traces(client, history)).values() if t.step == step]
-    if traces:
-        point = traces[0].workflow_task_completed_event_id
-    else:  # closed before the step was ever scheduled (e.g. timed out while parked)
-        completed = [e.event_id for e in history.events
-                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-        if not completed:
-            raise RetryRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
-        point = completed[-1]
-    response = await client.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
-            reason=f"starter.py retry: restart at step {step} ({status.get('error') or 'closed'})"[:1000],
-            workflow_task_finish_event_id=point,
-            request_id=str(uuid.uuid4()),
-        )
-    )
-    return step or "?", point, response.run_id
 
 
 async def _cmd_retry(args) -> int:

@@ -1,6 +1,6 @@
 """Runs the Temporal worker for the agent flow.
 
-    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--defaults] [--verbose]
+    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--verbose]
 
 Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
@@ -11,8 +11,9 @@ metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
 worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
 
-Tuned for a fast resume after SIGKILL and for throughput (``--defaults`` turns
-this off, for the benchmark that measures what it buys):
+Tuned for a fast resume after SIGKILL and for throughput (the options are
+``flowclient.worker_options``; bench/bench_resume.py measures what they buy
+against Temporal's defaults):
 
 - a workflow cache of 1,000 (``--cache N``) with a **100 ms** sticky
   schedule-to-start timeout (Temporal's default is 10 s). With a cache, the
@@ -28,7 +29,7 @@ this off, for the benchmark that measures what it buys):
   (1.93 s against 1.09 s from the kill). ``--cache 0`` turns the cache off
   (no sticky queue, a replay of the history on every workflow task): the
   choice for such a server when resume time matters more than throughput.
-- the sandbox is Temporal's default (``workflow_restrictions``) plus
+- the sandbox is Temporal's default (``flowclient.worker_options.workflow_restrictions``) plus
   ``sqlite3``: wall clock, ``random``, ``uuid4``, ``open``, network and
   database calls in workflow code are refused, and the workflow module is
   executed afresh for every workflow task. Passing every module through would
@@ -44,7 +45,7 @@ this off, for the benchmark that measures what it buys):
   of 1,000 runs made no progress for minutes (bench/bench_scale.py). With 8,
   the rest wait on the server, where the timeout has not started.
 - the activities' 1 s heartbeat timeout and the starter's 2 s workflow task
-  timeout are set where those calls are made (workflows/, starter.py).
+  timeout are set where those calls are made (workflows/, flowclient/runs.py).
 
 Prints ``worker ready`` once polling starts; tests and the demo wait for it.
 """
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -63,71 +63,22 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxMatcher, SandboxRestrictions
 
 from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
+from flowclient.worker_options import DEFAULT_CACHE, worker_options
+from providerclient import provider_url_from_env
 from steps import crashpoints
-from steps.deps import deps_from_env
+from wiring import deps_from_env
 from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
 
-# See the module docstring: a cache with a 100 ms sticky timeout (a dead worker's
-# sticky queue holds a task that long), and few workflow-task slots, so a burst
-# waits in the server's queue (where no timeout runs) instead of inside this
-# process, where the 2 s workflow task timeout does run.
-def workflow_restrictions() -> SandboxRestrictions:
-    """Temporal's default sandbox, plus sqlite3, which the default leaves open.
 
-    The default already passes the standard library and temporalio through
-    (imported once, not per workflow task) and refuses their non-deterministic
-    members at run time through proxies; the lab's own modules that workflow
-    code needs are passed through where it imports them
-    (``workflow.unsafe.imports_passed_through``). Passing *every* module
-    through (``with_passthrough_all_modules``) would also pass the workflow
-    module itself, whose imports would then be the real modules, unproxied:
-    nothing would be refused. tests/test_sandbox.py checks each refusal.
-    """
-    default = SandboxRestrictions.default
-    no_database = SandboxMatcher(children={"sqlite3": SandboxMatcher.all_uses_runtime})
-    return dataclasses.replace(default, invalid_module_members=default.invalid_module_members | no_database)
-
-
-NO_CACHE_OPTIONS = {
-    "max_cached_workflows": 0,
-    "max_concurrent_workflow_tasks": 8,
-    "workflow_runner": SandboxedWorkflowRunner(restrictions=workflow_restrictions()),
-}
-
-
-# With a cache: the longest a workflow task waits on a dead worker's sticky
-# queue before the server moves it to the shared one (see the module docstring).
-CACHED_STICKY_TIMEOUT = timedelta(milliseconds=100)
-DEFAULT_CACHE = 1000
-
-
-def worker_options(*, defaults: bool = False, cache: int = DEFAULT_CACHE) -> dict:
-    """The Worker options: Temporal's defaults, or the tuned ones with a cache of
-    ``cache`` workflows (0: no cache, ``NO_CACHE_OPTIONS``)."""
-    if defaults:
-        return {"workflow_runner": NO_CACHE_OPTIONS["workflow_runner"]}
-    if cache < 0:
-        raise ValueError(f"--cache must be 0 or more, not {cache}")
-    if cache:
-        return {**NO_CACHE_OPTIONS, "max_cached_workflows": cache,
-                "sticky_queue_schedule_to_start_timeout": CACHED_STICKY_TIMEOUT}
-    return NO_CACHE_OPTIONS
-
-
-TUNED_OPTIONS = worker_options()
-"""What ``python worker.py`` runs with: the tuned options and the default cache (benches import it)."""
-
-
-async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
-    options = worker_options(defaults=defaults, cache=cache)
+async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
+    options = worker_options(cache=cache)
     deps = deps_from_env()  # configuration errors first, before any connection
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
     named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
@@ -155,7 +106,7 @@ async def run_worker(queue: str, *, defaults: bool, cache: int = DEFAULT_CACHE, 
         encrypted = f"encrypted with key id {key_id!r}" if codec is not None else "not encrypted"
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
-            f"model {deps.llm.name}, provider {deps.provider.base_url}, crash points {armed}, "
+            f"model {deps.llm.name}, provider {provider_url_from_env()}, crash points {armed}, "
             f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}, "
             f"identity {client.identity}",
             flush=True,
@@ -175,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--identity", default=None,
                         help="the name this worker gives Temporal (history records it on every task it runs); "
                              "default: pid@host")
-    parser.add_argument("--defaults", action="store_true", help="use Temporal's default timeouts (for comparison)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="debug logging (the SDK's, and a line per HTTP request); never payloads or bodies")
     args = parser.parse_args(argv)
@@ -185,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     # Workflow log lines (the replay report) carry the run id in their text already.
     workflow.logger.workflow_info_on_message = False
     try:
-        asyncio.run(run_worker(args.task_queue or task_queue(), defaults=args.defaults, cache=args.cache,
-                               identity=args.identity))
+        asyncio.run(run_worker(args.task_queue or task_queue(), cache=args.cache, identity=args.identity))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -64,14 +64,15 @@ from dbos import DBOS  # noqa: E402
 from dbosflow import engine as dbos_engine  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from runrecord.definition import DEFAULT_FLOW, FlowStep  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
 from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
-from steps.deps import deps_from_env  # noqa: E402
 from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
+from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
+from steps.plan import FlowStep  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
+from wiring import deps_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -175,7 +176,7 @@ class Engines:
         from temporalio.worker import Worker
 
         from activities import FlowActivities
-        from worker import TUNED_OPTIONS  # worker.py's options as shipped
+        from flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
         from workflows.agent_flow import AgentFlow
 
         self.client = await Client.connect(self.server.address)
@@ -184,7 +185,7 @@ class Engines:
                              activities=[*FlowActivities(deps_from_env(self.env)).all(), noop], **TUNED_OPTIONS)
         await self.worker.__aenter__()
         db = self.work / "dbosflow.db"
-        dbos_engine.set_environment(self.env, db, say=lambda line: None)
+        dbos_engine.set_environment(lambda: deps_from_env(self.env), db, say=lambda line: None)
         dbos_engine.configure(db)
         await asyncio.to_thread(DBOS.launch)
         return self
@@ -198,7 +199,7 @@ class Engines:
     async def run(self, engine: str) -> None:
         run_id = f"b-{engine}-{uuid.uuid4().hex[:10]}"
         if engine == "temporal":
-            from starter import start_run
+            from flowclient.runs import start_run
 
             await start_run(self.client, run_id, TASK, EMAIL, queue=self.queue)
             await self.client.get_workflow_handle(run_id).result()

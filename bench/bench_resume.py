@@ -12,7 +12,10 @@ ratio compares like with like.
 tuned:        heartbeat timeout 1 s, no workflow cache (so no sticky queue),
               workflow task timeout 2 s: client-side settings, portable to any server
 defaults:     no heartbeat timeout (start-to-close 10 s), sticky 10 s,
-              workflow task timeout 10 s
+              workflow task timeout 10 s: bench/defaults_worker.py, whose
+              workflow (bench/defaults_flow.py) overrides the flow's one
+              timeout hook, ``AgentFlow.attempt_timeouts``; the shipped
+              worker and workflow know nothing of this mode
 tuned+server: tuned, on a dev server started with LAB_SERVER_CONFIG: the
               server's timer queue fires with ~1 s granularity by default
               (history.timerProcessorMaxTimeShift); the heartbeat timeout and
@@ -41,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC
+from datetime import UTC, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,10 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 
 from flowclient.connect import connect, exit_now  # noqa: E402
+from flowclient.runs import WORKFLOW_TASK_TIMEOUT, start_run  # noqa: E402
 from flowclient.status import run_status  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, start_worker  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from starter import start_run  # noqa: E402
+
+TEMPORAL_DEFAULT_TASK_TIMEOUT = timedelta(seconds=10)
 
 POINTS = ["draft:before", "send_confirmation:before", "send_confirmation:after_effect",
           "record_outcome:before", "record_outcome:after_effect"]
@@ -72,18 +77,29 @@ async def completed_at(client, run_id: str, deadline: float) -> float:
     raise TimeoutError(f"run {run_id} did not complete")
 
 
+def start_mode_worker(mode: str, address: str, provider_url: str, queue: str, env: dict[str, str]) -> Proc:
+    """worker.py for the tuned modes; bench/defaults_worker.py for "defaults"."""
+    if mode != "defaults":
+        args = ["--cache", "1000"] if mode == "tuned+cache" else ["--cache", "0"]
+        return start_worker(address, provider_url, queue, env, args)
+    proc = Proc("worker", [sys.executable, "bench/defaults_worker.py"],
+                env={"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default", "TASK_QUEUE": queue,
+                     "PROVIDER_URL": provider_url, "PYTHONUNBUFFERED": "1", **env})
+    proc.wait_for_line("worker ready", timeout=60)
+    return proc
+
+
 async def one(server, provider_url, point: str, mode: str, workdir: Path) -> tuple[float, float]:
     """(seconds from the replacement being ready, seconds from the first worker's death) to completion."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     run_id = f"bench-{mode.replace('+', '-')}-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
     client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
-    args = {"defaults": ["--defaults"], "tuned+cache": ["--cache", "1000"]}.get(mode, ["--cache", "0"])
-    timeouts = "defaults" if mode == "defaults" else "tuned"
     memory = {"MEMORY_DB": str(workdir / f"{queue}-memory.db")}  # removed with the bench's temp dir
-    first = start_worker(server.address, provider_url, queue, {"CRASH_AT": point, **memory}, args)
+    first = start_mode_worker(mode, server.address, provider_url, queue, {"CRASH_AT": point, **memory})
     try:
+        task_timeout = TEMPORAL_DEFAULT_TASK_TIMEOUT if mode == "defaults" else WORKFLOW_TASK_TIMEOUT
         await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com",
-                        queue=queue, timeouts=timeouts)
+                        queue=queue, task_timeout=task_timeout)
         deadline = time.monotonic() + 60
         while first.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -92,7 +108,7 @@ async def one(server, provider_url, point: str, mode: str, workdir: Path) -> tup
     finally:
         died = time.time()
         first.kill()  # reaps it too: a dead child left unreaped stayed a zombie and hung a run
-    second = start_worker(server.address, provider_url, queue, memory, args)
+    second = start_mode_worker(mode, server.address, provider_url, queue, memory)
     ready = time.time()
     try:
         done = await completed_at(client, run_id, time.monotonic() + 120)

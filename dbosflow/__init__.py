@@ -1,7 +1,7 @@
 """The agent flow on DBOS Transact: the third durable engine of the lab,
 beside Temporal's event history and the hand-rolled run record, driving THE
 SAME step functions (``steps.flow``) with the same requests and idempotency
-keys (``runrecord.definition``, ``steps.keys``) against the same provider and
+keys (``steps.plan``, ``steps.requests``, ``steps.keys``) against the same provider and
 memory. An optional extra: ``pip install -e '.[dbos]'``.
 
 ``dbosflow.engine`` has the contract (what DBOS records and when, recovery,

@@ -3,7 +3,7 @@
     python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID]
     python -m dbosflow resume RUN_ID
     python -m dbosflow status RUN_ID [--json]
-    python -m dbosflow steps RUN_ID          # DBOS's own rows for the run, as it stores them
+    python -m dbosflow steps RUN_ID [--json] # DBOS's own rows for the run, as it stores them
     python -m dbosflow list
 
 Every command takes ``--db PATH`` (default ``$DBOSFLOW_DB`` or
@@ -17,7 +17,9 @@ run of this application version in the database (not only RUN_ID), then the
 command waits for RUN_ID and for those (``start`` launches DBOS too, so it
 recovers them as well). A run of another version is not recovered (exit 6).
 ``status``, ``steps`` and ``list`` only read (``DBOSClient``): nothing is
-recovered by looking.
+recovered by looking. ``steps --json`` prints ``dbosflow.compare.dbos_side``:
+``python -m runrecord compare ... --dbos RUN_ID`` runs it for its DBOS column,
+so the run record imports nothing of this engine.
 
 Exit codes, as ``python -m runrecord`` where they mean the same:
 
@@ -68,13 +70,14 @@ async def _launch(db: Path):
     from dbos import DBOS
 
     from dbosflow import engine
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
+    env = dict(os.environ)
     try:
-        deps_from_env()  # configuration errors (provider URL, model, memory) before anything runs
+        deps_from_env(env)  # configuration errors (provider URL, model, memory) before anything runs
     except ValueError as err:
         raise InputError(str(err)) from err
-    engine.set_environment(dict(os.environ), db)
+    engine.set_environment(lambda: deps_from_env(env), db)
     engine.configure(db)
     await asyncio.to_thread(DBOS.launch)
     return DBOS

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dbosflow.status import RunNotFound, read, status_of
-from steps.runstate import iso, short_result
+from steps.runstate import iso
+from steps.runview import short_result
 
 TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
 

@@ -7,8 +7,9 @@ What DBOS does here, and what the lab adds:
 - **One workflow per run**, DBOS workflow id = RUN_ID (``SetWorkflowID``).
   Its inputs (task, email, conversation, start id, creation time, retry rule)
   are recorded by DBOS with the workflow, so every dispatch builds the same
-  requests: the request builders are the run record's (``runrecord.definition``),
-  which read only the inputs and the recorded results of earlier steps.
+  requests: the flow is ``steps.plan``'s and its request builders
+  ``steps.requests``, which read only the inputs and the recorded results of
+  earlier steps.
 - **Each step is ``DBOS.run_step_async``** under the step's own name. DBOS
   writes one row per step to ``operation_outputs`` *after* the step returns
   (output or error): nothing is written when a step starts. A process that
@@ -50,19 +51,21 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
 from dbos._error import DBOSMaxStepRetriesExceeded
 
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
+from steps.flow import StepDeps
 from steps.limits import InputError
-from steps.models import STEP_NAMES, RememberRequest, sent_reply, to_jsonable
+from steps.models import STEP_NAMES, to_jsonable
+from steps.plan import FLOW, FlowStep
+from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule
 
 APP_NAME = "agentlab"
@@ -77,7 +80,7 @@ VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
 
-assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES
+assert tuple(s.name for s in FLOW) == STEP_NAMES
 
 
 class StepFailed(Exception):
@@ -157,28 +160,30 @@ def configure(db: Path, *, version: str | None = None) -> DBOS:
 
 # ------------------------------------------------------------------ the steps' world
 
-_DEPS: dict[int, Any] = {}  # per event loop: an httpx client belongs to the loop that first used it
-_ENV: dict[str, str] = {}
+_DEPS: dict[int, StepDeps] = {}  # per event loop: an httpx client belongs to the loop that first used it
+_MAKE_DEPS: list[Callable[[], StepDeps]] = []
 _SAY = [lambda line: print(line, flush=True)]
 _DB: list[Path] = []
 
 
-def set_environment(env: Mapping[str, str], db: Path, say=None) -> None:
-    """What the steps use in this process: provider, model and memory from ``env``."""
-    _ENV.clear()
-    _ENV.update(env)
+def set_environment(make_deps: Callable[[], StepDeps], db: Path, say=None) -> None:
+    """What the steps use in this process: ``make_deps()`` builds their provider,
+    model and memory (the caller's choice, e.g. ``wiring.deps_from_env``), once
+    per event loop; ``db`` is DBOS's system database."""
+    _MAKE_DEPS[:] = [make_deps]
     _DB[:] = [db]
     if say is not None:
         _SAY[0] = say
 
 
-def _deps():
-    from steps.deps import deps_from_env
-
+def _deps() -> StepDeps:
+    if not _MAKE_DEPS:
+        raise RuntimeError("dbosflow.engine.set_environment(make_deps, db) was not called: the process that "
+                           "launches DBOS says how the steps reach the provider, model and memory")
     loop = asyncio.get_running_loop()
     deps = _DEPS.get(id(loop))
     if deps is None:
-        deps = _DEPS[id(loop)] = deps_from_env(_ENV or os.environ)
+        deps = _DEPS[id(loop)] = _MAKE_DEPS[0]()
     return deps
 
 
@@ -226,7 +231,7 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
     dispatch = await asyncio.to_thread(dispatch_of, run_id)
     results: dict[str, Any] = {}
     previous_dispatch = 1
-    for step in DEFAULT_FLOW:
+    for step in FLOW:
         request = step.request(inputs, results)
         ran = {"attempts": 0}
         try:
@@ -248,12 +253,7 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
             crash_point(f"dbos:{step.name}:after_record")
     # Best effort, idempotent by message id, outside any step (as on the run record):
     # memory is context for later prompts, never read to decide what was done.
-    draft = results.get("draft") or {}
-    await step_functions.remember_exchange(
-        RememberRequest(run_id=run_id, conversation_id=inputs.conversation_id, task=inputs.task,
-                        reply=sent_reply(draft.get("body", ""), results.get("send_confirmation") or {})),
-        _deps(),
-    )
+    await step_functions.remember_exchange(remember_request(inputs, results), _deps())
     return results
 
 

@@ -1,7 +1,8 @@
 """The contract between the flow's "draft" step and whatever writes the draft.
 
 A model turns OpenAI chat-format messages into a :class:`Draft`: an email
-subject, a body and a one-line summary. The messages are, in order, one system
+subject, a body and a one-line summary. The interface is the draft step's
+(:class:`steps.ports.LanguageModel`); this package implements it. The messages are, in order, one system
 message, the earlier turns of the conversation (user and assistant messages,
 possibly assistant ``tool_calls`` and ``tool`` results) taken from the bounded
 conversation memory, and the task as the last user message.
@@ -36,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from steps.limits import (
     MAX_BODY_CHARS,
@@ -46,6 +47,7 @@ from steps.limits import (
     check_text,
     has_line_break,
 )
+from steps.ports import LanguageModel  # the port this package implements; re-exported for its users
 
 __all__ = ["Draft", "DraftError", "LanguageModel", "make_draft", "message_text"]
 
@@ -137,20 +139,3 @@ def message_text(message: Mapping[str, Any]) -> str:
         ]
         return "\n".join(parts)
     return ""
-
-
-@runtime_checkable
-class LanguageModel(Protocol):
-    """What the draft step needs from a model.
-
-    ``name`` identifies the model in logs and run records, e.g. ``"offline"``
-    or ``"openai-compatible:llama3.1"``.
-
-    ``draft`` raises :class:`steps.errors.TransientError` when the same call may
-    succeed later and :class:`steps.errors.PermanentError` when it cannot; it
-    does not retry on its own, since retries belong to the durable engine.
-    """
-
-    name: str
-
-    async def draft(self, messages: list[dict]) -> Draft: ...

@@ -187,7 +187,7 @@ async def _faults(pc: ProviderClient) -> dict:
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
-    from starter import start_run  # the starter's own start: id policies, timeouts
+    from flowclient.runs import start_run  # the starter's own start: id policies, timeouts
 
     say = config.say
     rng = random.Random(config.seed)

@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowclient.connect import connect, exit_now
+from flowclient.runs import start_run, wait_for_status
 from lab.processes import (
     LAB_SERVER_CONFIG,
     REPO,
@@ -43,9 +44,9 @@ from lab.processes import (
 )
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import fetch_effects
-from starter import render_table, start_run, step_ticker, wait_for_status
 from steps.controls import printable
 from steps.models import STEP_NAMES
+from steps.runview import render_table, step_ticker
 
 console = Console(highlight=False)
 if not console.is_terminal:  # piped or logged: don't wrap at 80 columns

@@ -47,7 +47,7 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
                               f"outage-{outage:g}-r-{uuid.uuid4().hex[:4]}")
     procs = [worker]
     try:
-        from starter import start_run
+        from flowclient.runs import start_run
 
         provider.kill()
         down = time.monotonic()
@@ -77,7 +77,7 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
                      "error": status.get("error"), "retry": None}
             if status["status"] == "failed":
                 if engine == "temporal":
-                    from starter import retry_run
+                    from flowclient.runs import retry_run
 
                     await retry_run(client, run_id)
                     retried = await wait_until(temporal_closed, 300, f"run {run_id} to close after retry", interval=0.5)

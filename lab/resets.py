@@ -121,7 +121,7 @@ async def matrix(say=print) -> list[dict]:
                 queue = f"resets-{mode}-{uuid.uuid4().hex[:6]}"
                 workers.append(start_worker(server.address, url, queue,
                                             {"MEMORY_DB": str(work / f"memory-{mode}.db"), "LLM_OFFLINE_VARY": vary}))
-                from starter import start_run
+                from flowclient.runs import start_run
 
                 # A completed run, reset at every point in turn.
                 run_id = f"reset-{mode}-{uuid.uuid4().hex[:6]}"

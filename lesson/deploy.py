@@ -55,7 +55,7 @@ from steps.models import STEP_NAMES
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "providerclient",
-            "runrecord", "steps", "workflows")
+            "runrecord", "steps", "storage", "wiring", "workflows")
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).
@@ -64,14 +64,14 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
     "before": [
         ("workflows/agent_flow.py", SEND,
          "        await workflow.sleep(0.01)  # the release: a pause before the email\n" + SEND),
-        ("runrecord/definition.py", '    FlowStep("send_confirmation",',
+        ("steps/plan.py", '    FlowStep("send_confirmation",',
          '    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause before the email\n'
          '    FlowStep("send_confirmation",'),
-        ("runrecord/definition.py", "DEFAULT_FLOW: tuple[FlowStep, ...] = (",
+        ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (",
          "async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
-         "def _no_request(inputs: RunInputs, results: Mapping[str, Any]) -> None:\n    return None\n\n\n"
-         "DEFAULT_FLOW: tuple[FlowStep, ...] = ("),
-        ("runrecord/definition.py", 'assert tuple(s.name for s in DEFAULT_FLOW) == STEP_NAMES', "assert True"),
+         "def _no_request(inputs: Any, results: Any) -> None:\n    return None\n\n\n"
+         "FLOW: tuple[FlowStep, ...] = ("),
+        ("steps/plan.py", 'assert tuple(s.name for s in FLOW) == STEP_NAMES', "assert True"),
     ],
     "before, versioned": [
         ("workflows/agent_flow.py", SEND,
@@ -255,8 +255,8 @@ class Deploy:
 
     async def temporal(self, server: DevServer, change: str) -> Row:
         from flowclient.connect import connect
+        from flowclient.runs import start_run
         from flowclient.status import run_status
-        from starter import start_run
 
         row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
         queue = f"deploy-{_slug(change)}-{self.stamp}"

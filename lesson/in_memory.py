@@ -42,6 +42,7 @@ import os
 import secrets
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from memory import InMemoryStore, MemoryPolicy, Message
@@ -51,7 +52,8 @@ from steps.crashpoints import crash_point
 from steps.errors import StepError
 from steps.keys import idempotency_key
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.models import DraftRequest, RecordRequest, RememberRequest, SendRequest
+from steps.ports import Remembered
+from steps.requests import RunInputs, draft_request, record_request, remember_request, send_request
 
 KEY_MODES = ("random", "stable")
 
@@ -70,7 +72,7 @@ def in_process_memory(deps: Any) -> InMemoryStore:
     def context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
         return [m.to_chat() for m in store.window(conversation_id, include_pinned=False, as_of=as_of)]
 
-    def remember(conversation_id: str, messages: list[flow.Remembered]) -> int:
+    def remember(conversation_id: str, messages: list[Remembered]) -> int:
         return sum(store.append(conversation_id, Message(id=i, role=r, content=c)).added for i, r, c in messages)
 
     deps.context, deps.remember = context, remember
@@ -79,9 +81,13 @@ def in_process_memory(deps: Any) -> InMemoryStore:
 
 async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversation_id: str | None = None,
                    keys: str = "random", say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the three steps in order, holding their results only in ``done``."""
+    """Run the three steps in order, holding their results only in ``done``.
+
+    The requests are the durable engines' (``steps.requests``), but for the
+    keys: ``make_key`` replaces them (``random``: the bug). No start id and no
+    memory cut-off: this engine has no record to keep them in."""
     done: dict[str, Any] = {}  # the whole "record": gone when the process is
-    conversation_id = conversation_id or run_id
+    inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=conversation_id or run_id)
 
     def started(step: str) -> None:
         # Always attempt 1: nothing tells this process that an earlier one ran the step.
@@ -93,28 +99,25 @@ async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversatio
         crash_point(f"in_memory:after_{step}")
 
     started("draft")
-    drafted = await flow.draft(DraftRequest(run_id=run_id, task=task, conversation_id=conversation_id), deps)
+    drafted = await flow.draft(draft_request(inputs, done), deps)
     completed("draft", drafted)
 
     started("send_confirmation")
-    sent = await flow.send_confirmation(SendRequest(
-        run_id=run_id, to=email, subject=drafted.subject, body=drafted.body,
-        idempotency_key=make_key(run_id, "send_confirmation", keys)), deps)
+    sent = await flow.send_confirmation(
+        replace(send_request(inputs, done), idempotency_key=make_key(run_id, "send_confirmation", keys)), deps)
     completed("send_confirmation", sent)
 
     started("record_outcome")
-    recorded = await flow.record_outcome(RecordRequest(
-        run_id=run_id, summary=drafted.summary, email_message_id=sent.message_id,
-        idempotency_key=make_key(run_id, "record_outcome", keys)), deps)
+    recorded = await flow.record_outcome(
+        replace(record_request(inputs, done), idempotency_key=make_key(run_id, "record_outcome", keys)), deps)
     completed("record_outcome", recorded)
 
-    await flow.remember_exchange(RememberRequest(run_id=run_id, conversation_id=conversation_id,
-                                                 task=task, reply=drafted.body), deps)
+    await flow.remember_exchange(remember_request(inputs, done), deps)
     return done
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)

@@ -43,8 +43,8 @@ from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.deps import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from steps.models import STEP_NAMES
+from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"
 CRASH = "runrecord:send_confirmation:after_record"

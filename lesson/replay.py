@@ -17,7 +17,7 @@ encrypted histories are decrypted as the worker would.
 begins with CODE, e.g. ``--inject "random.random()"`` or ``--inject
 "datetime.datetime.now()"``: what the sandbox says to workflow code that is
 not deterministic (the module is not changed). It uses the worker's own
-runner (``worker.worker_options``).
+runner (``flowclient.worker_options``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _workflow_class(inject: str | None):
 async def replay(history: WorkflowHistory, inject: str | None = None) -> str:
     from temporalio.runtime import Runtime, TelemetryConfig
 
-    from worker import worker_options
+    from flowclient.worker_options import worker_options
 
     # The refusal is the answer here, one line: the SDK's own logging of the
     # failed workflow task (a traceback, and the core's warning) stays quiet.

@@ -243,8 +243,8 @@ class Scenario:
 
     async def temporal(self, server: DevServer) -> Observed:
         from flowclient.connect import connect
+        from flowclient.runs import start_run
         from flowclient.status import run_status
-        from starter import start_run
 
         obs = Observed("temporal", self.run_id("temporal"))
         queue = f"lesson-scenario-{self.stamp}"

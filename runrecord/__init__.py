@@ -53,9 +53,10 @@ run again; ``send_confirmation:after_effect`` (a steps point): the email went
 out, its intent is in doubt; resume repeats it, the provider replays.
 """
 
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
-from runrecord.runner import FlowChanged, Runner, RunTerminal
+from runrecord.runner import DEFAULT_FLOW, FlowChanged, Runner, RunTerminal
 from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord
+from steps.plan import FlowStep
+from steps.requests import RunInputs
 
 __all__ = [
     "DEFAULT_FLOW",

@@ -35,16 +35,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
 import signal
+import subprocess
 import sys
+from typing import Any
 
 from flowclient.logs import basic_config
 from runrecord import status as status_mod
-from runrecord.definition import DEFAULT_FLOW
 from runrecord.runner import (
+    DEFAULT_FLOW,
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
     Runner,
@@ -69,6 +72,7 @@ from steps.runstate import exit_code
 
 (EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
  EXIT_LEASE_LOST) = range(8)
+DBOS_SIDE_TIMEOUT = 120.0  # seconds for `python -m dbosflow steps --json` (it only reads DBOS's tables)
 
 
 def _lease(args) -> float:
@@ -104,7 +108,7 @@ def _flow_changed(run) -> str | None:
 
 
 def _runner(args) -> Runner:
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
 
     try:
         deps = deps_from_env()
@@ -195,22 +199,26 @@ def _cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _dbos_run(args) -> str | None:
+def _dbos_side(args) -> dict[str, Any] | None:
+    """DBOS's column of ``compare --dbos``, asked of DBOS's own command in a
+    process of its own (``python -m dbosflow steps RUN_ID --json``, which prints
+    ``dbosflow.compare.dbos_side``): the run record imports nothing of the DBOS
+    engine, an optional extra that builds on it."""
     if not args.dbos:
         return None
-    try:
-        import dbosflow  # noqa: F401  (the dbos extra)
-    except ImportError as err:
-        raise InputError(f"--dbos needs the dbos extra: {err}") from None
-    return check_run_id(args.dbos)
-
-
-def _dbos_db(args):
-    if not args.dbos:
-        return None
-    from dbosflow.engine import db_path_from as dbos_db_path
-
-    return dbos_db_path(args.dbos_db)
+    run_id = check_run_id(args.dbos)
+    if importlib.util.find_spec("dbos") is None:
+        raise InputError("--dbos needs the dbos extra (DBOS Transact): pip install -e '.[dbos]' "
+                         "(make test installs it with the dev extra)")
+    argv = [sys.executable, "-m", "dbosflow", "steps", run_id, "--json"]
+    done = subprocess.run(argv + (["--db", args.dbos_db] if args.dbos_db else []), capture_output=True, text=True,
+                          timeout=DBOS_SIDE_TIMEOUT)
+    if done.returncode == 0:
+        return json.loads(done.stdout)
+    said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    if done.returncode == 2 and said:  # dbosflow's own refusal: no such run, or bad input
+        raise RunNotFound(said[-1].removeprefix("error: "))
+    raise RuntimeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 async def _cmd_compare(args) -> int:
@@ -226,10 +234,8 @@ async def _cmd_compare(args) -> int:
         client = await connect()
         try:
             report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ),
-                                   dbos_run_id=_dbos_run(args), dbos_db=_dbos_db(args))
+                                   dbos=_dbos_side(args))
         except TemporalRunNotFound as err:
-            raise RunNotFound(str(err)) from err
-        except LookupError as err:  # dbosflow.status.RunNotFound: no such DBOS run
             raise RunNotFound(str(err)) from err
     print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
     return EXIT_OK

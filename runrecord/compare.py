@@ -21,7 +21,8 @@ table. Figures:
   any in doubt) and its lease;
 - DBOS (``--dbos DBOS_RUN_ID``, when the ``dbos`` extra is installed): a
   third column, what DBOS's system database holds for a third run of the same
-  task (``dbosflow.compare.dbos_side``): one ``operation_outputs`` row per
+  task (``dbosflow.compare.dbos_side``, read by the caller: the CLI asks
+  ``python -m dbosflow steps --json``): one ``operation_outputs`` row per
   recorded step, its rows and bytes by the same rule as the record's, and
   what only DBOS keeps (application version, executor, dispatches);
 - checks: for each effect step, attempts against the provider's request count
@@ -207,15 +208,17 @@ def _checks(side: dict[str, Any], effects: dict[str, dict[str, int]], engine: st
 
 
 async def compare(record: RunRecord, record_run_id: str, client, temporal_run_id: str,
-                  provider_url: str | None, dbos_run_id: str | None = None, dbos_db=None) -> dict[str, Any]:
-    """The whole comparison as a dict; see the module docstring for each figure."""
+                  provider_url: str | None, dbos: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole comparison as a dict; see the module docstring for each figure.
+
+    ``dbos``: DBOS's column, as ``dbosflow.compare.dbos_side`` reads it (the
+    caller reads it: this package does not depend on the DBOS engine)."""
     rec = record_side(record, record_run_id)
     tmp = await temporal_side(client, temporal_run_id)
     out: dict[str, Any] = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
-    if dbos_run_id:
-        from dbosflow.compare import dbos_side  # the dbos extra
-
-        out["dbos"] = dbos_side(dbos_db, dbos_run_id)
+    dbos_run_id = dbos["run_id"] if dbos else None
+    if dbos:
+        out["dbos"] = dbos
     if provider_url:
         effects = {"record": provider_side(provider_url, record_run_id),
                    "temporal": provider_side(provider_url, temporal_run_id)}

@@ -52,7 +52,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runrecord.definition import DEFAULT_FLOW, FlowStep, RunInputs
 from runrecord.lease import new_holder_id
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps import flow
@@ -60,9 +59,16 @@ from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.models import RememberRequest, sent_reply, to_jsonable
+from steps.models import to_jsonable
+from steps.plan import FLOW, FlowStep
+from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule, StepLedger, rule_from_env
 
+DEFAULT_FLOW: tuple[FlowStep, ...] = FLOW
+"""The flow a ``Runner`` drives unless given another: ``steps.plan``'s, the one
+every engine runs. Requests are built by ``steps.requests`` from the run's
+inputs and the recorded results of earlier steps, never from memory, so a
+resumed process sends exactly what the crashed one would have sent."""
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_WAIT_LIMIT = 600.0  # resume --wait: at most this long behind a holder that keeps renewing
 _WAIT_POLL = 0.1  # a dead local holder is noticed within this; each look is one short transaction
@@ -170,7 +176,7 @@ def _at(ts: float) -> str:
 class Runner:
     """Drives runs of ``flow`` recorded in the SQLite file at ``path``.
 
-    ``deps`` is the steps' ``StepDeps`` (``steps.deps.deps_from_env()``).
+    ``deps`` is the steps' ``StepDeps`` (built by the caller, e.g. ``wiring.deps_from_env()``).
     ``say`` receives one line per event (default: print, flushed).
     """
 
@@ -343,13 +349,7 @@ class Runner:
 
         Best effort and idempotent by message id; memory is never read to
         decide what has been done, so nothing here touches the record."""
-        results = run.results()
-        draft = results.get("draft") or {}
-        await flow.remember_exchange(
-            RememberRequest(run_id=run.run_id, conversation_id=run.conversation_id, task=run.task,
-                            reply=sent_reply(draft.get("body", ""), results.get("send_confirmation") or {})),
-            self.deps,
-        )
+        await flow.remember_exchange(remember_request(self._inputs(run), run.results()), self.deps)
 
     @staticmethod
     def _intent(step: FlowStep, request: Any) -> tuple[str, Any] | None:

@@ -26,7 +26,8 @@ from typing import Any
 
 from runrecord.store import IntentRow, RunRow
 from steps.controls import printable
-from steps.runstate import describe_step, iso, render_table, run_entry, step_entry
+from steps.runstate import describe_step, iso, run_entry, step_entry
+from steps.runview import render_table
 
 
 def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:

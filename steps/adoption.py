@@ -38,6 +38,7 @@ import json
 from typing import Any
 
 from steps.errors import IdempotencyConflict, PermanentError
+from steps.ports import AppliedRequest
 
 START_ID_METADATA = "lab_start_id"
 
@@ -53,11 +54,10 @@ def request_sha256(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def adopt(conflict: IdempotencyConflict, applied: Any, *, kind: str, endpoint: str, ours: dict[str, Any],
-          start_id: str, key: str) -> dict[str, Any]:
-    """The applied request if the rule above allows adopting it, as
-    ``{"applied": <AppliedRequest>, "adopted": <the result's adopted field>}``;
-    else ``PermanentError`` saying why not."""
+def adopt(conflict: IdempotencyConflict, applied: AppliedRequest | None, *, kind: str, endpoint: str,
+          ours: dict[str, Any], start_id: str, key: str) -> dict[str, Any]:
+    """The result's ``adopted`` field (reason and both digests) if the rule
+    above allows adopting ``applied``; else ``PermanentError`` saying why not."""
     refused = f"{conflict.message} Not adopted:"
     if applied is None or not applied.applied or not applied.request:
         raise PermanentError(

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from steps.adoption import adopt, start_metadata
 from steps.crashpoints import crash_point
@@ -36,6 +35,7 @@ from steps.models import (
     RememberRequest,
     SendRequest,
 )
+from steps.ports import EffectApi, LanguageModel, MemoryContext, MemoryWriter, Remembered
 
 log = logging.getLogger("steps")
 
@@ -51,33 +51,27 @@ def _no_context(conversation_id: str, as_of: float | None = None) -> list[dict[s
     return []
 
 
-# One message for ``StepDeps.remember``: (message id, role, content).
-Remembered = tuple[str, Literal["user", "assistant"], str]
-
-
 def _no_memory(conversation_id: str, messages: list[Remembered]) -> int:
     return 0
 
 
 @dataclass
 class StepDeps:
-    """What the steps need from the outside world, injected by the engine.
+    """What the steps need from the outside world, injected by the engine; the
+    interfaces and their contracts are ``steps.ports``, the implementations
+    are chosen at the edge (``wiring.deps_from_env``).
 
-    ``context`` returns earlier conversation messages (OpenAI chat format) for
-    a conversation id, appended at or before ``as_of`` (Unix seconds; None:
-    all); ``remember`` appends ``(message id, role, content)`` triples to a
-    conversation and returns how many were new. Neither may raise for store
-    problems: memory informs prompts, it never stops a run, and no engine
-    reads it to decide what has been done. Both are blocking (SQLite); the
-    steps run them in a thread, so an engine's event loop keeps beating
-    (Temporal's heartbeats) while a store waits for a lock. ``pace_seconds`` slows every step down so a
-    person can watch a run (the demo); 0 in tests and production.
+    ``context`` and ``remember`` are conversation memory (none by default).
+    Both are blocking (SQLite); the steps run them in a thread, so an engine's
+    event loop keeps beating (Temporal's heartbeats) while a store waits for a
+    lock. ``pace_seconds`` slows every step down so a person can watch a run
+    (the demo); 0 in tests and production.
     """
 
-    provider: Any  # providerclient.ProviderClient (duck-typed to keep this import-light)
-    llm: Any  # drafting.LanguageModel: the model that drafts the reply
-    context: Callable[[str, float | None], list[dict[str, Any]]] = field(default=_no_context)
-    remember: Callable[[str, list[Remembered]], int] = field(default=_no_memory)
+    provider: EffectApi  # the email and ticket API
+    llm: LanguageModel  # the model that drafts the reply
+    context: MemoryContext = field(default=_no_context)
+    remember: MemoryWriter = field(default=_no_memory)
     pace_seconds: float = 0.0
 
 
@@ -175,6 +169,7 @@ async def _adopt_email(req: SendRequest, deps: StepDeps, conflict: IdempotencyCo
     applied = await deps.provider.lookup(req.idempotency_key)
     adopted = adopt(conflict, applied, kind="email", endpoint="POST /v1/emails", ours=ours,
                     start_id=req.start_id, key=req.idempotency_key)
+    assert applied is not None and applied.request is not None and applied.response is not None  # adopt checked
     adopted.update(subject=applied.request["subject"], body=applied.request["body"])
     log.info("email for %s adopted: %s", req.run_id, adopted["reason"])
     return EmailSent(message_id=applied.response["message_id"], to=req.to, idempotency_key=req.idempotency_key,
@@ -188,6 +183,7 @@ async def _adopt_ticket(req: RecordRequest, deps: StepDeps, conflict: Idempotenc
     applied = await deps.provider.lookup(req.idempotency_key)
     adopted = adopt(conflict, applied, kind="ticket", endpoint="POST /v1/tickets", ours=ours,
                     start_id=req.start_id, key=req.idempotency_key)
+    assert applied is not None and applied.request is not None and applied.response is not None  # adopt checked
     adopted.update(summary=applied.request["summary"])
     log.info("ticket for %s adopted: %s", req.run_id, adopted["reason"])
     return OutcomeRecorded(ticket_id=applied.response["ticket_id"], idempotency_key=req.idempotency_key,

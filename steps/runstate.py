@@ -1,7 +1,9 @@
-"""One vocabulary for a run's state, on both engines: the words, the JSON
-fields and the exit codes. ``starter.py status`` (Temporal's history) and
-``python -m runrecord status`` (the SQLite record) print the same shape,
-built from these definitions, and render it with the same table.
+"""One vocabulary for a run's state, on every engine: the words, the JSON
+fields and the exit codes. ``starter.py status`` (Temporal's history, and the
+workflow's own ``progress`` query), ``python -m runrecord status`` (the SQLite
+record) and ``python -m dbosflow status`` (DBOS's tables) print the same
+shape, each built with ``step_entry`` and ``run_entry``, and render it with
+the same table (``steps.runview``).
 
 The JSON shape::
 
@@ -48,13 +50,6 @@ in_doubt   this step ended the run, and an attempt's outcome is unknown (a
 process died (not the step's fault: they spend no error budget, see
 ``steps.retry``).
 
-Rendering: every value in a table is run data (the task's words in a
-subject, a provider's refusal, an error from history, recorded before or
-after the text rule), so each rendered line goes through
-``steps.controls.printable``: control and bidirectional characters are shown
-escaped (``\\x1b``), never sent to the terminal. The JSON is printed by
-``json.dumps``, whose escapes are exact.
-
 Exit codes of ``status``, ``watch`` and ``start --wait`` on both CLIs:
 0 completed or running, 1 failed, 2 bad input or unknown run, 3 parked.
 ``starter.py`` adds 4 (``status --live``: no worker answered the query),
@@ -65,11 +60,8 @@ own codes for their refusals.)
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
-
-from steps.controls import printable
 
 RUN_STATES = ("running", "parked", "completed", "failed")
 STEP_STATES = ("pending", "running", "waiting", "retrying", "completed", "adopted", "failed", "in_doubt")
@@ -127,41 +119,3 @@ def describe_step(step: dict[str, Any]) -> str:
         beat = f"; {step['note']}" if step.get("note") else ""
         return f"{name} is running (attempt {step['attempts']}{beat})"
     return f"{name}: {status}"
-
-
-def render_table(status: dict[str, Any]) -> str:
-    """A readable table, plain text so it is the same in a terminal and a log."""
-    lines = [f"run {status['run_id']}: {status['status']}"
-             + (f", current step {status['current_step']}" if status["current_step"] else "")]
-    lines.append(f"  {'#':<2} {'step':<18} {'status':<10} {'attempts':>12}  result")
-    for i, step in enumerate(status["steps"], 1):
-        result = step["result"]
-        shown = "" if result is None else short_result(result)
-        crashes = step.get("crashes") or 0
-        attempts = f"{step['attempts']}" + (f" ({crashes} crash{'es' if crashes > 1 else ''})" if crashes else "")
-        lines.append(f"  {i:<2} {step['name']:<18} {step['status']:<10} {attempts:>12}  {shown}".rstrip())
-        if step["status"] in ("retrying", "in_doubt", "failed") and step.get("last_error"):
-            lines.append(f"  {'':<2} {'':<18} last error: {step['last_error']}")
-        if step["status"] == "retrying" and step.get("next_try_at"):
-            lines.append(f"  {'':<2} {'':<18} next try at {clock(step['next_try_at'])} UTC")
-        if step.get("note"):
-            lines.append(f"  {'':<2} {'':<18} {step['note']}")
-    if status.get("detail"):
-        lines.append(f"  now: {status['detail']}")
-    if status.get("error"):
-        lines.append(f"  error: {status['error']}")
-    # One line each: a value's own newline is escaped too, so data cannot forge a row.
-    return "\n".join(printable(line) for line in lines)
-
-
-def short_result(result: Any) -> str:
-    if not isinstance(result, dict):
-        return json.dumps(result)
-    keys = ("message_id", "ticket_id", "subject")
-    parts = [f"{k}={result[k]}" for k in keys if k in result]
-    if result.get("adopted"):
-        parts.append("adopted")
-    elif result.get("replayed"):
-        parts.append("replayed")
-    text = ", ".join(parts) or json.dumps(result)
-    return text if len(text) <= 70 else text[:67] + "..."

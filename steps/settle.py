@@ -21,11 +21,12 @@ from typing import Any
 
 from steps.controls import printable
 from steps.keys import idempotency_key
+from steps.ports import EffectApi
 
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
-async def settle(provider: Any, run_id: str) -> list[dict[str, Any]]:
+async def settle(provider: EffectApi, run_id: str) -> list[dict[str, Any]]:
     """One entry per effect step: ``{"step", "key", "state", "requests", "applied_at", "ids"}``."""
     report = []
     for step in EFFECT_STEPS:

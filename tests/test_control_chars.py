@@ -191,8 +191,8 @@ async def test_status_escapes_what_temporals_history_holds(dev_server, client, t
 def test_the_live_rich_table_escapes_data_and_its_markup():
     from rich.console import Console
 
-    from starter import rich_table
     from steps.runstate import run_entry, step_entry
+    from steps.runview import rich_table
 
     status = run_entry("r-1", "failed", [
         step_entry("draft", "completed", 1, {"subject": "Re: \x1b]0;owned\x07 [red]x[/red]"}),
@@ -513,7 +513,8 @@ async def test_a_hostile_subject_from_a_real_model_client_fails_the_run_once_and
 
 
 def test_the_table_escapes_every_value_and_a_value_cannot_forge_a_row():
-    from steps.runstate import render_table, run_entry, step_entry
+    from steps.runstate import run_entry, step_entry
+    from steps.runview import render_table
 
     evil = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e\x7f\x00\r\n  error: forged"
     status = run_entry("r-1", "running", [

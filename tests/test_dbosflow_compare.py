@@ -39,8 +39,8 @@ async def test_compare_lays_dbos_beside_temporal_and_the_record(client, dev_serv
     assert (await wait_closed(client, temporal_id))["status"] == "completed"
 
     with RunRecord(db) as record:
-        report = await compare(record, record_id, client, temporal_id, provider.url, dbos_run_id=dbos_id,
-                               dbos_db=dbos_procs.db)
+        report = await compare(record, record_id, client, temporal_id, provider.url,
+                               dbos=dbos_side(dbos_procs.db, dbos_id))
     d = report["dbos"]
     assert d["status"] == "completed" and d["steps"][0]["result"] == report["record"]["steps"][0]["result"]
     # DBOS wrote a row per step when it returned; the killed attempt left none, and its repeat was replayed.

@@ -32,7 +32,8 @@ from worker import worker_options
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts(\n"
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
-PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "providerclient", "steps", "workflows")
+PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "providerclient", "steps", "storage",
+            "wiring", "workflows")
 
 
 def incompatible_checkout(root: Path) -> Path:

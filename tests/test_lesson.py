@@ -79,11 +79,12 @@ def test_lab_md_points_at_code_that_exists():
     sources = {
         "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def retry"),
         "runrecord/store.py": ("def begin_attempt", "def complete_step", "def migrate"),
-        "runrecord/definition.py": ("DEFAULT_FLOW", "def _send_request"),
+        "steps/plan.py": ("FLOW",),
+        "steps/requests.py": ("def send_request", "def record_request"),
         "steps/retry.py": ("StepLedger",),
         "workflows/agent_flow.py": ("def _attempts",),
         "lesson/in_memory.py": ("def run_flow", "def make_key"),
-        "steps/deps.py": ("def memory_from_env",),
+        "wiring/memory.py": ("def memory_from_env",),
         "steps/flow.py": ("def build_prompt",),
     }
     for path, names in sources.items():

@@ -113,7 +113,7 @@ async def test_wiped_memory_does_not_change_what_a_resume_does(client, workers, 
 def test_the_workers_memory_writer_follows_a_wiped_file(tmp_path):
     """The writer keeps its connection open between runs; a learner deleting the
     file (LAB.md wipes memory) must not leave it writing to the deleted file."""
-    from steps.deps import memory_from_env
+    from wiring import memory_from_env
 
     path = tmp_path / "memory.db"
     context, remember = memory_from_env({"MEMORY_DB": str(path)})

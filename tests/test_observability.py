@@ -46,7 +46,7 @@ async def test_one_span_per_step_with_an_in_memory_exporter(dev_server, provider
 
     from activities import FlowActivities
     from flowclient.connect import connect, tracing_interceptors
-    from steps.deps import deps_from_env
+    from wiring import deps_from_env
     from workflows.agent_flow import AgentFlow
 
     exporter = InMemorySpanExporter()

@@ -19,6 +19,11 @@ single attempt, and the workflow reads how it ended.
 - a permanent error ends the run FAILED at once; an idempotency conflict the
   step could not adopt (``steps.adoption``) is one.
 
+Each request is built by ``steps.requests`` (the builders every engine uses)
+from the run's inputs and the results so far; each attempt's timeouts come
+from ``AgentFlow.attempt_timeouts``, a hook a benchmark overrides
+(bench/defaults_flow.py).
+
 Server-side activity retries cannot tell a crash from an error, which is why
 the loop lives here. The cost is history: each attempt is its own activity
 (id ``<step>/<attempt>``) and each backoff a timer.
@@ -55,26 +60,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities import FlowActivities
     from steps.crashpoints import crash_point
-    from steps.keys import idempotency_key
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import (
-        STEP_NAMES,
-        DraftRequest,
-        RecordRequest,
-        RememberRequest,
-        SendRequest,
-        sent_reply,
-        to_jsonable,
-    )
+    from steps.models import STEP_NAMES, to_jsonable
+    from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
-    from steps.runstate import describe_step, iso
-    from workflows.attempts import (
-        DEFAULTS_ATTEMPT_TIMEOUT,
-        HEARTBEAT_TIMEOUT,
-        LIVE_PATCH,
-        ONE_ATTEMPT,
-        ending_of,
-    )
+    from steps.runstate import describe_step, iso, run_entry, step_entry
+    from workflows.attempts import HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of
     from workflows.before_live import run_recorded_before_live
 
     # The run's input and status types live in their own module: this module
@@ -102,17 +93,11 @@ class AgentFlow:
         return self._snapshot()
 
     def _snapshot(self) -> RunStatus:
-        current = next((s.name for s in self._steps if s.status not in ("completed", "adopted")), None)
-        active = next((s for s in self._steps if s.status in ("running", "retrying")), None)
-        detail = describe_step(to_jsonable(active)) if active is not None and self._status == "running" else None
-        return RunStatus(
-            run_id=self._run_id,
-            status=self._status,
-            current_step=current,
-            steps=[StepState(**to_jsonable(s)) for s in self._steps],
-            error=self._error,
-            detail=detail,
-        )
+        """The run's status in the shared shape, built by ``steps.runstate`` as on every engine."""
+        steps = [step_entry(**to_jsonable(s)) for s in self._steps]
+        active = next((s for s in steps if s["status"] in ("running", "retrying")), None)
+        detail = describe_step(active) if active is not None and self._status == "running" else None
+        return RunStatus.from_entry(run_entry(self._run_id, self._status, steps, error=self._error, detail=detail))
 
     @workflow.run
     async def run(self, inp: FlowInput) -> RunStatus:
@@ -133,7 +118,7 @@ class AgentFlow:
             task = check_task(inp.task, controls=live)
             email = check_email(inp.email, controls=live)
             conversation_id = check_conversation_id(inp.conversation_id or inp.run_id, controls=live)
-            if inp.timeouts not in ("tuned", "defaults"):
+            if inp.timeouts not in ("tuned", "defaults"):  # a compatibility field (workflows.state)
                 raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
             try:
                 rule = RetryRule.from_dict(inp.retry)
@@ -150,39 +135,24 @@ class AgentFlow:
         info = workflow.info()
         # Both kept by a reset: the start id tells this run's earlier effects from
         # another start of the same id; the memory cut-off keeps the prompt fixed.
-        start_id = info.original_execution_run_id
-        as_of = info.workflow_start_time.timestamp()
-        defaults = inp.timeouts == "defaults"
-
-        drafted = await self._attempts(
-            0, FlowActivities.draft,
-            DraftRequest(run_id=inp.run_id, task=task, conversation_id=conversation_id, memory_as_of=as_of),
-            rule, effect=False, defaults=defaults,
+        inputs = RunInputs(
+            run_id=inp.run_id, task=task, email=email, conversation_id=conversation_id,
+            start_id=info.original_execution_run_id, created_at=info.workflow_start_time.timestamp(),
         )
+
+        drafted = await self._attempts(0, FlowActivities.draft, draft_request(inputs, {}), rule, effect=False)
         sent = await self._attempts(
-            1, FlowActivities.send_confirmation,
-            SendRequest(
-                run_id=inp.run_id, to=email, subject=drafted.subject, body=drafted.body,
-                idempotency_key=idempotency_key(inp.run_id, "send_confirmation"), start_id=start_id,
-            ),
-            rule, effect=True, defaults=defaults,
+            1, FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}), rule, effect=True,
         )
         # Conversation memory is written after the last effect and never read
         # here: what happened is the history above, not memory. The
         # record_outcome activity writes it once the ticket is recorded (best
         # effort), which saves a round trip. It remembers the reply that was
         # really sent, the adopted one if the email step adopted.
-        remember = RememberRequest(
-            run_id=inp.run_id, conversation_id=conversation_id, task=task, reply=sent_reply(drafted.body, sent)
-        )
         await self._attempts(
             2, FlowActivities.record_outcome,
-            RecordRequest(
-                run_id=inp.run_id, summary=drafted.summary, email_message_id=sent.message_id,
-                idempotency_key=idempotency_key(inp.run_id, "record_outcome"), remember=remember,
-                start_id=start_id,
-            ),
-            rule, effect=True, defaults=defaults,
+            record_request(inputs, {"draft": drafted, "send_confirmation": sent}, remember=True),
+            rule, effect=True,
         )
         self._status = "completed"
         workflow.set_current_details("completed: every step done")
@@ -196,13 +166,22 @@ class AgentFlow:
             + (f"; next try at {state.next_try_at}" if state.status == "retrying" else "")
         )
 
-    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool,
-                        defaults: bool) -> Any:
+    def attempt_timeouts(self, step: str, rule: RetryRule) -> tuple[timedelta, timedelta | None]:
+        """(start-to-close, heartbeat) timeout of every attempt of ``step``: the
+        rule's attempt timeout, and a 1 s heartbeat timeout so that a killed
+        worker is noticed within about a second (``workflows.attempts``).
+
+        A hook, and the only one: bench/bench_resume.py registers a subclass
+        under the same workflow name, on its own task queue and worker
+        (bench/defaults_worker.py), that returns Temporal's defaults instead,
+        to measure what these buy. Workflow code: it must stay deterministic."""
+        return timedelta(seconds=rule.attempt_timeout_for(step)), HEARTBEAT_TIMEOUT
+
+    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool) -> Any:
         """Attempts of one step until it succeeds or the retry rules give up (steps.retry)."""
         state = self._steps[index]
         ledger = StepLedger(state.name, rule, effect=effect)
-        attempt_timeout = (DEFAULTS_ATTEMPT_TIMEOUT if defaults
-                           else timedelta(seconds=rule.attempt_timeout_for(state.name)))
+        attempt_timeout, heartbeat_timeout = self.attempt_timeouts(state.name, rule)
         while True:
             ledger.attempts += 1
             state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
@@ -215,7 +194,7 @@ class AgentFlow:
                     activity_id=f"{state.name}/{ledger.attempts}",
                     summary=f"{state.name}, attempt {ledger.attempts}",
                     start_to_close_timeout=attempt_timeout,
-                    heartbeat_timeout=None if defaults else HEARTBEAT_TIMEOUT,
+                    heartbeat_timeout=heartbeat_timeout,
                     retry_policy=ONE_ATTEMPT,
                 )
             except ActivityError as err:

@@ -39,9 +39,6 @@ LIVE_PATCH = "live-and-honest"
 HEARTBEAT_TIMEOUT = timedelta(seconds=1)
 # One attempt per scheduled activity: the workflow decides about the next one.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-# Temporal's defaults (no heartbeat timeout, 10 s start-to-close), kept only so
-# bench/bench_resume.py can measure what the tuning above buys.
-DEFAULTS_ATTEMPT_TIMEOUT = timedelta(seconds=10)
 
 
 class Ending:

@@ -6,8 +6,10 @@ an eviction; for every workflow task with ``worker.py --cache 0``), while
 this module is imported once and passed through.
 
 The status vocabulary (what ``status`` and the fields mean) is defined once,
-in ``steps.runstate``; these dataclasses are the workflow's own copy of that
-shape, answered by its ``progress`` query.
+in ``steps.runstate``; these dataclasses are the typed form of that shape
+that the workflow returns and answers its ``progress`` query with. They are
+built from ``run_entry`` (``RunStatus.from_entry``), so a field added there
+and not here fails at once instead of drifting.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ class FlowInput:
     task: str
     email: str
     conversation_id: str = ""
-    timeouts: str = "tuned"  # "tuned" | "defaults" (benchmark only)
+    # Compatibility only: inputs recorded with "tuned" or "defaults" (the resume
+    # benchmark's, before its timeouts became a subclass, bench/defaults_flow.py)
+    # must decode and replay as they ran, and the frozen path
+    # (workflows.before_live) picks its timeouts by it. New runs leave it at
+    # "tuned"; the live path checks it and otherwise ignores it (its timeouts
+    # are AgentFlow.attempt_timeouts).
+    timeouts: str = "tuned"
     # The retry rule the run records (steps.retry.RetryRule.to_dict()); the
     # starter fills it from the environment. None: the code's defaults.
     retry: dict[str, Any] | None = None
@@ -50,3 +58,8 @@ class RunStatus:
     steps: list[StepState] = field(default_factory=list)
     error: str | None = None
     detail: str | None = None
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> RunStatus:
+        """From ``steps.runstate.run_entry``'s dict (its steps ``step_entry``'s)."""
+        return cls(**{**entry, "steps": [StepState(**step) for step in entry["steps"]]})

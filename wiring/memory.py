@@ -1,13 +1,11 @@
-"""Building the steps' dependencies from the environment: the composition root
-shared by the Temporal worker and the hand-rolled runner, so both engines talk
-to the same provider, model and memory in the same way.
+"""Conversation memory for the steps, from the environment: the
+``MemoryContext`` and ``MemoryWriter`` of ``steps.ports`` over the SQLite
+store of ``memory``.
 
-- ``PROVIDER_URL``: the provider (default http://127.0.0.1:8780);
-- ``LLM_BASE_URL`` / ``LLM_MODEL`` / ``LLM_API_KEY``: the model (offline by default);
-- ``MEMORY_DB``: the conversation memory store file (default
-  ``.state/memory.db``; ``off`` disables memory); ``MEMORY_MAX_TOKENS`` and
-  ``MEMORY_MAX_MESSAGES`` bound each conversation's window (see ``memory``);
-- ``LAB_STEP_SECONDS``: slow each step down for demonstrations (default 0).
+- ``MEMORY_DB``: the store file (default ``.state/memory.db``; ``off``
+  disables memory);
+- ``MEMORY_MAX_TOKENS`` and ``MEMORY_MAX_MESSAGES`` bound each
+  conversation's window (see ``memory``).
 """
 
 from __future__ import annotations
@@ -15,29 +13,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from steps.flow import Remembered, StepDeps
+from memory import MemoryPolicy, Message, Store, append_or_warn, open_store, read_context
 from steps.limits import InputError
+from steps.ports import MemoryContext, MemoryWriter, Remembered
 
 log = logging.getLogger("steps")
 
 DEFAULT_MEMORY_DB = ".state/memory.db"
 DEFAULT_MEMORY_MAX_TOKENS = 2000
 DEFAULT_MEMORY_MAX_MESSAGES = 40
-
-
-def pace_from_env(env: Mapping[str, str]) -> float:
-    raw = env.get("LAB_STEP_SECONDS") or "0"
-    try:
-        pace = float(raw)
-        if pace < 0 or pace > 600:
-            raise ValueError
-    except ValueError:
-        raise InputError(f"LAB_STEP_SECONDS={raw!r} must be a number of seconds between 0 and 600") from None
-    return pace
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -51,8 +39,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None], list[dict[str, Any]]],
-                                                       Callable[[str, list[Remembered]], int]]:
+def memory_from_env(env: Mapping[str, str]) -> tuple[MemoryContext, MemoryWriter]:
     """(context reader, exchange writer) over the SQLite memory store.
 
     The reader opens the file read-only per call, leaves out what was appended
@@ -66,11 +53,9 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
     message id (evicting by the memory's rule), and turns any store problem
     into a warning. Memory never stops a run.
     """
-    from memory import MemoryPolicy, Message, append_or_warn, open_store, read_context
-
     path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
     if path == "off":
-        return (lambda conversation_id, as_of=None: []), (lambda conversation_id, messages: 0)
+        return _nothing_remembered, _nothing_written
     policy = MemoryPolicy(
         max_tokens=_positive_int(env, "MEMORY_MAX_TOKENS", DEFAULT_MEMORY_MAX_TOKENS),
         max_messages=_positive_int(env, "MEMORY_MAX_MESSAGES", DEFAULT_MEMORY_MAX_MESSAGES),
@@ -82,7 +67,7 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
         # Pinned messages left out: the draft step puts its own system prompt first.
         return read_context(path, conversation_id, include_pinned=False, as_of=as_of)
 
-    store = None  # the writer's open store, and the file (device, inode) it was opened on
+    store: Store | None = None  # the writer's open store, and the file (device, inode) it was opened on
     opened_on: tuple[int, int] | None = None
 
     def _file_id() -> tuple[int, int] | None:
@@ -131,16 +116,9 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[Callable[[str, float | None
     return context, remember
 
 
-def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
-    from drafting import model_from_env
-    from providerclient import ProviderClient, provider_url_from_env
+def _nothing_remembered(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
+    return []
 
-    env = os.environ if env is None else env
-    context, remember = memory_from_env(env)
-    return StepDeps(
-        provider=ProviderClient(provider_url_from_env(env)),
-        llm=model_from_env(env),
-        context=context,
-        remember=remember,
-        pace_seconds=pace_from_env(env),
-    )
+
+def _nothing_written(conversation_id: str, messages: list[Remembered]) -> int:
+    return 0

@@ -1,0 +1,190 @@
+"""Runs of the agent flow on Temporal, from the client side: starting (or
+attaching to) a run, waiting for it, asking the workflow itself, retrying a
+failed run at its failed step. ``starter.py`` is the command line over these;
+the demo, the lessons, the benches and the tests call them directly.
+
+- ``start_run``: one run per RUN_ID, ever (the idempotency keys derive from
+  it): the server decides atomically, REJECT_DUPLICATE refusing an id whose
+  run has closed and FAIL one whose run is open, and either refusal means
+  "attach". The retry rule (``steps.retry``) goes into the run's input, so
+  the numbers a run runs under are in its history. The workflow task timeout
+  is 2 s (a worker that dies mid workflow task is noticed then, not after
+  Temporal's 10 s); the execution timeout is ``execution_timeout``.
+- ``retry_run``: a Temporal reset to the workflow task that first scheduled
+  the failed step, so the completed steps are not run again and the step gets
+  a fresh retry budget. The run id, and so every idempotency key, stays the
+  same: what was applied is replayed or adopted, never applied twice.
+- ``live_status``: the workflow's ``progress`` query (needs a worker);
+  ``flowclient.status.run_status`` reads the history instead (needs none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from flowclient.connect import task_queue
+from flowclient.status import activity_traces, read_history, run_status
+from steps.limits import InputError
+from steps.models import STEP_NAMES
+from steps.retry import RetryRule, rule_from_env, run_timeout_floor
+from workflows.agent_flow import WORKFLOW_NAME
+from workflows.state import FlowInput
+
+# A worker that dies mid workflow task is noticed after this, not the 10 s default.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
+PARKING_WINDOW = timedelta(hours=24)
+"""How long a run may wait beyond its retry budgets (parked by a bad deploy, or
+with no worker running) before Temporal closes it as timed out."""
+
+
+def execution_timeout(rule: RetryRule | None = None, env: Mapping[str, str] | None = None) -> timedelta:
+    """The run's execution timeout: ``RUN_TIMEOUT_SECONDS``, or by default every
+    step's retry budget plus the parking window. Never below the budgets: a
+    timeout that could cut a retrying step short is refused."""
+    env = os.environ if env is None else env
+    rule = rule or rule_from_env(env)
+    floor = run_timeout_floor(rule, len(STEP_NAMES))
+    raw = (env.get("RUN_TIMEOUT_SECONDS") or "").strip()
+    if not raw:
+        return timedelta(seconds=floor) + PARKING_WINDOW
+    try:
+        seconds = float(raw)
+        if not seconds > 0:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"RUN_TIMEOUT_SECONDS={raw!r} must be a positive number of seconds") from None
+    if seconds < floor:
+        raise InputError(
+            f"RUN_TIMEOUT_SECONDS={raw} would cut a retrying step short: it must be at least {floor:g} s, "
+            f"the {len(STEP_NAMES)} steps' retry budgets ({rule.budget_seconds:g} s each, LAB_RETRY_BUDGET_SECONDS) "
+            "plus a minute each. Raise it, or lower the budget."
+        )
+    return timedelta(seconds=seconds)
+
+
+async def start_run(
+    client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
+    queue: str | None = None, rule: RetryRule | None = None, *,
+    task_timeout: timedelta = WORKFLOW_TASK_TIMEOUT,
+) -> tuple[bool, dict | None]:
+    """Start the run, or attach to the existing one. Returns (created, existing status).
+
+    See the module docstring for the id policies and the timeouts; the retry
+    rule comes from the environment unless given. ``task_timeout`` is there
+    for a benchmark that compares with Temporal's default (10 s).
+    """
+    rule = rule or rule_from_env()
+    try:
+        await client.start_workflow(
+            WORKFLOW_NAME,
+            FlowInput(run_id=run_id, task=task, email=email,
+                      conversation_id=conversation_id or run_id, retry=rule.to_dict()),
+            id=run_id,
+            task_queue=queue or task_queue(),
+            task_timeout=task_timeout,
+            execution_timeout=execution_timeout(rule),
+            # One run per RUN_ID, ever: the idempotency keys derive from it.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+    except WorkflowAlreadyStartedError:
+        return False, await run_status(client, run_id)
+    return True, None
+
+
+async def wait_for_status(client: Client, run_id: str, until: Callable[[dict], bool],
+                          on_change: Callable[[dict], Any] | None = None, poll: float = 0.25,
+                          timeout: float | None = None) -> dict:
+    """Poll the run's status until ``until(status)``; ``on_change`` sees each new status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = None
+    while True:
+        status = await run_status(client, run_id)
+        if on_change and status != last:
+            on_change(status)
+        last = status
+        if until(status):
+            return status
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s; last status: {status}")
+        await asyncio.sleep(poll)
+
+
+async def wait_for_close(client: Client, run_id: str, on_change: Callable[[dict], Any] | None = None,
+                         poll: float = 0.25) -> dict:
+    """Until the run completes, fails or is parked (which needs an operator)."""
+    return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
+
+
+class NoWorker(RuntimeError):
+    """``live_status`` asks the workflow itself, which needs a worker; none answered."""
+
+
+LIVE_TIMEOUT = timedelta(seconds=5)
+
+
+async def live_status(client: Client, run_id: str) -> dict:
+    try:
+        return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=LIVE_TIMEOUT)
+    except RPCError as err:
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) or "imeout" in str(err):
+            raise NoWorker(
+                f"no worker answered the query for run {run_id} in {LIVE_TIMEOUT.total_seconds():g} s: start one "
+                f"(python worker.py), or drop --live to read Temporal's history, which needs none"
+            ) from None
+        raise
+
+
+class RetryRefused(ValueError):
+    """A run that cannot be retried; the message says why and what to do."""
+
+
+async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
+    """Reset a failed or timed-out run to the workflow task that first scheduled
+    its failed step. Returns (step, reset event id, new Temporal run id)."""
+    description, history = await read_history(client, run_id)
+    state = description.status
+    if state == WorkflowExecutionStatus.COMPLETED:
+        raise RetryRefused(f"run {run_id} completed; a completed run cannot be retried. "
+                           "Start a new RUN_ID to do the task again.")
+    if state == WorkflowExecutionStatus.RUNNING:
+        raise RetryRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
+                           "retry is for a run that failed or timed out")
+    status = await run_status(client, run_id)
+    if (status.get("error") or "").startswith("input refused"):
+        raise RetryRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
+                           "again. Start a new RUN_ID with corrected input.")
+    step = status["current_step"]
+    traces = [t for t in (await activity_traces(client, history)).values() if t.step == step]
+    if traces:
+        point = traces[0].workflow_task_completed_event_id
+    else:  # closed before the step was ever scheduled (e.g. timed out while parked)
+        completed = [e.event_id for e in history.events
+                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+        if not completed:
+            raise RetryRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
+        point = completed[-1]
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
+            reason=f"starter.py retry: restart at step {step} ({status.get('error') or 'closed'})"[:1000],
+            workflow_task_finish_event_id=point,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    return step or "?", point, response.run_id

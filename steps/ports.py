@@ -1,0 +1,136 @@
+"""What the steps need from the outside world, as interfaces the steps own.
+
+The step functions (``steps.flow``) call three things they do not build:
+
+- a **model** (``LanguageModel``): chat-format messages in, a ``DraftReply``
+  (subject, body, one-line summary) out. ``drafting`` implements it;
+- the **email and ticket API** (``EffectApi``): ``send_email`` and
+  ``create_ticket``, each under an idempotency key the engine gives, and
+  ``lookup`` (what was applied under a key: how a 409 is adopted,
+  ``steps.adoption``, and how a step left in doubt is settled,
+  ``steps.settle``). ``providerclient.ProviderClient`` implements it;
+- **conversation memory** (``MemoryContext``, ``MemoryWriter``): earlier
+  messages of a conversation for the prompt, and the run's exchange appended
+  after it. ``memory`` backs them (see the wiring).
+
+The engines receive these in a ``steps.flow.StepDeps``; which implementation
+goes in is decided at the edge (``wiring``: from the environment), never in
+this package, so ``steps`` imports nothing of the project outside itself.
+
+Contracts every implementation keeps:
+
+- a model and the API raise ``steps.errors.TransientError`` when the same
+  call may succeed later and ``PermanentError`` when it cannot (the API: an
+  ``IdempotencyConflict`` for a key used by another request). Neither retries
+  on its own: retries belong to the durable engine;
+- memory never raises for store problems and is never read to decide what has
+  been done: it informs prompts. Both memory calls block (SQLite); the steps
+  run them in a thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Remembered = tuple[str, Literal["user", "assistant"], str]
+"""One message for ``MemoryWriter``: (message id, role, content)."""
+
+
+class DraftReply(Protocol):
+    """A model's checked answer (``drafting.Draft`` is one)."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """What the draft step needs from a model.
+
+    ``name`` identifies the model in logs and run records, e.g. ``"offline"``
+    or ``"openai-compatible:llama3.1"``. ``draft`` takes OpenAI chat-format
+    messages: one system message, the earlier turns of the conversation, the
+    task as the last user message.
+    """
+
+    name: str
+
+    async def draft(self, messages: list[dict]) -> DraftReply: ...
+
+
+class EmailReceipt(Protocol):
+    @property
+    def message_id(self) -> str: ...
+
+    @property
+    def replayed(self) -> bool: ...  # the API answered from its store: the email went out earlier
+
+
+class TicketReceipt(Protocol):
+    @property
+    def ticket_id(self) -> str: ...
+
+    @property
+    def replayed(self) -> bool: ...
+
+
+class AppliedRequest(Protocol):
+    """What the API holds under one idempotency key (``EffectApi.lookup``)."""
+
+    @property
+    def requests(self) -> int: ...  # every request that carried the key
+
+    @property
+    def applied(self) -> bool: ...
+
+    @property
+    def endpoint(self) -> str | None: ...  # e.g. "POST /v1/emails", once applied
+
+    @property
+    def applied_at(self) -> str | None: ...
+
+    @property
+    def request(self) -> dict[str, Any] | None: ...  # the applied body, metadata included
+
+    @property
+    def request_sha256(self) -> str | None: ...
+
+    @property
+    def response(self) -> dict[str, Any] | None: ...  # the stored answer: message_id or ticket_id
+
+
+class EffectApi(Protocol):
+    """The email and ticket API the effect steps call. ``metadata`` (the run's
+    start id, ``steps.adoption``) is sent only when given. ``aclose`` releases
+    connections: the engine that built the deps calls it when it stops."""
+
+    async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str,
+                         metadata: dict[str, str] | None = None) -> EmailReceipt: ...
+
+    async def create_ticket(self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str,
+                            metadata: dict[str, str] | None = None) -> TicketReceipt: ...
+
+    async def lookup(self, idempotency_key: str) -> AppliedRequest | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryContext(Protocol):
+    """Earlier messages of ``conversation_id`` (chat format), appended at or
+    before ``as_of`` (Unix seconds; None: all). Empty when memory is off or
+    unavailable."""
+
+    def __call__(self, conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]: ...
+
+
+class MemoryWriter(Protocol):
+    """Append messages to ``conversation_id``, idempotently by message id; how
+    many were new (0 on a repeat, or when memory is off or unavailable)."""
+
+    def __call__(self, conversation_id: str, messages: list[Remembered]) -> int: ...

@@ -1,0 +1,15 @@
+"""The edge: where the steps' interfaces (``steps.ports``) meet their
+implementations. Every process that runs steps builds its ``StepDeps`` here,
+from the environment (``wiring.deps_from_env``): the Temporal worker, the run
+record's and DBOS's CLIs, the lesson's in-memory engine, the benches. So the
+engines share one way of reaching the provider, the model and memory, and no
+engine or step builds its own.
+
+Nothing inside the engines imports this package: it imports them (or what
+they need), never the other way round.
+"""
+
+from wiring.deps import deps_from_env, pace_from_env
+from wiring.memory import memory_from_env
+
+__all__ = ["deps_from_env", "memory_from_env", "pace_from_env"]

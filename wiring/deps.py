@@ -1,0 +1,48 @@
+"""Building the steps' dependencies from the environment: the composition root
+shared by the Temporal worker, the run record, DBOS and the lesson, so every
+engine talks to the same provider, model and memory in the same way.
+
+- ``PROVIDER_URL``: the provider (default http://127.0.0.1:8780);
+- ``LLM_BASE_URL`` / ``LLM_MODEL`` / ``LLM_API_KEY``: the model (offline by default;
+  see ``drafting``);
+- ``MEMORY_DB``, ``MEMORY_MAX_TOKENS``, ``MEMORY_MAX_MESSAGES``: conversation
+  memory (``wiring.memory``);
+- ``LAB_STEP_SECONDS``: slow each step down for demonstrations (default 0).
+
+Configuration errors raise ``ValueError`` (``InputError`` is one) naming the
+variable, so a process stops at start-up instead of failing every run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from drafting import model_from_env
+from providerclient import ProviderClient, provider_url_from_env
+from steps.flow import StepDeps
+from steps.limits import InputError
+from wiring.memory import memory_from_env
+
+
+def pace_from_env(env: Mapping[str, str]) -> float:
+    raw = env.get("LAB_STEP_SECONDS") or "0"
+    try:
+        pace = float(raw)
+        if pace < 0 or pace > 600:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"LAB_STEP_SECONDS={raw!r} must be a number of seconds between 0 and 600") from None
+    return pace
+
+
+def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
+    env = os.environ if env is None else env
+    context, remember = memory_from_env(env)
+    return StepDeps(
+        provider=ProviderClient(provider_url_from_env(env)),
+        llm=model_from_env(env),
+        context=context,
+        remember=remember,
+        pace_seconds=pace_from_env(env),
+    )
