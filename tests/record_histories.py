@@ -36,11 +36,11 @@ import uuid
 from pathlib import Path
 
 from flowclient.connect import connect
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
 from lab.provider_process import start_provider
 from providerclient import ProviderClient
-from starter import start_run
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()

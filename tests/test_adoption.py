@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from flowclient.runs import start_run
 from providerclient import ProviderClient, fetch_effects
-from starter import start_run
 from steps.adoption import START_ID_METADATA, adopt
 from steps.errors import IdempotencyConflict, PermanentError
 from steps.flow import StepDeps, record_outcome, send_confirmation

@@ -35,9 +35,9 @@ from flowclient.codec import (
     describe,
 )
 from flowclient.connect import connect
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from lab.processes import REPO
-from starter import start_run
 from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
@@ -318,7 +318,7 @@ async def test_a_real_history_is_bound_to_its_run_for_workers_replay_and_status(
     from temporalio.worker import Replayer
 
     from flowclient.status import activity_traces
-    from worker import worker_options
+    from flowclient.worker_options import worker_options
     from workflows.agent_flow import AgentFlow
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}

@@ -19,8 +19,8 @@ from temporalio.api.history.v1 import History
 
 from flowclient.codec import ENCODING, KEY_ID_METADATA
 from flowclient.connect import connect
+from flowclient.runs import start_run
 from providerclient import fetch_effects
-from starter import start_run
 from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 OLD = base64.b64encode(bytes(range(32, 64))).decode()

@@ -28,6 +28,7 @@ from temporalio.converter import WorkflowSerializationContext
 
 from flowclient.codec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from flowclient.connect import connect
+from flowclient.runs import start_run
 from lab.processes import (
     LAB_SERVER_CONFIG,
     REPO,
@@ -37,7 +38,6 @@ from lab.processes import (
     start_codec_server,
     start_worker,
 )
-from starter import start_run
 from tests.support import poll_until, wait_closed
 
 KEY = base64.b64encode(bytes(range(7, 39))).decode()

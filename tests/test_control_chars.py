@@ -38,6 +38,7 @@ from temporalio.worker import Replayer
 
 from flowclient.codec import data_converter_from_env
 from flowclient.status import RunNotFound, run_status
+from flowclient.worker_options import worker_options
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
 from providerclient import fetch_effects
@@ -46,7 +47,6 @@ from steps.errors import PermanentError
 from steps.models import DraftRequest, RecordRequest, SendRequest
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import EMAIL, TASK, wait_closed
-from worker import worker_options
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow, FlowInput
 
 # What must never reach a terminal: C0 (newline aside), DEL, C1, bidi overrides and isolates.

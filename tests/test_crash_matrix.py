@@ -133,8 +133,8 @@ def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_u
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.engine == "temporal"], ids=lambda c: c.id)
 async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, provider, task_queue):
+    from flowclient.runs import start_run
     from flowclient.status import run_status
-    from starter import start_run
 
     run_id = new_run_id(case)
     first = workers(crash_at=case.point, extra_env=case.env)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
+from flowclient.runs import start_run
 from lab.processes import Proc
 from providerclient import fetch_effects
-from starter import start_run
 from steps.retry import RetryRule
 from tests.support import EMAIL, TASK, wait_closed, wait_exit
 

@@ -21,12 +21,12 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from flowclient.runs import start_run
 from flowclient.status import run_status
+from flowclient.worker_options import worker_options
 from lab.processes import REPO, Proc
 from providerclient import fetch_effects
-from starter import start_run
 from tests.support import EMAIL, TASK, poll_until, wait_exit
-from worker import worker_options
 
 # What the incompatible deploy changes: a new timer before the email, where
 # every run already past the draft has the email's activity in its history.

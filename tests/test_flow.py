@@ -15,10 +15,10 @@ import sys
 import pytest
 from temporalio.api.enums.v1 import TimeoutType
 
+from flowclient.runs import start_run
 from flowclient.status import RunNotFound, run_status
 from lab.processes import REPO
 from providerclient import ProviderClient, fetch_effects
-from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from steps.settle import settle

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
+from flowclient.runs import start_run
 from lab.processes import Proc
 from memory import SQLiteStore
-from starter import start_run
 from tests.support import executions, poll_until, wait_closed, wait_exit
 
 HOLD = """

@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 
+from flowclient.runs import start_run
 from lab.processes import REPO, Proc
 from providerclient import ProviderClient, fetch_effects
-from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from tests.support import EMAIL, TASK, wait_closed, wait_exit

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from memory import Message, SQLiteStore, open_store, read_window
 from providerclient import fetch_effects
-from starter import start_run
 from steps.flow import exchange_message_ids
 from tests.support import EMAIL, executions, wait_closed, wait_exit
 

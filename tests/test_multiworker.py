@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from providerclient import fetch_effects
-from starter import start_run
 from steps.keys import idempotency_key
 from tests.support import poll_until
 

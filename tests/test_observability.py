@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from flowclient.runs import start_run
 from lab.processes import REPO
-from starter import start_run
 from tests.support import EMAIL, TASK, wait_closed
 
 

@@ -16,10 +16,10 @@ import uuid
 
 import pytest
 
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from lab.processes import REPO, Proc, start_worker
 from providerclient import fetch_effects
-from starter import start_run
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from tests.support import EMAIL, TASK, poll_until, wait_exit

@@ -16,11 +16,11 @@ import sys
 import uuid
 
 from flowclient.connect import connect
+from flowclient.runs import start_run
 from lab.processes import DevServer, Proc, start_worker
 from lab.provider_process import start_provider
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
-from starter import start_run
 from steps.keys import idempotency_key
 from tests.support import (
     EMAIL,

@@ -17,8 +17,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from flowclient.codec import data_converter_from_env
+from flowclient.worker_options import worker_options
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
-from worker import worker_options
 from workflows.agent_flow import AgentFlow
 
 HISTORIES = Path(__file__).parent / "data" / "histories"

@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 
+from flowclient.runs import start_run
 from flowclient.status import read_history
 from lab.processes import REPO
 from runrecord import RunRecord
 from runrecord.compare import compare, render
-from starter import start_run
 from steps.keys import idempotency_key
 from tests.support import (
     EMAIL,

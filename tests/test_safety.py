@@ -13,9 +13,9 @@ import sys
 import pytest
 from temporalio.api.history.v1 import History
 
+from flowclient.runs import start_run
 from lab.processes import REPO, DevServer
 from providerclient import fetch_effects
-from starter import start_run
 from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import EMAIL, TASK, is_loopback, listening_addresses, wait_closed

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from temporalio.worker import Worker
 
+from flowclient.worker_options import worker_options
 from tests.probe.nondeterminism import CALLS, NondeterminismProbe
-from worker import worker_options
 
 
 @pytest.mark.parametrize("options", [{}, {"cache": 10}], ids=["no cache", "cache"])

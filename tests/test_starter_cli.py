@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 
+from flowclient.runs import start_run
 from lab.processes import REPO, Proc
-from starter import start_run
 from tests.support import EMAIL, TASK, wait_closed, wait_exit
 
 

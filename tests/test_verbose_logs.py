@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from starter import start_run
+from flowclient.runs import start_run
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import wait_closed
 

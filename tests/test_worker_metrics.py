@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from flowclient.metrics import metrics_address
+from flowclient.runs import start_run
 from lab.processes import REPO, free_port
-from starter import start_run
 from tests.support import EMAIL, TASK, is_loopback, listening_addresses, poll_until, wait_closed
 
 

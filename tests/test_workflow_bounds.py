@@ -13,9 +13,9 @@ from pathlib import Path
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer
 
+from flowclient.runs import start_run
 from flowclient.status import run_status
 from lab.processes import REPO
-from starter import start_run
 from tests.support import poll_until
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
 
