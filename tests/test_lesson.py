@@ -78,7 +78,7 @@ def test_lab_md_points_at_code_that_exists():
     # Functions and classes named next to their files.
     sources = {
         "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def retry"),
-        "runrecord/store.py": ("def begin_attempt", "def complete_step", "def migrate"),
+        "runrecord/store.py": ("def begin_attempt", "def complete_step"),
         "steps/plan.py": ("FLOW",),
         "steps/requests.py": ("def send_request", "def record_request"),
         "steps/retry.py": ("StepLedger",),
