@@ -6,7 +6,7 @@ Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
 TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
 PROVIDER_URL; the model from LLM_BASE_URL / LLM_MODEL / LLM_API_KEY (offline
 model when unset); conversation memory from MEMORY_DB; payload encryption
-from LAB_CODEC_KEY (``flowclient.codec``); tracing from LAB_OTEL; Prometheus
+from LAB_CODEC_KEY (``payloadcodec``); tracing from LAB_OTEL; Prometheus
 metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
 worker processes may poll the same task queue, on one machine or many: each
 takes whatever task comes next, and a dead one's work moves to the others.
@@ -102,7 +102,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
             print(f"worker metrics: {metrics_url}", flush=True)
         codec = client.data_converter.payload_codec
         # Names only: never a key, an API key or a payload.
-        key_id = getattr(codec, "key_id", None)  # flowclient.codec's codec names its key; another may not
+        key_id = getattr(codec, "key_id", None)  # payloadcodec's codec names its key; another may not
         encrypted = f"encrypted with key id {key_id!r}" if codec is not None else "not encrypted"
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "

@@ -1,3 +1,5 @@
-"""Client-side helpers shared by worker.py, starter.py, the demo, the lessons
-and the tests: how to connect (``connect``), how to start, follow and retry a
-run (``runs``) and how to read a run back (``status``)."""
+"""The project's side of Temporal, shared by worker.py, starter.py, the lab,
+the lessons and the tests: how to connect (``connect``), start, follow and
+retry a run (``runs``), read a run back from its history (``status``), the
+worker's options (``worker_options``), its logs and metrics. Payload
+encryption, which workers and clients both use, is ``payloadcodec``."""

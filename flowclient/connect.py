@@ -12,7 +12,7 @@ same code reaches the local dev server, a cluster or Temporal Cloud:
 
 The lab adds settings of its own: ``TASK_QUEUE`` (default ``agent-flow``);
 ``LAB_CODEC_KEY`` / ``LAB_CODEC_KEY_ID`` / ``LAB_CODEC_DECRYPT_ONLY_KEYS`` turn on
-payload encryption (``flowclient.codec``); ``LAB_OTEL`` turns on OpenTelemetry
+payload encryption (``payloadcodec``); ``LAB_OTEL`` turns on OpenTelemetry
 tracing (``tracing_interceptors`` below). Every process that connects here (worker, starter,
 demo, run-record compare, tests) gets the same data converter and interceptors
 from the same environment, so what one encrypts the others can read.
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 
-from flowclient.codec import data_converter_from_env
+from payloadcodec import data_converter_from_env
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_TASK_QUEUE = "agent-flow"

@@ -3,7 +3,7 @@
 ``--verbose`` puts the root logger at DEBUG, for the SDK's own account of
 tasks, polls and evictions. Some libraries write what a run carries at DEBUG,
 and a worker's output ends up in terminals, CI logs and log shippers, where
-the payload codec (``flowclient.codec``) does not reach:
+the payload codec (``payloadcodec``) does not reach:
 
 - HTTP clients: ``openai`` (some versions log each request's options, the
   prompt included: the task and the conversation memory), ``httpx`` and

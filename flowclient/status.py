@@ -29,7 +29,7 @@ an attempt ends, so a running attempt shows in history as merely scheduled.
 
 Payloads are decoded with the run's serialization context (its workflow id),
 as the worker decodes them: with the payload codec on, a payload bound to
-another run is refused here too (``flowclient.codec``).
+another run is refused here too (``payloadcodec``).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ async def _decoded_failure(client: Client | DataConverter, failure) -> BaseExcep
 
 async def failure_text(client: Client | DataConverter, failure) -> str:
     """A failure's message, decoded: with the payload codec on, messages are
-    encrypted too (``flowclient.codec``) and the raw field reads "Encoded failure".
+    encrypted too (``payloadcodec``) and the raw field reads "Encoded failure".
     Give a client, or the converter of the run (``run_converter``)."""
     error = await _decoded_failure(client, failure)
     return getattr(error, "message", None) or str(error)

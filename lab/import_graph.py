@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if loops else 0
     for (a, b), (n, k) in sorted(graph.items()):
         inside = f" ({k} inside functions)" if k else ""
-        print(f"{a:<11} -> {b:<11} {n:>3} import{'s' if n != 1 else ''}{inside}")
+        print(f"{a:<14} -> {b:<14} {n:>3} import{'s' if n != 1 else ''}{inside}")
     print()
     if loops:
         for loop in loops:
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         counts = line_counts(found)
         for unit, n in sorted(counts.items()):
-            print(f"{unit:<11} {n:>6} lines in {len(found[unit])} file(s)")
-        print(f"{'total':<11} {sum(counts.values()):>6} lines")
+            print(f"{unit:<14} {n:>6} lines in {len(found[unit])} file(s)")
+        print(f"{'total':<14} {sum(counts.values()):>6} lines")
     return 1 if loops else 0
 
 

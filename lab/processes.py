@@ -187,7 +187,7 @@ class DevServer:
     with the same file keeps every run; without it, state is in memory.
     ``headless=False`` serves the UI (on ``ui_port``, default the gRPC port +
     1000), and ``ui_codec_endpoint`` points the UI at a codec server
-    (``python -m flowclient.codec_server``) so it shows payloads decrypted.
+    (``python -m payloadcodec.server``) so it shows payloads decrypted.
     """
 
     def __init__(self, db_file: Path | None = None, port: int | None = None,
@@ -320,8 +320,8 @@ def wait_for_namespace(address: str, timeout: float, proc: Proc | None = None) -
 
 def start_codec_server(env: dict[str, str], origins: list[str] | None = None, port: int = 0,
                        echo: bool = False) -> tuple[Proc, str]:
-    """``python -m flowclient.codec_server`` with the codec keys in ``env``; returns (process, URL)."""
-    argv = [sys.executable, "-m", "flowclient.codec_server", "--port", str(port), "--verbose"]
+    """``python -m payloadcodec.server`` with the codec keys in ``env``; returns (process, URL)."""
+    argv = [sys.executable, "-m", "payloadcodec.server", "--port", str(port), "--verbose"]
     for origin in origins or []:
         argv += ["--origin", origin]
     proc = Proc("codec-server", argv, env=env, echo=echo)

@@ -54,8 +54,8 @@ from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-PACKAGES = ("activities", "flowclient", "lab", "lesson", "drafting", "memory", "provider", "providerclient",
-            "runrecord", "steps", "storage", "wiring", "workflows")
+PACKAGES = ("activities", "flowclient", "payloadcodec", "lab", "lesson", "drafting", "memory", "provider",
+            "providerclient", "runrecord", "steps", "storage", "wiring", "workflows")
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).

@@ -35,8 +35,8 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.codec import data_converter_from_env
 from lab.processes import REPO
+from payloadcodec import data_converter_from_env
 
 ANCHOR = "    async def run(self, inp: FlowInput) -> RunStatus:\n"
 

@@ -1,4 +1,4 @@
-"""Payload encryption (flowclient/codec.py): unit checks of the codec, then the
+"""Payload encryption (payloadcodec/__init__.py): unit checks of the codec, then the
 real thing: a run on the dev server with workers, starter and run-record
 compare all on the codec, and the history read raw, without it."""
 
@@ -20,7 +20,11 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
-from flowclient.codec import (
+from flowclient.connect import connect
+from flowclient.runs import start_run
+from flowclient.status import run_status
+from lab.processes import REPO
+from payloadcodec import (
     ENCODING,
     KEY_ID_METADATA,
     WORKFLOW_ID_METADATA,
@@ -34,10 +38,6 @@ from flowclient.codec import (
     data_converter_from_env,
     describe,
 )
-from flowclient.connect import connect
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from lab.processes import REPO
 from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()

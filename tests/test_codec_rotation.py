@@ -17,9 +17,9 @@ pytest.importorskip("cryptography", reason="the crypto extra: pip install -e '.[
 
 from temporalio.api.history.v1 import History
 
-from flowclient.codec import ENCODING, KEY_ID_METADATA
 from flowclient.connect import connect
 from flowclient.runs import start_run
+from payloadcodec import ENCODING, KEY_ID_METADATA
 from providerclient import fetch_effects
 from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 

@@ -1,4 +1,4 @@
-"""The codec server (flowclient/codec_server.py): the protocol over real HTTP
+"""The codec server (payloadcodec/server.py): the protocol over real HTTP
 against the process, then the Temporal UI in a real browser (headless
 Chromium) showing an encrypted run decrypted through it, and not without it.
 
@@ -26,7 +26,6 @@ import temporalio.converter
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import WorkflowSerializationContext
 
-from flowclient.codec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from flowclient.connect import connect
 from flowclient.runs import start_run
 from lab.processes import (
@@ -38,6 +37,7 @@ from lab.processes import (
     start_codec_server,
     start_worker,
 )
+from payloadcodec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from tests.support import poll_until, wait_closed
 
 KEY = base64.b64encode(bytes(range(7, 39))).decode()
@@ -156,7 +156,7 @@ def test_wrong_paths_and_methods(codec_server):
 
 
 def _run_module(argv, env):
-    return subprocess.run([sys.executable, "-m", "flowclient.codec_server", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "payloadcodec.server", *argv], cwd=REPO,
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
 
 
@@ -339,7 +339,7 @@ def test_with_a_token_only_bearers_of_it_are_answered():
 
 
 def test_a_short_token_is_refused_at_start():
-    done = subprocess.run([sys.executable, "-m", "flowclient.codec_server", "--port", "0"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "payloadcodec.server", "--port", "0"], cwd=REPO,
                           env={**os.environ, **ENV, "LAB_CODEC_SERVER_TOKEN": "short"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "too short" in done.stderr

@@ -36,11 +36,11 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.codec import data_converter_from_env
 from flowclient.status import RunNotFound, run_status
 from flowclient.worker_options import worker_options
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
+from payloadcodec import data_converter_from_env
 from providerclient import fetch_effects
 from steps import flow
 from steps.errors import PermanentError

@@ -32,8 +32,8 @@ from tests.support import EMAIL, TASK, poll_until, wait_exit
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts(\n"
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
-PACKAGES = ("activities", "flowclient", "drafting", "memory", "provider", "providerclient", "steps", "storage",
-            "wiring", "workflows")
+PACKAGES = ("activities", "flowclient", "payloadcodec", "drafting", "memory", "provider", "providerclient", "steps",
+            "storage", "wiring", "workflows")
 
 
 def incompatible_checkout(root: Path) -> Path:

@@ -16,8 +16,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.codec import data_converter_from_env
 from flowclient.worker_options import worker_options
+from payloadcodec import data_converter_from_env
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
 from workflows.agent_flow import AgentFlow
 

@@ -28,8 +28,8 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from flowclient.codec import data_converter_from_env
 from flowclient.worker_options import worker_options
+from payloadcodec import data_converter_from_env
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
 from workflows.agent_flow import AgentFlow
 

@@ -1,8 +1,8 @@
 """A codec server for the Temporal UI and CLI: decrypts (and encrypts) payloads
-with the lab's codec (``flowclient.codec``), so the UI shows what a run
+with the lab's codec (``payloadcodec``), so the UI shows what a run
 carries instead of ciphertext.
 
-    python -m flowclient.codec_server [--host 127.0.0.1] [--port 8081] [--origin URL ...] [--verbose]
+    python -m payloadcodec.server [--host 127.0.0.1] [--port 8081] [--origin URL ...] [--verbose]
 
 The keys come from the same environment as the worker's and the starter's
 (``LAB_CODEC_KEY``, ``LAB_CODEC_KEY_ID``, ``LAB_CODEC_DECRYPT_ONLY_KEYS``); it
@@ -70,7 +70,7 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from flowclient.codec import AesGcmCodec, CodecConfigError, codec_from_env
+from payloadcodec import AesGcmCodec, CodecConfigError, codec_from_env
 
 DEFAULT_PORT = 8081
 DEFAULT_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
@@ -300,7 +300,7 @@ def _address_family(host: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m flowclient.codec_server",
+        prog="python -m payloadcodec.server",
         description="Codec server for the Temporal UI and CLI: decrypts payloads with the lab's codec keys.",
     )
     parser.add_argument("--host", default="127.0.0.1",

@@ -24,7 +24,7 @@ turned values into payloads. This one seals each payload with AES-256-GCM:
 Configuration (environment only; nothing is on unless ``LAB_CODEC_KEY`` is set):
 
 ``LAB_CODEC_KEY``
-    The current key: 32 random bytes, base64 (``python -m flowclient.codec
+    The current key: 32 random bytes, base64 (``python -m payloadcodec
     new-key`` prints one). Encrypts everything new and decrypts its own payloads.
 ``LAB_CODEC_KEY_ID``
     Its name, stored in each payload (default ``key-1``): 1-64 of
@@ -145,12 +145,12 @@ def parse_key(value: str, variable: str = "LAB_CODEC_KEY") -> bytes:
     except (binascii.Error, ValueError):
         raise CodecConfigError(
             f"{variable} is not valid base64. Give 32 random bytes in base64, e.g. the output of "
-            "`python -m flowclient.codec new-key`"
+            "`python -m payloadcodec new-key`"
         ) from None
     if len(key) != KEY_BYTES:
         raise CodecConfigError(
             f"{variable} decodes to {len(key)} bytes; AES-256-GCM needs exactly {KEY_BYTES}. "
-            "Generate one with `python -m flowclient.codec new-key`"
+            "Generate one with `python -m payloadcodec new-key`"
         )
     return key
 
@@ -376,9 +376,5 @@ def main(argv: Iterable[str] | None = None) -> int:
             return 2
         print(describe(codec))
         return 0
-    print("usage: python -m flowclient.codec new-key | check", file=sys.stderr)
+    print("usage: python -m payloadcodec new-key | check", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
