@@ -88,7 +88,40 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
                        f"the request body is not valid UTF-8 JSON ({exc}): send a JSON object") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "invalid_request", f"the request body must be a JSON object, got {type(payload).__name__}")
+    _refuse_lone_surrogates(payload)
     return payload
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_lone_surrogates(payload: dict[str, Any]) -> None:
+    """422 if any string in ``payload`` holds a lone surrogate.
+
+    JSON's ``\\udcff`` escape decodes to a code point that is no Unicode
+    character and has no UTF-8 form: such text could be neither stored nor
+    sent. The field named is the top-level one that holds it (its key, for a
+    nested key or value)."""
+
+    def first(value: Any) -> re.Match[str] | None:
+        if isinstance(value, str):
+            return _SURROGATE.search(value)
+        if isinstance(value, dict):
+            return next((m for item in value.items() for m in map(first, item) if m), None)
+        if isinstance(value, list):
+            return next((m for m in map(first, value) if m), None)
+        return None
+
+    for name, value in payload.items():
+        found = first(name) or first(value)
+        if found is not None:
+            field = name if first(name) is None else "the field names"
+            raise ApiError(
+                422, "invalid_request",
+                f"{field} contains U+{ord(found.group()):04X} at position {found.start() + 1}, a lone surrogate "
+                "(no Unicode character, it has no UTF-8 form): send the text as valid UTF-8",
+                field=name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"),
+            )
 
 
 def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:

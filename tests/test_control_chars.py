@@ -405,6 +405,33 @@ def test_the_provider_allows_crlf_and_tab_in_a_body_but_no_lone_cr(provider_url)
     assert lone.status_code == 422 and "body contains U+000D at position 3" in lone.json()["message"], lone.text
 
 
+@pytest.mark.parametrize("where", ["subject", "body", "summary", "metadata-value", "metadata-key"])
+def test_the_provider_refuses_a_lone_surrogate_by_name_not_with_a_500(provider_url, where):
+    """JSON can spell a code point with no UTF-8 form (``\\udcff``); it must get a 422 naming the field, and
+    the provider must stay up and count the refusal (before this it answered 500 from deep in the store)."""
+    run = f"ctl-sur-{uuid.uuid4().hex[:12]}"
+    if where == "summary":
+        path, body = "/v1/tickets", {"run_id": run, "summary": "Refund \udcff", "email_message_id": "msg_1"}
+    elif where.startswith("metadata"):
+        meta = {"note": "x\udcff"} if where == "metadata-value" else {"n\udcffote": "x"}
+        path, body = "/v1/emails", _email(run, metadata=meta)
+    else:
+        path, body = "/v1/emails", _email(run, **{where: "Refund \udcff"})
+    raw = json.dumps(body)  # ensure_ascii: the surrogate travels as the escape \udcff, as a client would send it
+    assert "\\udcff" in raw
+    answer = httpx.post(f"{provider_url}{path}", content=raw.encode(), headers={
+        "Idempotency-Key": f"{run}-1", "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    data = answer.json()
+    field = "metadata" if where.startswith("metadata") else where
+    assert data["error"] == "invalid_request" and data["field"] == field, data
+    assert "U+DCFF at position" in data["message"] and "valid UTF-8" in data["message"], data
+    fixed = httpx.post(f"{provider_url}{path}", json={**body, **({"metadata": {"note": "x"}} if field == "metadata"
+                                                                   else {field: "Refund"})},
+                       headers={"Idempotency-Key": f"{run}-2"})
+    assert fixed.status_code == 200, fixed.text  # the provider is still up and the mended request goes through
+
+
 def test_the_providers_rule_is_its_own_code():
     """It shares nothing with the client's rule: the provider package imports nothing from the client side
     (steps.controls and steps.limits included), at the top of a module or inside a function. Its one project
