@@ -2,50 +2,22 @@
 
     python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--verbose]
 
-Connection from the environment (``flowclient.connect``: TEMPORAL_ADDRESS,
-TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles); the provider from
-PROVIDER_URL; the model from LLM_BASE_URL / LLM_MODEL / LLM_API_KEY (offline
-model when unset); conversation memory from MEMORY_DB; payload encryption
-from LAB_CODEC_KEY (``payloadcodec``); tracing from LAB_OTEL; Prometheus
-metrics from LAB_METRICS_ADDRESS (``flowclient.metrics``). Several
-worker processes may poll the same task queue, on one machine or many: each
-takes whatever task comes next, and a dead one's work moves to the others.
+Everything comes from the environment: the connection (``flowclient.connect``:
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles), the
+provider (PROVIDER_URL), the model (LLM_BASE_URL, LLM_MODEL, LLM_API_KEY; the
+offline model when unset), conversation memory (MEMORY_DB), payload
+encryption (LAB_CODEC_KEY, ``payloadcodec``), tracing (LAB_OTEL) and
+Prometheus metrics (LAB_METRICS_ADDRESS, ``flowclient.metrics``). A bad
+setting stops the worker before it connects, saying what to give instead.
 
-Tuned for a fast resume after SIGKILL and for throughput (the options are
-``flowclient.worker_options``; bench/bench_resume.py measures what they buy
-against Temporal's defaults):
-
-- a workflow cache of 1,000 (``--cache N``) with a **100 ms** sticky
-  schedule-to-start timeout (Temporal's default is 10 s). With a cache, the
-  workflow task that follows an activity completion is put on the sticky
-  queue of the worker that last ran the workflow; if that worker was killed,
-  the task waits there for the sticky timeout before any live worker may
-  take it. Chosen by data (bench/bench_worker_cache.py, one invocation, the
-  lab's dev server, whose timers fire within 100 ms): 2.33x the runs per
-  second of no cache, resume from the kill 1.07x no cache's (200 ms: 2.52x
-  and 1.16x; 300 ms: 2.61x and 1.25x; 1 s: 2.58x and 1.88x). The cost is on
-  a server with Temporal's default timer precision (timers fire up to ~1 s
-  late, so 100 ms acts like ~1 s): there resume took 1.76x no cache's
-  (1.93 s against 1.09 s from the kill). ``--cache 0`` turns the cache off
-  (no sticky queue, a replay of the history on every workflow task): the
-  choice for such a server when resume time matters more than throughput.
-- the sandbox is Temporal's default (``flowclient.worker_options.workflow_restrictions``) plus
-  ``sqlite3``: wall clock, ``random``, ``uuid4``, ``open``, network and
-  database calls in workflow code are refused, and the workflow module is
-  executed afresh for every workflow task. Passing every module through would
-  be faster (docs/benchmarks.md) but turns the refusals off: the lab's first
-  lesson is that workflow code must be deterministic, so the net stays.
-- workflow-task failures are not turned into run failures: a bug or an
-  incompatible deploy parks runs (``workflows.agent_flow``) until good code runs.
-- at most 8 workflow tasks at a time (default 100). A workflow task costs
-  ~10-20 ms of CPU here when it replays the history in the sandbox (every
-  task with ``--cache 0``; with the cache, after a restart or an eviction);
-  100 taken at once from a burst queue up inside the worker for
-  seconds, overrun the 2 s workflow task timeout and are retried, and a burst
-  of 1,000 runs made no progress for minutes (bench/bench_scale.py). With 8,
-  the rest wait on the server, where the timeout has not started.
-- the activities' 1 s heartbeat timeout and the starter's 2 s workflow task
-  timeout are set where those calls are made (workflows/, flowclient/runs.py).
+Any number of worker processes may poll one task queue, on one machine or
+many: each takes whatever task comes next, and a dead one's work moves to
+the others. The options (``flowclient.worker_options``) are tuned for a fast
+resume after SIGKILL and for throughput: a workflow cache with a 100 ms sticky
+timeout (``--cache 0``: none), Temporal's default sandbox plus ``sqlite3``
+(non-deterministic calls in workflow code are refused), at most 8 workflow
+tasks at a time, and workflow-task failures left to park a run (a bad deploy)
+rather than fail it. docs/benchmarks.md has the measurements behind each.
 
 Prints ``worker ready`` once polling starts; tests and the demo wait for it.
 """

@@ -167,14 +167,12 @@ can set it; Temporal Cloud cannot."""
 FAST_QUEUES = {"history.transferProcessorMaxPollRPS": "1000"}
 """Dynamic config for the dev server: let the history service read its
 transfer queue up to 1,000 times a second per shard instead of 20. Every
-workflow task (and every non-eager activity task) is a transfer task that the
-history service must read before matching can hand it to a worker. At the
-default 20 reads/s (one shard on the dev server) the limiter's burst lets a
-fresh server run ~20 steps quickly; after that each workflow task waits for
-the limiter: ~22 ms of the ~50 ms a bare step cost here (the server's
-``task_latency_load`` metric: 21.2 ms against 1.2 ms raised; per step 51-54 ms
-against 23-28 ms; docs/benchmarks.md). A server setting: the compose stack's
-dynamic config sets it too; Temporal Cloud runs its own."""
+workflow task (and every non-eager activity task) is a transfer task the
+history service reads before matching hands it to a worker; at 20 reads/s
+(one shard on the dev server) each workflow task waits for the limiter once
+the burst is spent (docs/benchmarks.md, "Where a bare step's time goes"). A
+server setting: the compose stack's dynamic config sets it too; Temporal
+Cloud runs its own."""
 
 LAB_SERVER_CONFIG = {**FAST_TIMERS, **FAST_QUEUES}
 """What the lab's own dev server runs with (demo, tests, chaos, scenario)."""

@@ -34,13 +34,11 @@ known, and what ``bench/bench_memory.py`` measures (figures in docs/memory.md):
 
 The true count T of such a tokenizer satisfies L <= T <= U, so the estimate's
 error is bounded by est/U <= est/T <= est/L, and nothing tighter can be proved
-here. Measured on the bench corpus (stdlib docstrings as English prose, stdlib
-source as code, generated JSON tool arguments; figures in docs/memory.md): est/L
-is 0.92-1.93 for prose (mean 1.25), 0.98-1.81 for code (mean 1.32) and
-1.14-1.26 for JSON (mean 1.18); the estimate fell below the floor L, a certain
-undercount, on 7 of 716 texts, by at most 8 %. How far T sits above L depends
-on how many pieces split into several tokens (rare or long words, long digit
-runs), which only the real tokenizer knows. So: the estimate usually
+here. ``bench/bench_memory.py`` measures est/L on prose, code and JSON
+(docs/memory.md has the figures): mostly above 1, below it, a certain
+undercount, on a few texts. How far T sits above L depends on how many pieces
+split into several tokens (rare or long words, long digit runs), which only
+the real tokenizer knows. So: the estimate usually
 overcounts and may undercount. Keep a margin between ``max_tokens`` and the
 model's real limit (no size for it can be proved here; 25 % is our unproven
 suggestion for English and JSON), or plug in the real tokenizer.
