@@ -7,7 +7,9 @@ How the record's rows map onto them:
 - a step row ``failed`` with ``in_doubt`` set is **in_doubt**;
 - a ``running`` step is **running** while a live process holds the run's
   lease, **retrying** while its ``next_try_at`` is ahead, and **waiting** when
-  no process holds the run (a crash, or nobody resumed it);
+  no process holds the run (a crash, or nobody resumed it): a lease that has
+  expired, or whose holder is a process on this host that is provably gone
+  (``runrecord.lease.check_holder``: at once after a kill, not a lease later);
 - the run is **parked** when the code reading it has another flow than the
   recorded one (``resume`` refuses it, exit 6, until the right code runs).
 
@@ -24,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from runrecord.lease import check_holder
 from runrecord.store import IntentRow, RunRow
 from steps.controls import printable
 from steps.runstate import describe_step, iso, run_entry, step_entry
@@ -56,7 +59,8 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     """The status JSON of ``run``. ``flow_changed``: the reason the reading
     code's flow differs from the recorded one (then the run is parked)."""
     now = time.time() if now is None else now
-    live = bool(run.lease_holder) and (run.lease_expires_at or 0) > now
+    live = (bool(run.lease_holder) and (run.lease_expires_at or 0) > now
+            and not check_holder(run.lease_holder).dead)
     steps = [_step(run, s, live, now) for s in run.steps]
     if run.status in ("completed", "failed"):
         return run_entry(run.run_id, run.status, steps, error=run.error)
@@ -96,7 +100,13 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
         lines.append(f"  intent {i.step} attempt {i.attempt} key {i.idempotency_key}: {note}")
     if run.lease_holder:
         left = (run.lease_expires_at or 0) - now
-        state = f"expires in {left:.1f} s" if left > 0 else f"expired {-left:.1f} s ago: resume may take it"
+        verdict = check_holder(run.lease_holder)
+        if verdict.dead:
+            state = f"held by a process that is gone ({verdict.reason}): resume takes it at once"
+        elif left > 0:
+            state = f"expires in {left:.1f} s"
+        else:
+            state = f"expired {-left:.1f} s ago: resume may take it"
         lines.append(f"  lease: {run.lease_holder}, {state}")
     elif run.status == "running":
         lines.append("  lease: none (no process is running it): resume it to continue")

@@ -92,18 +92,20 @@ def test_bad_input_is_refused_with_the_starters_words(db):
 
 async def test_kill_between_step_2_and_3_resumes_at_step_3(runrecord, provider, db, run_id):
     first = runrecord("start", run_id, TASK, "--email", EMAIL,
-                      env={"CRASH_AT": "runrecord:send_confirmation:after_record", "RUNRECORD_LEASE_SECONDS": "0.5"})
+                      env={"CRASH_AT": "runrecord:send_confirmation:after_record", "RUNRECORD_LEASE_SECONDS": "30"})
     assert finished(first) == -9, first.output()
     assert executions(first, "draft") == 1 and executions(first, "send_confirmation") == 1
     assert executions(first, "record_outcome") == 0
 
     stopped = status_json(runrecord, run_id)
     assert stopped["status"] == "running" and stopped["current_step"] == "record_outcome"
-    assert [s["status"] for s in stopped["steps"]] == ["completed", "completed", "running"]
+    # Its 30 s lease has not expired, but its holder is provably gone: waiting, not running.
+    assert [s["status"] for s in stopped["steps"]] == ["completed", "completed", "waiting"]
+    shown = runrecord("status", run_id)
+    assert finished(shown) == 0 and "held by a process that is gone" in shown.output(), shown.output()
     assert counts(provider.url, run_id, "record_outcome") is None
 
-    await wait_lease_expired(db, run_id)
-    second = runrecord("resume", run_id)
+    second = runrecord("resume", run_id)  # a 30 s lease, still held by the dead process: taken over at once
     assert finished(second) == 0, second.output()
     assert "resuming run" in second.output() and "at step record_outcome" in second.output()
     assert executions(second, "draft") == 0
