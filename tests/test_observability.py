@@ -151,3 +151,32 @@ def test_start_wait_in_a_terminal_shows_a_live_table(dev_server, workers, provid
     assert f"run {run_id}: completed" in plain, plain[-2000:]
     assert "running" in plain  # a step was shown while in progress, then the table moved on
     assert f"/namespaces/default/workflows/{run_id}" in plain
+
+
+async def test_the_ui_shows_the_current_step_and_no_run_data(client, dev_server, workers, provider, run_id, task_queue):
+    """What the Temporal UI shows as a run's current details, read as an operator would
+    (``temporal workflow metadata``, the query the UI makes): the step, where it stands and its
+    attempt while the run is open, then that it completed; never the task or the address, which
+    may be personal data and are encrypted everywhere else when the codec is on."""
+    from lab.processes import temporal_cli
+
+    workers(extra_env={"LAB_STEP_SECONDS": "1"})  # each step takes ~1 s, time enough to look
+    await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        shown = subprocess.run([temporal_cli(), "workflow", "metadata", "-w", run_id, "--address",
+                                dev_server.address], capture_output=True, text=True, timeout=30)
+        assert shown.returncode == 0, shown.stderr
+        assert TASK not in shown.stdout and EMAIL not in shown.stdout, shown.stdout
+        found = re.search(r"step \d of 3, \w+: \w+ \(attempt \d+\)|completed: every step done", shown.stdout)
+        if found and found.group() not in seen:
+            seen.append(found.group())
+        if "completed: every step done" in shown.stdout:
+            break
+        time.sleep(0.2)
+    assert seen[-1:] == ["completed: every step done"], seen
+    for expected in ("step 1 of 3, draft: running (attempt 1)",
+                     "step 2 of 3, send_confirmation: running (attempt 1)",
+                     "step 3 of 3, record_outcome: running (attempt 1)"):
+        assert expected in seen, seen
