@@ -22,8 +22,9 @@ process, the offline model:
   (``with_passthrough_all_modules``, what worker.py shipped before): faster,
   and nothing non-deterministic is refused any more: what the refusals cost;
 - ``flow-unsandboxed``: ``UnsandboxedWorkflowRunner``: what the sandbox costs;
-- ``flow-cached``: a workflow cache of 1,000 (the SDK default): what the
-  resume tuning (no cache, so no sticky queue to wait on after a kill) costs.
+- ``flow-nocache``: ``worker.py --cache 0`` (no workflow cache, so no sticky
+  queue to wait on after a kill; the default before issue 13): what the
+  cache buys.
 
 Latency: runs one at a time, kinds interleaved run by run; start to result,
 median and p90. Throughput: a batch of ``--batch`` runs started at once per
@@ -59,6 +60,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import FlowActivities  # noqa: E402
 from flowclient.runs import start_run  # noqa: E402
 from flowclient.worker_options import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
+from flowclient.worker_options import worker_options  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from wiring import deps_from_env  # noqa: E402
@@ -123,7 +125,7 @@ async def main_async(args) -> tuple[dict[str, Kind], dict]:
             ("flow-passthrough", None, {"workflow_runner": SandboxedWorkflowRunner(
                 restrictions=SandboxRestrictions.default.with_passthrough_all_modules())}),
             ("flow-unsandboxed", None, {"workflow_runner": UnsandboxedWorkflowRunner()}),
-            ("flow-cached", None, {"max_cached_workflows": 1000}),
+            ("flow-nocache", None, worker_options(cache=0)),
         )
         for name, memory, extra in variants:
             add(name, flow_start(f"q-{name}"), [AgentFlow], FlowActivities(deps_for(name, memory)).all(), **extra)
