@@ -59,8 +59,8 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     """The status JSON of ``run``. ``flow_changed``: the reason the reading
     code's flow differs from the recorded one (then the run is parked)."""
     now = time.time() if now is None else now
-    live = (bool(run.lease_holder) and (run.lease_expires_at or 0) > now
-            and not check_holder(run.lease_holder).dead)
+    holder = run.lease_holder
+    live = bool(holder) and (run.lease_expires_at or 0) > now and not check_holder(holder or "").dead
     steps = [_step(run, s, live, now) for s in run.steps]
     if run.status in ("completed", "failed"):
         return run_entry(run.run_id, run.status, steps, error=run.error)
