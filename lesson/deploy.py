@@ -19,6 +19,13 @@ engines' records and the provider's counts. The changes:
     without the marker and finishes on the old path; a run started after the
     deploy records the marker and takes the new one (Temporal only: the run
     record has no versioning, its flow is one list).
+``after``
+    a step added *after* the waiting point (a pause between the email and the
+    ticket): nothing in the recorded past changes. Temporal replays the
+    recorded steps, then meets the new code beyond the history and runs it:
+    the waiting run finishes through the pause. The run record refuses it
+    like any change to its list of steps (its check compares the whole list,
+    not the part already done; exit 6), and the rolled-back code resumes it.
 ``rule``
     a changed retry rule (the default budget), nothing in the recorded past:
     every engine continues. A started run keeps the rule it recorded.
@@ -60,6 +67,9 @@ TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).
 SEND = "        sent = await self._attempts(\n"
+RECORD = "        await self._attempts(\n            2, FlowActivities.record_outcome,\n"
+PAUSE_STEP = ("async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
+              "def _no_request(inputs: Any, results: Any) -> None:\n    return None\n\n\n")
 PATCHES: dict[str, list[tuple[str, str, str]]] = {
     "before": [
         ("workflows/agent_flow.py", SEND,
@@ -67,10 +77,16 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
         ("steps/plan.py", '    FlowStep("send_confirmation",',
          '    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause before the email\n'
          '    FlowStep("send_confirmation",'),
-        ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (",
-         "async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
-         "def _no_request(inputs: Any, results: Any) -> None:\n    return None\n\n\n"
-         "FLOW: tuple[FlowStep, ...] = ("),
+        ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (", PAUSE_STEP + "FLOW: tuple[FlowStep, ...] = ("),
+        ("steps/plan.py", 'assert tuple(s.name for s in FLOW) == STEP_NAMES', "assert True"),
+    ],
+    "after": [
+        ("workflows/agent_flow.py", RECORD,
+         "        await workflow.sleep(0.01)  # the release: a pause after the email\n" + RECORD),
+        ("steps/plan.py", '    FlowStep("record_outcome",',
+         '    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause after the email\n'
+         '    FlowStep("record_outcome",'),
+        ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (", PAUSE_STEP + "FLOW: tuple[FlowStep, ...] = ("),
         ("steps/plan.py", 'assert tuple(s.name for s in FLOW) == STEP_NAMES', "assert True"),
     ],
     "before, versioned": [
@@ -89,6 +105,9 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("runrecord", "before"): {"with the new code": "refused: the flow changed (exit 6)",
                               "then": "rolled back: resumed at step 3 record_outcome",
                               "email applied": 1, "ticket applied": 1},
+    ("runrecord", "after"): {"with the new code": "refused: the flow changed (exit 6)",
+                             "then": "rolled back: resumed at step 3 record_outcome",
+                             "email applied": 1, "ticket applied": 1},
     ("runrecord", "rule"): {"with the new code": "resumed at step 3 record_outcome", "then": "-",
                             "email applied": 1, "ticket applied": 1},
     ("runrecord", "moved"): {"with the new code": "resumed at step 3 record_outcome", "then": "-",
@@ -99,6 +118,8 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("temporal", "before, versioned"): {"with the new code": "finished at step 3 record_outcome, on the old path",
                                         "then": "a run started now takes the new path",
                                         "email applied": 1, "ticket applied": 1},
+    ("temporal", "after"): {"with the new code": "finished at step 3 record_outcome, through the new pause",
+                            "then": "-", "email applied": 1, "ticket applied": 1},
     ("temporal", "rule"): {"with the new code": "finished at step 3 record_outcome", "then": "-",
                            "email applied": 1, "ticket applied": 1},
     ("temporal", "moved"): {"with the new code": "finished at step 3 record_outcome, by worker elsewhere-1",
@@ -261,7 +282,10 @@ class Deploy:
         row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
         queue = f"deploy-{_slug(change)}-{self.stamp}"
         client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
-        old = self.worker(server, queue, self.code(None), "worker-old", env={"CRASH_AT": "record_outcome:before"})
+        # Killed in the workflow task after step 2: the email's completion is in the history and step 3 is
+        # not yet scheduled, so the recorded past ends exactly between step 2 and step 3.
+        old = self.worker(server, queue, self.code(None), "worker-old",
+                          env={"CRASH_AT": "temporal:send_confirmation:after_record"})
         await start_run(client, row.run_id, TASK, EMAIL, queue=queue)
         self.killed(old)
         args, env = ((["--identity", "elsewhere-1"], {"MEMORY_DB": str(self.work / "elsewhere-memory.db")})
@@ -289,6 +313,8 @@ class Deploy:
         elif status["status"] == "completed":
             row.outcome = "finished at step 3 record_outcome"
             history = await client.get_workflow_handle(row.run_id).fetch_history()
+            if change == "after":
+                row.outcome += ", through the new pause" if _has_timer(history) else ", WITHOUT the new pause"
             if change == "before, versioned":
                 row.outcome += ", on the old path" if not _has_timer(history) else ", on the NEW path"
                 fresh = f"{row.run_id}-after"
@@ -315,10 +341,10 @@ class Deploy:
             self.procs.append(provider.proc)
             server.start()
             rows = [self.in_memory()]
-            for change in ("before", "rule", "moved"):
+            for change in ("before", "after", "rule", "moved"):
                 rows.append(self.runrecord(change))
                 self.say(_line(rows[-1]))
-            for change in ("before", "before, versioned", "rule", "moved"):
+            for change in ("before", "before, versioned", "after", "rule", "moved"):
                 rows.append(asyncio.run(self.temporal(server, change)))
                 self.say(_line(rows[-1]))
             return rows

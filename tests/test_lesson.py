@@ -179,17 +179,20 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
 
 def test_scenario_deploy_on_every_engine(tmp_path):
     """The restart that is a deploy (lesson/deploy.py): the record refuses a changed
-    flow, Temporal parks an unversioned change and takes a patched one in its
-    stride, a changed retry rule changes nothing for a waiting run, and a move
-    to another worker or directory finishes the run; no effect happens twice
-    on a durable engine."""
+    flow, Temporal parks an unversioned change to the recorded past, takes a
+    patched one in its stride and runs a step added after the waiting point, a
+    changed retry rule changes nothing for a waiting run, and a move to another
+    worker or directory finishes the run; no effect happens twice on a durable
+    engine."""
     done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--deploy", "--json", "--state-dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     rows = {(r["engine"], r["change"]): r for r in report["rows"]}
-    assert report["ok"] and len(rows) == 8, report
+    assert report["ok"] and len(rows) == 10, report
     assert rows["runrecord", "before"]["with the new code"] == "refused: the flow changed (exit 6)"
+    assert rows["runrecord", "after"]["with the new code"] == "refused: the flow changed (exit 6)"
+    assert rows["temporal", "after"]["with the new code"] == "finished at step 3 record_outcome, through the new pause"
     assert rows["temporal", "before"]["with the new code"] == "parked: NON_DETERMINISTIC_ERROR"
     assert rows["temporal", "before, versioned"]["then"] == "a run started now takes the new path"
     assert rows["in_memory", "before"]["email applied"] == 2
