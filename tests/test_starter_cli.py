@@ -48,8 +48,13 @@ async def test_ctrl_c_on_wait_leaves_quietly_and_the_run_goes_on(client, dev_ser
                                                                    task_queue):
     workers(extra_env={"LAB_STEP_SECONDS": "2"})
     env = {"TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": task_queue, "PYTHONUNBUFFERED": "1"}
-    waiting = Proc("starter", [sys.executable, "starter.py", "start", run_id, TASK, "--email", EMAIL, "--wait"],
-                   env=env)
+    # As from a terminal: Ctrl-C's SIGINT at its default. A test run started in the background
+    # (`make test &`, or a CI runner that does so) hands its children SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt at all.
+    as_from_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                          "sys.argv = sys.argv[1:]; runpy.run_path('starter.py', run_name='__main__')")
+    waiting = Proc("starter", [sys.executable, "-c", as_from_a_terminal, "starter.py", "start", run_id, TASK,
+                               "--email", EMAIL, "--wait"], env=env)
     waiting.wait_for_line("draft: running", timeout=60)
     os.kill(waiting.pid, signal.SIGINT)
     assert wait_exit(waiting, 30) == 130, waiting.output()
