@@ -59,6 +59,7 @@ from bare_flows import BareN, noop  # noqa: E402
 from bench_resume import POINTS  # noqa: E402
 from bench_resume import one as temporal_resume
 from bench_resume_record import record_one as record_resume  # noqa: E402
+from bench_runrecord import NOOP_FLOW, StubProvider  # noqa: E402
 from dbos import DBOS  # noqa: E402
 
 from dbosflow import engine as dbos_engine  # noqa: E402
@@ -70,7 +71,6 @@ from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
 from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
-from steps.plan import FlowStep  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
 from wiring import deps_from_env  # noqa: E402
 
@@ -119,30 +119,7 @@ def record_step(record: RunRecord, run_id: str) -> float:
 
 
 # ------------------------------------------------------------------ no-op flows
-
-
-async def _noop_draft(req, deps):
-    return DraftResult(subject="s", body="b", summary="sum", model="stub")
-
-
-async def _noop_send(req, deps):
-    return EmailSent(message_id="msg_stub", to=EMAIL, idempotency_key=req.idempotency_key)
-
-
-async def _noop_record(req, deps):
-    return OutcomeRecorded(ticket_id="tkt_stub", idempotency_key=req.idempotency_key)
-
-
-NOOP_FLOW = (
-    FlowStep("draft", _noop_draft, DEFAULT_FLOW[0].request, effect=False),
-    FlowStep("send_confirmation", _noop_send, DEFAULT_FLOW[1].request, effect=True),
-    FlowStep("record_outcome", _noop_record, DEFAULT_FLOW[2].request, effect=True),
-)
-
-
-class _StubProvider:
-    async def aclose(self) -> None:
-        pass
+# The record's no-op flow and stub provider are bench_runrecord's, so both benches time the same steps.
 
 
 DBOS_STEP_TIMES: list[float] = []
@@ -223,7 +200,7 @@ class Engines:
             handle = await DBOS.start_workflow_async(dbos_noop3)
             await handle.get_result()
         else:
-            runner = Runner(self.work / "record-noop.db", StepDeps(provider=_StubProvider(), llm=None),
+            runner = Runner(self.work / "record-noop.db", StepDeps(provider=StubProvider(), llm=None),
                             flow=NOOP_FLOW, say=lambda line: None)
             try:
                 await runner.start(f"n-{uuid.uuid4().hex[:12]}", TASK, EMAIL)

@@ -93,7 +93,7 @@ def one_bare_run(conn: sqlite3.Connection, run_id: str) -> float:
 # ---------------------------------------------------------------- no-op flow for the runner
 
 
-class _StubProvider:
+class StubProvider:
     async def aclose(self) -> None:
         pass
 
@@ -118,7 +118,7 @@ NOOP_FLOW = (
 
 
 async def runner_runs(path: Path, n: int) -> float:
-    runner = Runner(path, StepDeps(provider=_StubProvider(), llm=None), flow=NOOP_FLOW, say=lambda line: None)
+    runner = Runner(path, StepDeps(provider=StubProvider(), llm=None), flow=NOOP_FLOW, say=lambda line: None)
     times = []
     try:
         for _ in range(n):

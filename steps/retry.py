@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from email.utils import mktime_tz, parsedate_tz
 from typing import Any
@@ -160,47 +160,40 @@ class RetryRule:
 DEFAULT_RULE = RetryRule()
 
 
+def _env_number(env: Mapping[str, str], name: str, parse: Callable[[str], Any], ok: Callable[[Any], bool],
+                what: str, default: Any) -> Any:
+    """``name`` from ``env`` read with ``parse`` when set, else ``default``;
+    ``ValueError`` saying ``what`` it must be when it does not parse or not ``ok``."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse(raw)
+        if ok(value):
+            return value
+    except ValueError:
+        pass
+    raise ValueError(f"{name}={raw!r} must be {what}")
+
+
+def _seconds_up_to(limit: float) -> Callable[[float], bool]:
+    return lambda value: math.isfinite(value) and 0 < value <= limit
+
+
 def rule_from_env(env: Mapping[str, str] | None = None) -> RetryRule:
     """The rule a new run records: defaults, with ``LAB_RETRY_BUDGET_SECONDS``
     and ``LAB_MAX_WORKER_DEATHS`` when set. Raises ``ValueError`` naming the
     variable when a value is unusable."""
     env = os.environ if env is None else env
-    budget = DEFAULT_BUDGET_SECONDS
-    raw = (env.get(BUDGET_ENV) or "").strip()
-    if raw:
-        try:
-            budget = float(raw)
-            if not (math.isfinite(budget) and 0 < budget <= 7 * 86400):
-                raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"{BUDGET_ENV}={raw!r} must be a number of seconds between 0 and 604800 (a week); "
-                f"the default is {DEFAULT_BUDGET_SECONDS:g}"
-            ) from None
-    deaths = DEFAULT_MAX_WORKER_DEATHS
-    raw = (env.get(DEATHS_ENV) or "").strip()
-    if raw:
-        try:
-            deaths = int(raw)
-            if not 0 <= deaths <= 1000:
-                raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"{DEATHS_ENV}={raw!r} must be a whole number from 0 to 1000; "
-                f"the default is {DEFAULT_MAX_WORKER_DEATHS}"
-            ) from None
-    attempt_timeout = None
-    raw = (env.get(ATTEMPT_TIMEOUT_ENV) or "").strip()
-    if raw:
-        try:
-            attempt_timeout = float(raw)
-            if not (math.isfinite(attempt_timeout) and 0 < attempt_timeout <= 3600):
-                raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"{ATTEMPT_TIMEOUT_ENV}={raw!r} must be a number of seconds between 0 and 3600; "
-                "unset, each step has its own (draft 60 s, the effects 15 s)"
-            ) from None
+    budget = _env_number(env, BUDGET_ENV, float, _seconds_up_to(7 * 86400),
+                         "a number of seconds between 0 and 604800 (a week); "
+                         f"the default is {DEFAULT_BUDGET_SECONDS:g}", DEFAULT_BUDGET_SECONDS)
+    deaths = _env_number(env, DEATHS_ENV, int, lambda value: 0 <= value <= 1000,
+                         f"a whole number from 0 to 1000; the default is {DEFAULT_MAX_WORKER_DEATHS}",
+                         DEFAULT_MAX_WORKER_DEATHS)
+    attempt_timeout = _env_number(env, ATTEMPT_TIMEOUT_ENV, float, _seconds_up_to(3600),
+                                  "a number of seconds between 0 and 3600; "
+                                  "unset, each step has its own (draft 60 s, the effects 15 s)", None)
     return RetryRule(budget_seconds=budget, max_worker_deaths=deaths, attempt_timeout=attempt_timeout)
 
 

@@ -211,27 +211,6 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
             assert after_step["result"] == before_step["result"]
 
 
-@pytest.fixture
-def dbos_procs(provider, tmp_path):
-    """``python -m dbosflow`` processes on this test's DBOS database and provider; all reaped."""
-    db = tmp_path / "dbosflow.db"
-    started: list[Proc] = []
-
-    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
-        env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
-               "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at or "", **(env or {})}
-        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "dbosflow", *args], env=env)
-        started.append(proc)
-        return proc
-
-    start.db = db  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
-
-
 @pytest.mark.skipif(not HAVE_DBOS, reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' "
                                           "(make test installs it)")
 @pytest.mark.parametrize("case", DBOS_CASES, ids=lambda c: c.id)
