@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,31 @@ async def _closed(client, run_id: str, timeout: float = 120.0) -> dict:
     return await wait_until(check, timeout, f"run {run_id} to close", interval=0.2)
 
 
+_ABSOLUTE_FILE = re.compile(r'File \\?"(/[^"\\]*)')
+
+
+def without_machine_paths(text: str) -> str:
+    """``text`` with the recording machine's paths cut from the stack traces of
+    failures: a file of the project relative to its root, an installed one from
+    ``site-packages/``, anything else by its name. Replay never reads a stack
+    trace, so the fixture replays the same; the repository holds no machine path."""
+    def cut(match: re.Match[str]) -> str:
+        path = match.group(1)
+        if "/site-packages/" in path:
+            short = "site-packages/" + path.split("/site-packages/", 1)[1]
+        elif path.startswith(f"{REPO}/"):
+            short = path[len(f"{REPO}/"):]
+        else:
+            short = path.rsplit("/", 1)[-1]
+        return match.group(0)[: match.start(1) - match.start(0)] + short
+
+    return _ABSOLUTE_FILE.sub(cut, text)
+
+
 async def _write(client, run_id: str, path: Path) -> None:
     history = await client.get_workflow_handle(run_id).fetch_history()
     # Ids and times are kept as recorded; the task queue is the recording's own.
-    path.write_text(json.dumps(history.to_json_dict(), indent=2) + "\n")
+    path.write_text(without_machine_paths(json.dumps(history.to_json_dict(), indent=2)) + "\n")
 
 
 async def record(out: Path) -> list[str]:

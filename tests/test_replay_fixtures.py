@@ -10,6 +10,7 @@ and resets of it)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,14 @@ FIXTURES = sorted(HISTORIES.glob("*/*.json"))
 
 def test_there_are_fixtures_to_replay():
     assert len(FIXTURES) >= 7, f"expected the recorded histories under {HISTORIES}"
+
+
+def test_fixtures_hold_no_machine_path():
+    """Stack traces name files relative to the project or to site-packages, never where
+    the recording machine kept them (tests/record_histories.py cuts them when it writes)."""
+    found = {p.relative_to(HISTORIES).as_posix(): re.findall(r'File \\?"(/[^"\\]*)', p.read_text())
+             for p in FIXTURES}
+    assert not {name: paths for name, paths in found.items() if paths}, found
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
