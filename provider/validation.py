@@ -113,9 +113,10 @@ def _refuse_lone_surrogates(payload: dict[str, Any]) -> None:
         return None
 
     for name, value in payload.items():
-        found = first(name) or first(value)
+        in_name = first(name)
+        found = in_name or first(value)
         if found is not None:
-            field = name if first(name) is None else "the field names"
+            field = "the field names" if in_name else name
             raise ApiError(
                 422, "invalid_request",
                 f"{field} contains U+{ord(found.group()):04X} at position {found.start() + 1}, a lone surrogate "
