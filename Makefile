@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo scenario scenario-deploy test lint ui-check bench clean chaos lock
+.PHONY: help install demo scenario scenario-deploy test lint ui-check bench clean chaos lock grade
 
 ## help: list the targets (the default)
 help:
@@ -56,6 +56,13 @@ test: $(STAMP) $(CHROMIUM)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+## grade: grade an exercise under real kills: make grade N=1 [IMPL=practice|solution|PATH] (exercises/README.md)
+N ?=
+IMPL ?= practice
+grade: $(STAMP)
+	@[ -n "$(N)" ] || { echo "make grade N=<exercise number> [IMPL=practice|solution|PATH]: which exercise? (exercises/README.md)"; exit 2; }
+	$(PY) -m grader.grade $(N) --impl $(IMPL)
 
 ## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect
 chaos: $(STAMP)

@@ -1,0 +1,160 @@
+"""Exercise 1, practice: model the run record.
+
+    python flow.py start RUN_ID "TASK" --email ADDR
+    python flow.py resume RUN_ID
+
+This is the lesson's "before" (lesson/in_memory.py): the lab's three step
+functions (steps/flow.py) run in order against the provider, and which steps
+are done lives only in ``results``, a dict that dies with the process. Make
+the run record in SQLite (``SCHEMA``, at the path in ``RECORD_DB``) hold it:
+the run, its current step, and each completed step's result (TODO 1, TODO 2).
+
+Check: ``python -m grader.grade 1`` (exercises/01-run-record/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sqlite3
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, replace
+
+from steps import flow
+from steps.limits import InputError, check_email, check_run_id, check_task
+from steps.requests import RunInputs, draft_request, record_request, send_request
+from wiring import deps_from_env
+
+RECORD_DB = os.environ.get("RECORD_DB", ".state/exercise-record.db")
+
+# The flow, in order: (name, step function, request builder). A builder takes
+# the run's inputs and the results of the steps before it; nothing else.
+STEPS = [
+    ("draft", flow.draft, draft_request),
+    ("send_confirmation", flow.send_confirmation, send_request),
+    ("record_outcome", flow.record_outcome, record_request),
+]
+NAMES = [name for name, _, _ in STEPS]
+EFFECTS = {"send_confirmation", "record_outcome"}  # the steps that change the world outside
+
+# The run record. The grader reads these tables directly: keep their names and columns.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        TEXT PRIMARY KEY,
+    task          TEXT NOT NULL,
+    email         TEXT NOT NULL,
+    status        TEXT NOT NULL,     -- 'running', 'completed' or 'failed'
+    current_step  TEXT,              -- the next step to run; NULL once the run has ended
+    error         TEXT               -- why the run failed (exercise 5)
+);
+CREATE TABLE IF NOT EXISTS steps (   -- one row per completed step
+    run_id  TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    result  TEXT NOT NULL,           -- what the step returned, as JSON
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS intents ( -- one row per attempt of an effect, written BEFORE its request goes out
+    run_id           TEXT NOT NULL,
+    step             TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    idempotency_key  TEXT NOT NULL,
+    request          TEXT NOT NULL,  -- the request about to be sent, as JSON
+    PRIMARY KEY (run_id, step, attempt)
+);
+"""
+
+
+def open_record() -> sqlite3.Connection:
+    os.makedirs(os.path.dirname(RECORD_DB) or ".", exist_ok=True)
+    conn = sqlite3.connect(RECORD_DB, isolation_level=None)  # no hidden transactions: you write them
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")  # COMMIT returns once the write is on disk
+    conn.executescript(SCHEMA)
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection):
+    """One atomic write: everything inside is committed together, or not at all."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def random_key(run_id: str, step: str) -> str:
+    """The "before"'s key (lesson/in_memory.py): a new one at every execution."""
+    return f"inmem/{run_id}/{step}/{secrets.token_hex(8)}"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str = "draft") -> None:
+    """Run the steps from ``start_at`` to the end; ``results`` holds those done before."""
+    for name, step, build in STEPS[NAMES.index(start_at):]:
+        request = build(inputs, results)
+        if name in EFFECTS:  # the provider applies an effect once per idempotency key
+            key = random_key(inputs.run_id, name)
+            request = replace(request, idempotency_key=key)
+        say(f"step {name} started: run {inputs.run_id}")
+        results[name] = asdict(await step(request, deps))
+        # TODO 2 (exercise 1): record the step as done, in ONE transaction (`with transaction(conn):`):
+        #   - its result, `json.dumps(results[name])`, in a new row of `steps`;
+        #   - the run's `current_step` moved to the next step (None after the last one, and then
+        #     `status` 'completed').
+        #   Both are written, or neither: the record never says "at step 3" without step 2's result.
+        # END TODO 2
+        say(f"step {name} completed: run {inputs.run_id}")
+
+
+async def start(run_id: str, task: str, email: str) -> int:
+    conn, deps = open_record(), deps_from_env()
+    inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=run_id)
+    try:
+        # TODO 1 (exercise 1): create the run's row in `runs` (status 'running', current_step the
+        #   first step), committed before the first step runs: from now on the run exists for any
+        #   process that reads the record. A run id that is already there: say so and return 2.
+        # END TODO 1
+        await run_steps(conn, inputs, {}, deps)
+        say(f"run {run_id}: completed")
+        return 0
+    finally:
+        await deps.provider.aclose()
+
+
+async def resume(run_id: str) -> int:
+    """Continue run ``run_id`` at its recorded step."""
+    say("resume is exercise 3: not built yet")
+    return 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="The agent flow on a run record you write.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    started = commands.add_parser("start", help="start a new run")
+    started.add_argument("run_id")
+    started.add_argument("task")
+    started.add_argument("--email", required=True)
+    resumed = commands.add_parser("resume", help="continue a run at its recorded step")
+    resumed.add_argument("run_id")
+    args = parser.parse_args()
+    try:
+        if args.command == "start":
+            return asyncio.run(start(check_run_id(args.run_id), check_task(args.task), check_email(args.email)))
+        return asyncio.run(resume(check_run_id(args.run_id)))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

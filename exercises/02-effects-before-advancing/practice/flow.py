@@ -1,0 +1,172 @@
+"""Exercise 2, practice: record each effect before advancing.
+
+    python flow.py start RUN_ID "TASK" --email ADDR
+    python flow.py resume RUN_ID
+
+Exercise 1's record says what is done, but not what may have gone out: a
+crash after the provider applied the email and before the step's result was
+recorded leaves no trace of the email. Give each effect a key every attempt
+shares (TODO 3) and commit its intent, the key and the request, before the
+request can be sent (TODO 4).
+
+Check: ``python -m grader.grade 2`` (exercises/02-effects-before-advancing/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sqlite3
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, replace
+
+from steps import flow
+from steps.limits import InputError, check_email, check_run_id, check_task
+from steps.requests import RunInputs, draft_request, record_request, send_request
+from wiring import deps_from_env
+
+RECORD_DB = os.environ.get("RECORD_DB", ".state/exercise-record.db")
+
+# The flow, in order: (name, step function, request builder). A builder takes
+# the run's inputs and the results of the steps before it; nothing else.
+STEPS = [
+    ("draft", flow.draft, draft_request),
+    ("send_confirmation", flow.send_confirmation, send_request),
+    ("record_outcome", flow.record_outcome, record_request),
+]
+NAMES = [name for name, _, _ in STEPS]
+EFFECTS = {"send_confirmation", "record_outcome"}  # the steps that change the world outside
+
+# The run record. The grader reads these tables directly: keep their names and columns.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        TEXT PRIMARY KEY,
+    task          TEXT NOT NULL,
+    email         TEXT NOT NULL,
+    status        TEXT NOT NULL,     -- 'running', 'completed' or 'failed'
+    current_step  TEXT,              -- the next step to run; NULL once the run has ended
+    error         TEXT               -- why the run failed (exercise 5)
+);
+CREATE TABLE IF NOT EXISTS steps (   -- one row per completed step
+    run_id  TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    result  TEXT NOT NULL,           -- what the step returned, as JSON
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS intents ( -- one row per attempt of an effect, written BEFORE its request goes out
+    run_id           TEXT NOT NULL,
+    step             TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    idempotency_key  TEXT NOT NULL,
+    request          TEXT NOT NULL,  -- the request about to be sent, as JSON
+    PRIMARY KEY (run_id, step, attempt)
+);
+"""
+
+
+def open_record() -> sqlite3.Connection:
+    os.makedirs(os.path.dirname(RECORD_DB) or ".", exist_ok=True)
+    conn = sqlite3.connect(RECORD_DB, isolation_level=None)  # no hidden transactions: you write them
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")  # COMMIT returns once the write is on disk
+    conn.executescript(SCHEMA)
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection):
+    """One atomic write: everything inside is committed together, or not at all."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def random_key(run_id: str, step: str) -> str:
+    """The "before"'s key (lesson/in_memory.py): a new one at every execution."""
+    return f"inmem/{run_id}/{step}/{secrets.token_hex(8)}"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str = "draft") -> None:
+    """Run the steps from ``start_at`` to the end; ``results`` holds those done before."""
+    for name, step, build in STEPS[NAMES.index(start_at):]:
+        request = build(inputs, results)
+        if name in EFFECTS:  # the provider applies an effect once per idempotency key
+            # TODO 3 (exercise 2): one key for every attempt of this step of this run, so the
+            #   provider recognises a repeat: build it from the run id and the step name
+            #   (`steps.keys.idempotency_key`), not at random.
+            key = random_key(inputs.run_id, name)
+            # END TODO 3
+            request = replace(request, idempotency_key=key)
+            # TODO 4 (exercise 2): record the intent BEFORE the request can go out: a row of
+            #   `intents` with the attempt number (1 + the attempts recorded for this step), the key
+            #   and the request, `json.dumps(asdict(request))`, in its own committed transaction.
+            #   A crash after the send then leaves "this may have gone out", not nothing.
+            # END TODO 4
+        say(f"step {name} started: run {inputs.run_id}")
+        results[name] = asdict(await step(request, deps))
+        after = NAMES[NAMES.index(name) + 1] if name != NAMES[-1] else None
+        with transaction(conn):
+            conn.execute("INSERT INTO steps VALUES (?, ?, ?)", (inputs.run_id, name, json.dumps(results[name])))
+            conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",
+                         (after, "running" if after else "completed", inputs.run_id))
+        say(f"step {name} completed: run {inputs.run_id}")
+
+
+async def start(run_id: str, task: str, email: str) -> int:
+    conn, deps = open_record(), deps_from_env()
+    inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=run_id)
+    try:
+        try:
+            with transaction(conn):
+                conn.execute("INSERT INTO runs (run_id, task, email, status, current_step) "
+                             "VALUES (?, ?, ?, 'running', ?)", (run_id, task, email, NAMES[0]))
+        except sqlite3.IntegrityError:
+            say(f"run {run_id} already exists: resume it with `python flow.py resume {run_id}`, "
+                "or start a new run id")
+            return 2
+        await run_steps(conn, inputs, {}, deps)
+        say(f"run {run_id}: completed")
+        return 0
+    finally:
+        await deps.provider.aclose()
+
+
+async def resume(run_id: str) -> int:
+    """Continue run ``run_id`` at its recorded step."""
+    say("resume is exercise 3: not built yet")
+    return 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="The agent flow on a run record you write.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    started = commands.add_parser("start", help="start a new run")
+    started.add_argument("run_id")
+    started.add_argument("task")
+    started.add_argument("--email", required=True)
+    resumed = commands.add_parser("resume", help="continue a run at its recorded step")
+    resumed.add_argument("run_id")
+    args = parser.parse_args()
+    try:
+        if args.command == "start":
+            return asyncio.run(start(check_run_id(args.run_id), check_task(args.task), check_email(args.email)))
+        return asyncio.run(resume(check_run_id(args.run_id)))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

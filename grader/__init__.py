@@ -1,0 +1,14 @@
+"""The grader of the lab's exercises (``exercises/``): it runs a learner's
+code as real processes under real SIGKILLs against the real provider, and
+judges by witnesses the learner's code cannot forge.
+
+- ``grader.grade``: the command, ``python -m grader.grade N``;
+- ``grader.checks``: what each exercise must show, in the lesson's words;
+- ``grader.harness``: the learner's program as processes, and how a check fails;
+- ``grader.evidence``: what is read (the provider, the model, the record file);
+- ``grader.model``: the model stand-in that counts draft calls;
+- ``grader.launch``: the bootstrap in the learner's process (kills between commits).
+
+It never imports the finished engines (``runrecord/``, ``memory.window``):
+the exercises are judged against the lesson, not against an answer's code.
+"""

@@ -1,0 +1,411 @@
+"""The checks of exercises 1-3, in the lesson's words.
+
+Each check drives the learner's program through real processes and real
+SIGKILLs, then compares what the learner's record says with what the
+outside world saw (``grader.evidence``). A check returns what it showed (for
+the report) or raises ``Failed`` (expected, seen, where to look) or
+``CouldNotRun`` (the learner's own exception).
+
+1. **The run record** (exercise 1): killed as step 2 begins, as step 3
+   begins, and run to the end: each time the record holds the run, its
+   current step and each completed step's result, the very result the model
+   or the provider gave.
+2. **Each effect recorded before the step advances** (exercise 2): killed
+   right after the provider accepted the email, and the ticket: the record
+   holds the attempt's intent (the key the provider got, the request it
+   applied), not a completed step, and not nothing. Then killed after each
+   of the program's commits in turn: at every one, the record's current step
+   is the first step without a result, and every effect the provider
+   applied is covered by an intent or a result.
+3. **Resume by run id** (exercise 3): the lesson's scenario (killed between
+   step 2 and step 3, then resumed), then one run killed at every step's
+   boundary in turn and resumed each time: each resume starts at the
+   recorded step, runs no completed step again (draft calls at the model,
+   requests at the provider), builds its requests from the recorded results,
+   and every effect is applied once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grader.evidence import KIND_OF_STEP, WORDS, Record, Witnesses
+from grader.harness import Failed, Harness, Outcome, Run
+
+STEPS = ("draft", "send_confirmation", "record_outcome")
+EFFECT_STEPS = ("send_confirmation", "record_outcome")
+
+
+@dataclass(frozen=True)
+class Check:
+    number: int
+    title: str
+    run: Callable[[Harness], list[str]]  # returns what it showed, one line each
+
+
+def todo(n: int, what: str) -> str:
+    exercise = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}[n]
+    return f"TODO {n} (exercise {exercise}) in flow.py: {what}"
+
+
+# ---------------------------------------------------------------- shared expectations
+
+
+def expect_killed(h: Harness, outcome: Outcome, where: str) -> None:
+    """The process must have died by the kill the grader armed, not of its own accord."""
+    if outcome.killed:
+        return
+    crashed = h.could_not_run(outcome)
+    if crashed:
+        raise crashed
+    raise Failed(
+        f"`{' '.join(outcome.argv[:3])}` ended (exit {outcome.code}) before it reached {where}",
+        expected=f"the process to be killed {where}",
+        seen=f"it exited {outcome.code}; its last lines: {outcome.last_lines()}",
+        look_at="that the program runs the three steps in order (compare with the exercise's README)")
+
+
+def expect_completed(h: Harness, outcome: Outcome, what: str) -> None:
+    if outcome.code == 0:
+        return
+    crashed = h.could_not_run(outcome)
+    if crashed:
+        raise crashed
+    raise Failed(f"{what} exited {outcome.code} instead of completing the run",
+                 expected="exit 0 and the run completed",
+                 seen=f"exit {outcome.code}; its last lines: {outcome.last_lines()}",
+                 look_at="the program's output above")
+
+
+def next_step(step: str) -> str | None:
+    i = STEPS.index(step) + 1
+    return STEPS[i] if i < len(STEPS) else None
+
+
+def expect_position(record: Record, run: Run, done: tuple[str, ...], why: str) -> None:
+    """The record holds ``run`` with exactly ``done`` completed and the step after them current."""
+    current = STEPS[len(done)] if len(done) < len(STEPS) else None
+    if record.run is None:
+        raise Failed(
+            f"the record holds no run {run.run_id} {why}",
+            expected=f"a row in `runs` for {run.run_id}: status 'running', current_step {current!r}",
+            seen=record.describe(),
+            look_at=todo(1, "create the run's row, committed, before its first step runs"))
+    status = "completed" if current is None else "running"
+    have = tuple(s for s in STEPS if s in record.steps)
+    if have != done or record.run.get("current_step") != current or record.run.get("status") != status:
+        raise Failed(
+            f"the record of run {run.run_id} is not where the run got to {why}",
+            expected=(f"results of {list(done) or 'no step'} in `steps`; in `runs`, current_step {current!r} "
+                      f"and status {status!r}"),
+            seen=record.describe(),
+            look_at=todo(2, "record each step's result and move current_step on, in one transaction"))
+    for step in done:
+        if record.result(step) is None:
+            raise Failed(f"the recorded result of {step} for run {run.run_id} is not a JSON object",
+                         expected=f"`steps.result` of {step}: the step's result as JSON, e.g. json.dumps(result)",
+                         seen=f"{record.steps[step][:200]!r}",
+                         look_at=todo(2, "store json.dumps(results[name])"))
+
+
+def expect_results_true(h: Harness, run: Run, record: Record) -> None:
+    """Each recorded result is what the model or the provider really gave."""
+    drafted = record.result("draft")
+    if drafted is not None:
+        calls = h.model.calls(run.task)
+        if not any(drafted.get("body") == c.body and drafted.get("subject") == c.subject for c in calls):
+            raise Failed(
+                f"the draft recorded for run {run.run_id} is not one the model wrote",
+                expected=f"`steps.result` of draft: the draft step's result ({len(calls)} draft(s) written)",
+                seen=f"subject {drafted.get('subject')!r}", look_at=todo(2, "record the step's own result"))
+    for step, field in (("send_confirmation", "message_id"), ("record_outcome", "ticket_id")):
+        mine = record.result(step)
+        if mine is None:
+            continue
+        applied = [e.response.get(field) for e in h.effects(run) if e.applied and e.response
+                   and e.kind == KIND_OF_STEP[step]]
+        if mine.get(field) not in applied:
+            raise Failed(
+                f"the {field} recorded for {step} of run {run.run_id} is not one the provider gave",
+                expected=f"the provider's {field}: {applied or 'none applied'}",
+                seen=f"{mine.get(field)!r}", look_at=todo(2, "record the step's own result"))
+
+
+# ---------------------------------------------------------------- check 1
+
+
+def check_record(h: Harness) -> list[str]:
+    shown = []
+    for point, done in (("send_confirmation:before", ("draft",)),
+                        ("record_outcome:before", ("draft", "send_confirmation"))):
+        run = h.new_run("g1")
+        step = point.split(":")[0]
+        expect_killed(h, h.start(run, crash_at=point), f"as step {step} began")
+        record = h.record(run)
+        expect_position(record, run, done, f"after {' and '.join(done)} completed (killed as {step} began)")
+        expect_results_true(h, run, record)
+        shown.append(f"killed as {step} began: the record holds the run at {step}, with the result of "
+                     f"{' and '.join(done)}")
+    run = h.new_run("g1")
+    expect_completed(h, h.start(run), "`python flow.py start`")
+    record = h.record(run)
+    expect_position(record, run, STEPS, "after it completed")
+    expect_results_true(h, run, record)
+    shown.append("run to the end: the record holds it completed, with all three results")
+    return shown
+
+
+# ---------------------------------------------------------------- check 2
+
+
+def check_intents(h: Harness) -> list[str]:
+    shown = []
+    for step in EFFECT_STEPS:
+        run = h.new_run("g2")
+        expect_killed(h, h.start(run, crash_at=f"{step}:after_effect"), f"right after the provider applied {step}")
+        applied = h.witnesses(run).applied(step)
+        record = h.record(run)
+        if not record.intents_of(step) and applied:
+            explain_missing_intent(h, run, step, applied[0].key, record)
+        expect_intent(run, record, step, applied)
+        shown.append(f"killed right after the provider applied {WORDS[step]}: the record holds its intent "
+                     f"(key {applied[0].key}), not a completed step")
+    kills = 0
+    while True:
+        run = h.new_run("g2")
+        outcome = h.start(run, kill_after_commit=kills + 1)
+        if not outcome.killed:
+            expect_completed(h, outcome, f"`python flow.py start` (not killed: it made {kills} commits)")
+            break
+        kills += 1
+        expect_consistent(h, run, h.record(run), kills)
+    shown.append(f"killed right after each of its {kills} commits in turn: the record never ran ahead of what "
+                 "was done, and every applied effect had its intent or result")
+    return shown
+
+
+def explain_missing_intent(h: Harness, run: Run, step: str, key: str, record: Record) -> None:
+    """No intent right after the send: tell "never recorded" from "recorded only after sending" by a
+    run left to finish, whose record shows whether the program writes intents at all."""
+    whole = h.new_run("g2")
+    h.start(whole)
+    later = h.record(whole).intents_of(step)
+    words = WORDS[step]
+    first = (f"the provider applied {words} for run {run.run_id} (key {key}), but the record holds no intent "
+             f"for {step}")
+    if later:
+        raise Failed(
+            f"{first}: your program records the intent only after the request went out (run {whole.run_id}, "
+            "left to finish, has one), so a crash in between loses it",
+            expected=f"the intent for {step} committed BEFORE the step sends its request",
+            seen=f"killed right after the send: {record.describe()}",
+            look_at=todo(4, "move the intent's transaction before the call to the step"))
+    raise Failed(
+        f"{first}: a crash right after the send leaves no trace that it may have gone out",
+        expected=f"a row in `intents` for {step}, committed BEFORE the request was sent",
+        seen=record.describe(),
+        look_at=todo(4, "commit the intent (key and request) before calling the step"))
+
+
+def expect_intent(run: Run, record: Record, step: str, applied: list) -> None:
+    words = WORDS[step]
+    if len(applied) != 1:
+        raise Failed(f"the provider holds {len(applied)} applied {KIND_OF_STEP[step]}(s) for run {run.run_id}",
+                     expected=f"one: {words}, sent once before the kill", seen=str([e.key for e in applied]),
+                     look_at=todo(3, "one key per step of a run"))
+    effect = applied[0]
+    current = record.run.get("current_step") if record.run else None
+    if record.run is not None and current != step and step not in record.steps:
+        raise Failed(
+            f"the record says run {run.run_id} is at step {current!r}, but holds no result for {step}: "
+            "the run advanced before the effect was recorded",
+            expected=f"current_step {step!r} until {step}'s result is recorded, in the same transaction",
+            seen=record.describe(),
+            look_at=todo(2, "move current_step on in the transaction that records the result, after the step ran"))
+    intents = record.intents_of(step)
+    if not any(i["idempotency_key"] == effect.key for i in intents):
+        raise Failed(
+            f"the intent recorded for {step} of run {run.run_id} names another key than the one sent",
+            expected=f"the key the provider got: {effect.key}",
+            seen=", ".join(i["idempotency_key"] for i in intents),
+            look_at=todo(4, "record the key of the request you send"))
+    sent = next(i for i in intents if i["idempotency_key"] == effect.key)
+    try:
+        request = json.loads(sent["request"])
+    except (TypeError, ValueError):
+        request = None
+    fields = ("to", "subject", "body") if step == "send_confirmation" else ("summary", "email_message_id")
+    applied_body = effect.request or {}
+    if not isinstance(request, dict) or any(request.get(f) != applied_body.get(f) for f in fields):
+        raise Failed(
+            f"the intent recorded for {step} of run {run.run_id} is not the request the provider applied",
+            expected=f"`intents.request`: the request as JSON, with {', '.join(fields)} as sent",
+            seen=f"{str(sent['request'])[:200]!r}",
+            look_at=todo(4, "record json.dumps(asdict(request)), the request the step sends"))
+    if step in record.steps:
+        raise Failed(f"the record holds a result for {step} although the process died before the step returned",
+                     expected="no result until the step returned", seen=record.describe(),
+                     look_at=todo(2, "record the result only after the step returned it"))
+
+
+def expect_consistent(h: Harness, run: Run, record: Record, commit: int) -> None:
+    if record.run is None:
+        return  # killed before the run's row was committed: nothing recorded, nothing sent (checked below)
+    current = record.run.get("current_step")
+    done = STEPS[:STEPS.index(current)] if current in STEPS else STEPS
+    have = tuple(s for s in STEPS if s in record.steps)
+    where = f"killed right after the program's commit #{commit}"
+    if have != done:
+        missing = [s for s in done if s not in have]
+        ahead = [s for s in have if s not in done]
+        raise Failed(
+            (f"{where}, the record says run {run.run_id} is at step {current!r} but holds no result for "
+             f"{', '.join(missing)}: the run advanced before the step's result was recorded"
+             if missing else
+             f"{where}, the record holds the result of {', '.join(ahead)} but still says run {run.run_id} is at "
+             f"step {current!r}: the result was recorded without moving the run on"),
+            expected="current_step is the first step without a result, at every commit",
+            seen=record.describe(),
+            look_at=todo(2, "record the result and move current_step on in ONE transaction"))
+    for step in EFFECT_STEPS:
+        applied = h.witnesses(run).applied(step)
+        if applied and step not in record.steps and not record.intents_of(step):
+            raise Failed(f"{where}, the provider had applied {WORDS[step]} of run {run.run_id} but the record "
+                         f"holds neither its intent nor its result",
+                         expected="an intent committed before the request went out", seen=record.describe(),
+                         look_at=todo(4, "commit the intent before calling the step"))
+
+
+# ---------------------------------------------------------------- check 3
+
+BOUNDARIES = ("draft:before", "send_confirmation:before", "send_confirmation:after_effect",
+              "record_outcome:before", "record_outcome:after_effect")
+
+
+def reached(point: str | None) -> tuple[str, ...]:
+    """The steps that reach the outside world before a process is killed at ``point`` (None: all)."""
+    if point is None:
+        return STEPS
+    step, when = point.split(":")
+    i = STEPS.index(step)
+    return STEPS[:i + 1] if when == "after_effect" else STEPS[:i]
+
+
+def check_resume(h: Harness) -> list[str]:
+    shown = []
+    # The lesson's scenario: killed between step 2 and step 3, resumed.
+    run = h.new_run("g3-scenario")
+    expect_killed(h, h.start(run, crash_at="record_outcome:before"), "as step record_outcome began")
+    resume_and_judge(h, run, "record_outcome:before", None)
+    expect_done(h, run)
+    h.evidence_runs["scenario"] = run  # the report quotes its evidence
+    shown.append("killed between step 2 and step 3, resumed: only record_outcome ran; one email, one ticket")
+    # One run killed at every boundary in turn, resumed each time.
+    run = h.new_run("g3-every-kill")
+    expect_killed(h, h.start(run, crash_at=BOUNDARIES[0]), "as step draft began")
+    for killed_at, next_kill in zip(BOUNDARIES, (*BOUNDARIES[1:], None), strict=True):
+        resume_and_judge(h, run, killed_at, next_kill)
+    expect_done(h, run)
+    h.evidence_runs["every_kill"] = run
+    shown.append(f"one run killed at each of {len(BOUNDARIES)} step boundaries in turn and resumed each time: "
+                 "each resume began at the recorded step; every effect applied once")
+    return shown
+
+
+def resume_and_judge(h: Harness, run: Run, killed_at: str, next_kill: str | None) -> None:
+    step = killed_at.split(":")[0]
+    before = h.witnesses(run)
+    outcome = h.resume(run, crash_at=next_kill or "")
+    after = h.witnesses(run)
+    record = h.record(run)
+    context = f"killed at {killed_at}, then resumed"
+    expect_once(run, after, context)
+    expect_built_from_record(h, run, record, after, context)
+    ran = [s for s in STEPS if after.executions(s) > before.executions(s)]
+    done_before = STEPS[:STEPS.index(step)]
+    again = [s for s in ran if s in done_before]
+    if again:
+        raise Failed(
+            f"resume ran {', '.join(again)} again for run {run.run_id} ({context}), although the record holds "
+            f"{'its' if len(again) == 1 else 'their'} result",
+            expected=f"resume to start at the recorded step, {step}, and run nothing before it",
+            seen=_executions(before, after),
+            look_at=todo(6, "continue at current_step (start_at=current_step), with the recorded results"))
+    expected_ran = [s for s in reached(next_kill) if s not in done_before]
+    skipped = [s for s in expected_ran if s not in ran]
+    if skipped:
+        if h.could_not_run(outcome):
+            raise h.could_not_run(outcome)  # type: ignore[misc]
+        raise Failed(
+            f"resume did not run {', '.join(skipped)} for run {run.run_id} ({context}); it exited {outcome.code}",
+            expected=f"resume to continue at the recorded step, {step}",
+            seen=f"{_executions(before, after)}; its last lines: {outcome.last_lines()}",
+            look_at=todo(5, "read the run back") + "; " + todo(6, "continue at current_step"))
+    if next_kill is None:
+        expect_completed(h, outcome, "`python flow.py resume`")
+    else:
+        expect_killed(h, outcome, f"at {next_kill}")
+
+
+def _executions(before: Witnesses, after: Witnesses) -> str:
+    return (f"draft calls at the model {before.drafts} -> {after.drafts}; requests at the provider: email "
+            f"{before.requests('send_confirmation')} -> {after.requests('send_confirmation')}, ticket "
+            f"{before.requests('record_outcome')} -> {after.requests('record_outcome')}")
+
+
+def expect_once(run: Run, seen: Witnesses, context: str) -> None:
+    for step in EFFECT_STEPS:
+        applied = seen.applied(step)
+        if len(applied) > 1:
+            raise Failed(
+                f"the provider applied {WORDS[step]} {len(applied)} times for run {run.run_id} ({context}; keys "
+                f"{', '.join(e.key for e in applied)}): resume sent a different key",
+                expected=f"{WORDS[step]} applied once, every attempt under one key",
+                seen="; ".join(f"{e.key}: {e.requests} request(s), applied" for e in applied),
+                look_at=todo(3, "build the key from the run id and the step name"))
+
+
+def expect_built_from_record(h: Harness, run: Run, record: Record, seen: Witnesses, context: str) -> None:
+    """What the provider applied is what the recorded results say: the requests were built from the record."""
+    drafted, sent = record.result("draft"), record.result("send_confirmation")
+    checks = [("send_confirmation", "body", drafted, "body", "the email's body", "the recorded draft's body"),
+              ("record_outcome", "summary", drafted, "summary", "the ticket's summary", "the recorded draft's"),
+              ("record_outcome", "email_message_id", sent, "message_id", "the ticket's email message id",
+               "the recorded email's message id")]
+    for step, field, recorded, source, what, theirs in checks:
+        for effect in seen.applied(step):
+            if recorded is None or effect.request is None or effect.request.get(field) == recorded.get(source):
+                continue
+            calls = h.model.calls(run.task)
+            raise Failed(
+                f"resume sent a request not built from the record for run {run.run_id} ({context}): {what} is not "
+                f"{theirs}",
+                expected=f"{what}: {str(recorded.get(source))[:80]!r}",
+                seen=f"{str(effect.request.get(field))[:80]!r} (the model wrote {len(calls)} draft(s) in all)",
+                look_at=todo(5, "read each completed step's recorded result into `results`, and build the "
+                                "requests from them: a step run again writes different words"))
+
+
+def expect_done(h: Harness, run: Run) -> None:
+    record = h.record(run)
+    expect_position(record, run, STEPS, "after its last resume")
+    expect_results_true(h, run, record)
+    seen = h.witnesses(run)
+    for step in EFFECT_STEPS:
+        if len(seen.applied(step)) != 1:
+            raise Failed(f"{WORDS[step]} of run {run.run_id} was applied {len(seen.applied(step))} times",
+                         expected="once", seen=str([e.key for e in seen.applied(step)]),
+                         look_at=todo(3, "one key per step of a run"))
+    if seen.drafts != 1:
+        raise Failed(f"the model drafted {seen.drafts} times for run {run.run_id}", expected="once",
+                     seen=f"{seen.drafts} draft calls", look_at=todo(6, "continue at current_step"))
+
+
+CHECKS = {
+    1: Check(1, "the run record: the run, its current step, each completed step's result", check_record),
+    2: Check(2, "each effect recorded before the step advances", check_intents),
+    3: Check(3, "resume by run id: at the recorded step, nothing completed run again, each effect once",
+             check_resume),
+}

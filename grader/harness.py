@@ -1,0 +1,209 @@
+"""Running a learner's program as real processes, and the failures a check reports.
+
+The learner's ``flow.py`` runs as its own OS process (``grader.launch``),
+with the record at ``RECORD_DB`` in the grader's own work folder, the real
+provider (``python -m provider``) at ``PROVIDER_URL`` and the model stand-in
+at ``LLM_BASE_URL``. Its working directory is that work folder and it writes
+no bytecode, so grading never writes into the learner's files. Kills are real
+SIGKILLs: at a crash point of the step functions (``CRASH_AT``), or right
+after the k-th commit (``GRADER_KILL_AFTER_COMMIT``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.evidence import Effect, Record, Witnesses, effects, read_record
+from grader.model import MODEL_NAME, ModelStandIn
+from lab.processes import Proc
+
+PROCESS_TIMEOUT = float(os.environ.get("GRADER_PROCESS_SECONDS") or 30)
+"""How long one process of the learner's program may run before it counts as hung (tests shorten it)."""
+TASK = "Confirm the refund for order 1234"
+
+
+class Failed(Exception):
+    """A check saw behaviour the lesson rules out: what, what was expected, what was seen, where to look."""
+
+    def __init__(self, headline: str, *, expected: str, seen: str, look_at: str) -> None:
+        super().__init__(headline)
+        self.headline, self.expected, self.seen, self.look_at = headline, expected, seen, look_at
+
+
+class CouldNotRun(Exception):
+    """The learner's program died of an exception the lesson does not explain (a bug, a typo)."""
+
+    def __init__(self, what: str, traceback: str) -> None:
+        super().__init__(what)
+        self.what, self.traceback = what, traceback
+
+
+@dataclass
+class Outcome:
+    """How one process of the learner's program ended."""
+
+    argv: list[str]
+    code: int  # negative: killed by that signal
+    output: str
+    seconds: float
+
+    @property
+    def killed(self) -> bool:
+        return self.code == -signal.SIGKILL
+
+    def last_lines(self, n: int = 3) -> str:
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        return " | ".join(lines[-n:]) if lines else "(it printed nothing)"
+
+
+@dataclass
+class Run:
+    """One run the grader starts: its id and its task (unique, so the model's calls are counted per run)."""
+
+    run_id: str
+    task: str
+    email: str = "ada@example.com"
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+class Harness:
+    """The grader's side of one grading: the learner's folder, a work folder, the provider and the model."""
+
+    def __init__(self, impl: Path, work: Path, provider_url: str, model: ModelStandIn) -> None:
+        self.impl = impl
+        self.flow = impl / "flow.py"
+        self.work = work
+        self.record_db = work / "record.db"
+        self.provider_url = provider_url
+        self.model = model
+        self.deadline = float("inf")  # of the check being run
+        self.processes = 0
+        self._live: list[Proc] = []
+        self.evidence_runs: dict[str, Run] = {}  # runs a report quotes, by name
+
+    # -- runs and processes -------------------------------------------------------
+
+    def new_run(self, label: str) -> Run:
+        run_id = f"{label}-{uuid.uuid4().hex[:6]}"
+        return Run(run_id, f"{TASK} (run {run_id})")
+
+    def start(self, run: Run, *, crash_at: str = "", kill_after_commit: int = 0) -> Outcome:
+        return self._run(run, ["start", run.run_id, run.task, "--email", run.email], crash_at, kill_after_commit)
+
+    def resume(self, run: Run, *, crash_at: str = "", kill_after_commit: int = 0) -> Outcome:
+        return self._run(run, ["resume", run.run_id], crash_at, kill_after_commit)
+
+    def _run(self, run: Run, args: list[str], crash_at: str, kill_after_commit: int) -> Outcome:
+        env = {
+            "RECORD_DB": str(self.record_db),
+            "PROVIDER_URL": self.provider_url,
+            "LLM_BASE_URL": self.model.base_url,
+            "LLM_MODEL": MODEL_NAME,
+            "LLM_TIMEOUT": "10",
+            "MEMORY_DB": "off",
+            "CRASH_AT": crash_at,
+            "GRADER_KILL_AFTER_COMMIT": str(kill_after_commit or ""),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        argv = [sys.executable, "-m", "grader.launch", str(self.flow), *args]
+        shown = ["python", "flow.py", *args]
+        timeout = min(PROCESS_TIMEOUT, self.deadline - time.monotonic())
+        if timeout <= 0:
+            raise Failed("the check ran out of time before its next process could start",
+                         expected="the check's processes to finish within its deadline",
+                         seen=f"{self.processes} processes run so far", look_at="a program that is slow or waits")
+        began = time.monotonic()
+        proc = Proc("learner", argv, env=env, cwd=self.work)
+        self._live.append(proc)
+        self.processes += 1
+        try:
+            while proc.alive() and time.monotonic() - began < timeout:
+                time.sleep(0.02)
+            if proc.alive():
+                _kill_group(proc)
+                outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
+                raise Failed(
+                    f"`{' '.join(shown[:3])} {run.run_id}` was still running after {timeout:.0f} s (killed)",
+                    expected="the process to finish, or to be killed at its crash point, well within that time",
+                    seen=f"it was still running; its last lines: {outcome.last_lines()}",
+                    look_at="a loop that never ends, or a wait for something that never comes")
+            proc.popen.wait()
+            proc._reader.join(timeout=5)
+        finally:
+            _kill_group(proc)
+            self._live.remove(proc)
+        outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
+        run.outcomes.append(outcome)
+        return outcome
+
+    def stop_all(self) -> None:
+        for proc in list(self._live):
+            _kill_group(proc)
+        self._live.clear()
+
+    # -- evidence -----------------------------------------------------------------
+
+    def record(self, run: Run) -> Record:
+        return read_record(self.record_db, run.run_id)
+
+    def witnesses(self, run: Run) -> Witnesses:
+        return Witnesses(len(self.model.calls(run.task)), tuple(effects(self.provider_url, run.run_id)))
+
+    def effects(self, run: Run) -> list[Effect]:
+        return list(effects(self.provider_url, run.run_id))
+
+    def file(self) -> str:
+        """How failure messages name the learner's file."""
+        return f"{self.impl.name}/flow.py"
+
+    # -- outcomes ---------------------------------------------------------------
+
+    def could_not_run(self, outcome: Outcome) -> CouldNotRun | None:
+        """The process's own exception, trimmed to the learner's files, if it died of one."""
+        if outcome.code in (0, -signal.SIGKILL) or "Traceback (most recent call last)" not in outcome.output:
+            return None
+        return CouldNotRun(f"`{' '.join(outcome.argv)}` exited {outcome.code} with an exception",
+                           trim_traceback(outcome.output, self.impl))
+
+
+def _kill_group(proc: Proc) -> None:
+    """SIGKILL the process and anything it started (it leads a session of its own), and reap it."""
+    try:
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.popen.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - reaping is best effort; the kill was sent
+        pass
+
+
+_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line \d+')
+
+
+def trim_traceback(output: str, impl: Path) -> str:
+    """The last traceback in ``output``, with only the frames in the learner's folder (all of them if none is)."""
+    text = output[output.rindex("Traceback (most recent call last)"):]
+    lines = text.splitlines()
+    frames: list[list[str]] = []
+    tail: list[str] = []
+    for line in lines[1:]:
+        if _FRAME.match(line):
+            frames.append([line])
+        elif line.startswith("    ") and frames and not tail:
+            frames[-1].append(line)
+        elif line.strip():
+            tail.append(line)
+    root = str(impl.resolve())
+    mine = [f for f in frames if str(Path(_FRAME.match(f[0])["path"]).resolve()).startswith(root)]  # type: ignore[index]
+    kept = mine or frames[-2:]
+    body = [line for frame in kept for line in frame]
+    return "\n".join(["Traceback (most recent call last):", *body, *tail[-6:]])

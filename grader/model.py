@@ -1,0 +1,140 @@
+"""The model stand-in the grader runs: an OpenAI-compatible chat-completions
+endpoint on loopback, in a thread of the grader's own process, that counts
+every draft request it answers. The learner's program reaches it through
+``LLM_BASE_URL`` like any model (``drafting.OpenAIChatModel``), so the count
+is a witness the learner's code cannot forge: how often the draft step
+really called the model.
+
+Like a real model, it never writes the same words twice: each answer is
+numbered ("draft 2 of ..."), so a request built from a fresh draft instead of
+the recorded one is visible in what the provider applied.
+
+A call belongs to the task in its last user message; the grader gives every
+run a task of its own, so calls are counted per run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CHAT_PATH = "/v1/chat/completions"
+MODEL_NAME = "grader-model-stand-in"
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """One answer the stand-in gave: its number for that task and its words."""
+
+    number: int
+    subject: str
+    body: str
+    summary: str
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the prompt, as received
+
+
+def _task_of(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def words_for(task: str, number: int) -> tuple[str, str, str]:
+    """Subject, body and summary of the ``number``-th draft for ``task``."""
+    line = " ".join(task.split())
+    subject = f"Re: {line} (draft {number})"
+    body = (f"Hello,\n\nThank you for your message:\n\n> {line}\n\nIt is in hand; we will follow up shortly.\n"
+            f"(Draft {number} of the grader's model stand-in: a real model never writes the same words twice.)\n\n"
+            "Kind regards,\nThe support team")
+    summary = f"Replied to: {line} (draft {number})"
+    return subject[:200], body, summary[:500]
+
+
+class ModelStandIn:
+    """Start with ``start()`` (or ``with``); ``base_url`` goes into ``LLM_BASE_URL``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, list[Drafted]] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="grader-model", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> ModelStandIn:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ModelStandIn:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def calls(self, task: str) -> list[Drafted]:
+        """Every draft answered for ``task``, in order."""
+        with self._lock:
+            return list(self._calls.get(task, ()))
+
+    def answer(self, messages: list[Any]) -> Drafted:
+        task = _task_of(messages)
+        with self._lock:
+            drafts = self._calls.setdefault(task, [])
+            subject, body, summary = words_for(task, len(drafts) + 1)
+            drafted = Drafted(len(drafts) + 1, subject, body, summary, [m for m in messages if isinstance(m, dict)])
+            drafts.append(drafted)
+        return drafted
+
+
+def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # one request per connection: no idle thread outlives the grader
+
+        def do_POST(self) -> None:
+            if self.path != CHAT_PATH:
+                return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            try:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                messages = request["messages"]
+                if not isinstance(messages, list):
+                    raise TypeError("messages is not a list")
+            except (ValueError, KeyError, TypeError) as err:
+                return self._send(400, {"error": {"message": f"bad request: {err}", "type": "invalid_request"}})
+            drafted = owner.answer(messages)
+            content = json.dumps({"subject": drafted.subject, "body": drafted.body, "summary": drafted.summary})
+            self._send(200, {
+                "id": f"grader-{drafted.number}", "object": "chat.completion", "created": 0, "model": MODEL_NAME,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            })
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            payload = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the learner's process was killed mid-request: nothing to answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler

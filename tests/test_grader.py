@@ -1,0 +1,296 @@
+"""The grader is honest: for each exercise it fails the untouched practice
+with that exercise's first message and passes the solution, and each wrong
+answer a learner would write fails with its own message. The grader runs as
+the learner runs it (``python -m grader.grade``), against real processes.
+
+Each wrong answer is the solution with one change a learner would make,
+and runs only the check it targets (``--only``), so the suite pays for one
+check per wrong answer, not for the whole exercise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lab.processes import REPO
+
+EXERCISES = REPO / "exercises"
+FOLDERS = {n: next(EXERCISES.glob(f"{n:02d}-*")) for n in (1, 2, 3)}
+
+
+def grade(n: int, impl: str | Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "grader.grade", str(n), "--impl", str(impl), *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    done.stdout = done.stdout + done.stderr  # one text to search and to show
+    return done
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- practice fails, solution passes
+
+FIRST_MESSAGE = {
+    1: ("the record holds no run", "TODO 1 (exercise 1)"),
+    2: ("but the record holds no intent for send_confirmation", "TODO 4 (exercise 2)"),
+    3: ("resume did not run record_outcome", "TODO 5 (exercise 3)"),
+}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_untouched_practice_fails_with_its_exercises_first_message(n):
+    before = tree_digest(FOLDERS[n] / "practice")
+    done = grade(n, "practice")
+    assert done.returncode == 1, done.stdout
+    failed = [line for line in done.stdout.splitlines() if "FAIL" in line]
+    assert len(failed) == 1 and f"check {n}:" in done.stdout.split(failed[0])[0].splitlines()[-1], done.stdout
+    for needle in FIRST_MESSAGE[n]:
+        assert needle in done.stdout, done.stdout
+    # The checks of the exercises before it pass: practice N+1 is solution N plus the new TODOs.
+    assert done.stdout.count("  PASS") == n - 1, done.stdout
+    assert tree_digest(FOLDERS[n] / "practice") == before, "the grader wrote into the learner's folder"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_solution_passes_every_check_up_to_its_exercise(n):
+    before = tree_digest(FOLDERS[n] / "solution")
+    done = grade(n, "solution")
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.count("  PASS") == n and "every check passed" in done.stdout, done.stdout
+    assert tree_digest(FOLDERS[n] / "solution") == before, "the grader wrote into the learner's folder"
+    if n == 3:  # the quick check's answer comes with the evidence of the learner's own run
+        assert "What must resuming not do?" in done.stdout and "the resume sent none" in done.stdout, done.stdout
+
+
+# ---------------------------------------------------------------- the wrong answers a learner would write
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    name: str
+    exercise: int
+    check: int
+    old: str  # in the exercise's solution/flow.py
+    new: str
+    message: tuple[str, ...]  # what the grader must say
+
+
+ADVANCE = '''        with transaction(conn):
+            conn.execute("INSERT INTO steps VALUES (?, ?, ?)", (inputs.run_id, name, json.dumps(results[name])))
+            conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",
+                         (after, "running" if after else "completed", inputs.run_id))
+'''
+INTENT = '''            with transaction(conn):
+                (attempts,) = conn.execute("SELECT COUNT(*) FROM intents WHERE run_id = ? AND step = ?",
+                                           (inputs.run_id, name)).fetchone()
+                conn.execute("INSERT INTO intents VALUES (?, ?, ?, ?, ?)",
+                             (inputs.run_id, name, attempts + 1, key, json.dumps(asdict(request))))
+'''
+CALL = "        results[name] = asdict(await step(request, deps))\n"
+
+WRONG_ANSWERS = [
+    WrongAnswer(
+        "records the result but never moves the run on", 1, 1,
+        old='            conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",\n'
+            '                         (after, "running" if after else "completed", inputs.run_id))\n',
+        new="",
+        message=("is not where the run got to", "current_step 'draft'", "TODO 2 (exercise 1)")),
+    WrongAnswer(
+        "moves the run on before the step's result is recorded", 2, 2,
+        old=ADVANCE,
+        new='''        with transaction(conn):
+            conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",
+                         (after, "running" if after else "completed", inputs.run_id))
+        with transaction(conn):
+            conn.execute("INSERT INTO steps VALUES (?, ?, ?)", (inputs.run_id, name, json.dumps(results[name])))
+''',
+        message=("the run advanced before the step's result was recorded", "killed right after the program's commit",
+                 "TODO 2 (exercise 1)")),
+    WrongAnswer(
+        "records the intent after sending, not before", 2, 2,
+        old=INTENT + '        say(f"step {name} started: run {inputs.run_id}")\n' + CALL,
+        new='        say(f"step {name} started: run {inputs.run_id}")\n' + CALL
+            + "        if name in EFFECTS:\n" + INTENT.replace("            ", "            ", 1),
+        message=("records the intent only after the request went out", "TODO 4 (exercise 2)")),
+    WrongAnswer(
+        "a random key per attempt", 3, 3,
+        old="            key = idempotency_key(inputs.run_id, name)\n",
+        new="            key = random_key(inputs.run_id, name)\n",
+        message=("the provider applied the confirmation email 2 times", "resume sent a different key",
+                 "build the key from the run id and the step name", "TODO 3 (exercise 2)")),
+    WrongAnswer(
+        "resume runs the whole flow again (stable keys: one email, two drafts)", 3, 3,
+        old="        await run_steps(conn, inputs, results, deps, start_at=current_step)\n",
+        new="        await run_steps(conn, inputs, {}, deps)\n",
+        message=("resume ran draft again", "although the record holds its result", "draft calls at the model 1 -> 2",
+                 "TODO 6 (exercise 3)")),
+    WrongAnswer(
+        "resume drafts again instead of reading the recorded draft (a different body)", 3, 3,
+        old="    deps = deps_from_env()\n    try:\n        await run_steps(",
+        new="    deps = deps_from_env()\n"
+            "    results['draft'] = asdict(await flow.draft(draft_request(inputs, results), deps))  # no effect: redo\n"
+            "    try:\n        await run_steps(",
+        message=("resume sent a request not built from the record", "is not the recorded draft's",
+                 "TODO 5 (exercise 3)")),
+]
+
+
+def test_each_wrong_answer_has_a_message_of_its_own():
+    assert len({w.message for w in WRONG_ANSWERS}) == len(WRONG_ANSWERS)
+    firsts = {n: FIRST_MESSAGE[n][0] for n in FIRST_MESSAGE}
+    for wrong in WRONG_ANSWERS:
+        assert firsts[wrong.check] not in wrong.message, wrong.name
+
+
+@pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=[w.name for w in WRONG_ANSWERS])
+def test_a_wrong_answer_fails_with_its_own_message(wrong, tmp_path):
+    solution = (FOLDERS[wrong.exercise] / "solution" / "flow.py").read_text()
+    assert solution.count(wrong.old) == 1, f"{wrong.name}: the solution no longer has the code this answer changes"
+    (tmp_path / "flow.py").write_text(solution.replace(wrong.old, wrong.new))
+    done = grade(wrong.exercise, tmp_path, "--only", str(wrong.check))
+    assert done.returncode == 1, done.stdout
+    for needle in wrong.message:
+        assert needle in done.stdout, f"{wrong.name}: expected {needle!r} in:\n{done.stdout}"
+
+
+# ---------------------------------------------------------------- the track holds together
+
+TODO_BLOCK = r"^\s*# TODO (\d+) \(exercise (\d+)\).*?^\s*# END TODO \1\n"
+
+
+def code_lines(path: Path) -> tuple[list[str], list[tuple[int, int, int, int]]]:
+    """The file's lines after its module docstring, imports left out, and its TODO blocks as
+    (number, exercise, first line, last line) over those lines."""
+    import ast
+    import re
+
+    text = path.read_text()
+    body = ast.parse(text).body
+    start = body[1].lineno - 1 if ast.get_docstring(ast.parse(text)) else 0
+    lines = [line for line in text.splitlines(keepends=True)[start:]
+             if not line.startswith(("import ", "from "))]
+    joined = "".join(lines)
+    blocks = []
+    for match in re.finditer(TODO_BLOCK, joined, re.M | re.S):
+        first = joined.count("\n", 0, match.start())
+        blocks.append((int(match[1]), int(match[2]), first, first + match[0].count("\n") - 1))
+    return lines, blocks
+
+
+def differences_outside_todos(a: Path, practice: Path) -> list[str]:
+    """Lines where ``a`` and ``practice`` differ outside the practice's TODO blocks."""
+    import difflib
+
+    theirs, _ = code_lines(a)
+    mine, blocks = code_lines(practice)
+    inside = {i for _, _, first, last in blocks for i in range(first, last + 1)}
+    out = []
+    matcher = difflib.SequenceMatcher(a=theirs, b=mine, autojunk=False)
+    for op, a1, a2, b1, b2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        touched = set(range(b1, b2)) or {b1, b1 - 1}
+        if not touched & inside or (b2 > b1 and not set(range(b1, b2)) <= inside):
+            out.append(f"{op} {a.parent.name} lines {a1}-{a2} / practice lines {b1}-{b2}: "
+                       f"{''.join(theirs[a1:a2] + mine[b1:b2])[:300]!r}")
+    return out
+
+
+def test_each_practice_is_the_previous_solution_plus_its_todos():
+    numbers = sorted(FOLDERS)
+    seen_todos: list[int] = []
+    for n in numbers:
+        practice = FOLDERS[n] / "practice" / "flow.py"
+        _, blocks = code_lines(practice)
+        assert blocks, f"exercise {n}'s practice has no TODO block"
+        assert {exercise for _, exercise, _, _ in blocks} == {n}, f"exercise {n}'s TODOs name another exercise"
+        seen_todos += sorted(number for number, _, _, _ in blocks)
+        # The solution answers exactly the TODOs: outside them, it is the practice.
+        assert differences_outside_todos(FOLDERS[n] / "solution" / "flow.py", practice) == []
+        if n > 1:  # and the practice starts from the solution before it
+            assert differences_outside_todos(FOLDERS[n - 1] / "solution" / "flow.py", practice) == []
+    assert seen_todos == list(range(1, len(seen_todos) + 1)), "TODOs are numbered 1, 2, ... through the track"
+    for n in numbers:
+        assert "# TODO" not in (FOLDERS[n] / "solution" / "flow.py").read_text()
+
+
+def test_the_exercises_never_import_the_finished_engines():
+    for path in EXERCISES.rglob("*.py"):
+        text = path.read_text()
+        assert "runrecord" not in text and "memory.window" not in text, path
+
+
+# ---------------------------------------------------------------- exit codes, hangs, cleanup
+
+
+def test_bad_input_is_exit_2_and_says_what_to_give(tmp_path):
+    cases = [
+        (["9"], "give the number of an exercise the grader checks"),
+        (["one"], "give the number of an exercise"),
+        (["2", "--impl", str(tmp_path)], "no flow.py there. Give the folder that holds your flow.py"),
+        (["2", "--only", "3"], "--only 3: give a check between 1 and 2"),
+    ]
+    for args, needle in cases:
+        done = subprocess.run([sys.executable, "-m", "grader.grade", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and needle in done.stderr, (args, done.stdout + done.stderr)
+
+
+def test_a_program_that_raises_is_exit_3_with_its_own_frames(tmp_path):
+    solution = (FOLDERS[3] / "solution" / "flow.py").read_text()
+    broken = solution.replace("SELECT name, result FROM steps", "SELECT name, reslt FROM steps")  # a typo
+    assert broken != solution
+    (tmp_path / "flow.py").write_text(broken)
+    done = grade(3, tmp_path, "--only", "3")
+    assert done.returncode == 3, done.stdout
+    assert "your program could not run" in done.stdout and "no such column: reslt" in done.stdout, done.stdout
+    frames = [line for line in done.stdout.splitlines() if line.strip().startswith('File "')]
+    assert frames and all(str(tmp_path) in line for line in frames), done.stdout  # trimmed to the learner's file
+
+
+def test_a_hang_fails_the_check_that_hung_and_nothing_is_left_running(tmp_path):
+    solution = (FOLDERS[3] / "solution" / "flow.py").read_text()
+    old = '    say(f"resuming run {run_id} at step {current_step}'
+    assert solution.count(old) == 1
+    (tmp_path / "flow.py").write_text(solution.replace(old, "    await asyncio.sleep(3600)\n" + old))
+    done = subprocess.run([sys.executable, "-m", "grader.grade", "3", "--impl", str(tmp_path), "--only", "3",
+                           "--keep"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GRADER_PROCESS_SECONDS": "4"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "check 3: resume by run id" in done.stdout and "was still running after 4 s (killed)" in done.stdout
+    work = done.stdout.split("(work folder kept: ")[1].split(")")[0]
+    try:
+        leftovers = subprocess.run(["pgrep", "-af", work], capture_output=True, text=True).stdout
+        assert leftovers == "", leftovers
+        assert subprocess.run(["pgrep", "-af", f"grader.launch {tmp_path}"], capture_output=True,
+                              text=True).stdout == ""
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_grader_stopped_midway_leaves_nothing_running():
+    proc = subprocess.Popen([sys.executable, "-m", "grader.grade", "3", "--impl", "solution"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "check 2:" not in (line := proc.stdout.readline()):  # type: ignore[union-attr]
+            assert line and time.monotonic() < deadline, "the grader never reached check 2"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    leftovers = subprocess.run(["pgrep", "-af", "grader.launch|grade-.*provider.db"], capture_output=True,
+                               text=True).stdout
+    assert [line for line in leftovers.splitlines() if "pgrep" not in line] == []
