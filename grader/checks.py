@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grader.evidence import KIND_OF_STEP, WORDS, Record, Witnesses
-from grader.harness import Failed, Harness, Outcome, Run
+from grader.harness import CouldNotRun, Failed, Harness, Outcome, Run
 
 STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
@@ -45,9 +45,12 @@ class Check:
     run: Callable[[Harness], list[str]]  # returns what it showed, one line each
 
 
+TODO_EXERCISE = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4, 9: 4, 10: 4}
+TODO_FILE = {7: "bounded_memory.py", 8: "bounded_memory.py"}
+
+
 def todo(n: int, what: str) -> str:
-    exercise = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}[n]
-    return f"TODO {n} (exercise {exercise}) in flow.py: {what}"
+    return f"TODO {n} (exercise {TODO_EXERCISE[n]}) in {TODO_FILE.get(n, 'flow.py')}: {what}"
 
 
 # ---------------------------------------------------------------- shared expectations
@@ -403,9 +406,64 @@ def expect_done(h: Harness, run: Run) -> None:
                      seen=f"{seen.drafts} draft calls", look_at=todo(6, "continue at current_step"))
 
 
+# ---------------------------------------------------------------- check 4
+
+MEMORY_BUDGET = 300
+MEMORY_APPENDS = 3000
+
+
+def check_memory(h: Harness) -> list[str]:
+    played = h.probe_memory(MEMORY_BUDGET, MEMORY_APPENDS)
+    if not played.get("ok"):
+        if played.get("rule") == "exception":
+            raise CouldNotRun("bounded_memory.py raised during the long exchange", played["traceback"])
+        hints = {"budget": "evict whole blocks, oldest first, until the window fits the budget",
+                 "pinned": "the system message counts and never goes",
+                 "split": "a tool result joins the block of its call; blocks go whole",
+                 "once": "an evicted message never comes back",
+                 "oversize": "a block too large to keep on its own goes at once",
+                 "oldest-first": "evict the oldest block first",
+                 "too-much": "evict only while over the budget; a block too large goes alone",
+                 "returned": "return the ids this append evicted",
+                 "finished-answer": "write BoundedMemory yourself"}
+        raise Failed(played["headline"], expected=played["expected"], seen=played["seen"],
+                     look_at=todo(played["todo"], hints.get(played["rule"], "the rule in the README")))
+    shown = [f"{played['appends']} appends ({played['tool rounds']} tool rounds, one message larger than the "
+             f"budget, ids appended twice) under a budget of {played['budget']} tokens: the rule held after "
+             f"every one ({played['evicted']} messages evicted)"]
+    # Memory feeds the prompt, and is never the record.
+    customer = f"ada-{h.new_run('c').run_id[-6:]}@example.com"
+    first, second = h.new_run("g4-first"), h.new_run("g4-second")
+    first.email = second.email = customer
+    expect_completed(h, h.start(first), "`python flow.py start` (the customer's first run)")
+    kept = h.saved_memory(customer)
+    if f"{first.run_id}/task" not in kept or f"{first.run_id}/reply" not in kept:
+        raise Failed(f"run {first.run_id} completed, but its exchange is not in the customer's memory",
+                     expected=f"messages {first.run_id}/task and {first.run_id}/reply in MEMORY_FILE, conversation "
+                              f"{customer}", seen=f"ids there: {sorted(kept) or 'none'}",
+                     look_at=todo(10, "remember the exchange once the run is complete"))
+    expect_killed(h, h.start(second, crash_at="record_outcome:before"), "as step record_outcome began")
+    prompt = h.model.calls(second.task)[0].messages if h.model.calls(second.task) else []
+    said = " ".join(str(m.get("content") or "") for m in prompt)
+    reply = (h.record(first).result("draft") or {}).get("body", "")
+    if first.task not in said or not reply or reply not in said:
+        raise Failed(f"the draft of run {second.run_id} was not given the customer's earlier exchange",
+                     expected=f"run {first.run_id}'s task and reply among the draft prompt's messages",
+                     seen=f"the model got {len(prompt)} message(s): {[m.get('role') for m in prompt]}",
+                     look_at=todo(9, "point deps.context at bounded_memory.context"))
+    h.wipe_memory()
+    resume_and_judge(h, second, "record_outcome:before", None)
+    expect_done(h, second)
+    shown.append(f"run {second.run_id}'s draft got the customer's earlier exchange from memory; memory wiped "
+                 "between step 2 and step 3, the resume still ran only record_outcome: memory is not the record")
+    return shown
+
+
 CHECKS = {
     1: Check(1, "the run record: the run, its current step, each completed step's result", check_record),
     2: Check(2, "each effect recorded before the step advances", check_intents),
     3: Check(3, "resume by run id: at the recorded step, nothing completed run again, each effect once",
              check_resume),
+    4: Check(4, "bounded memory: the rule after every append; it feeds the prompt and is never the record",
+             check_memory),
 }

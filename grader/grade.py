@@ -39,7 +39,7 @@ from lab.provider_process import start_provider
 from steps.keys import idempotency_key
 
 EXERCISES = REPO / "exercises"
-CHECK_SECONDS = {1: 60.0, 2: 120.0, 3: 120.0}
+CHECK_SECONDS = {1: 60.0, 2: 120.0, 3: 120.0, 4: 120.0}
 """Each check's deadline: a check that runs past it fails naming itself (a hang, a loop)."""
 
 

@@ -11,6 +11,7 @@ after the k-th commit (``GRADER_KILL_AFTER_COMMIT``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -81,6 +82,7 @@ class Harness:
         self.flow = impl / "flow.py"
         self.work = work
         self.record_db = work / "record.db"
+        self.memory_file = work / "memory.json"
         self.provider_url = provider_url
         self.model = model
         self.deadline = float("inf")  # of the check being run
@@ -108,6 +110,8 @@ class Harness:
             "LLM_MODEL": MODEL_NAME,
             "LLM_TIMEOUT": "10",
             "MEMORY_DB": "off",
+            "MEMORY_FILE": str(self.memory_file),
+            "MEMORY_MAX_TOKENS": "2000",
             "CRASH_AT": crash_at,
             "GRADER_KILL_AFTER_COMMIT": str(kill_after_commit or ""),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -159,6 +163,42 @@ class Harness:
 
     def effects(self, run: Run) -> list[Effect]:
         return list(effects(self.provider_url, run.run_id))
+
+    def saved_memory(self, conversation_id: str) -> list[str]:
+        """The message ids the learner's memory file keeps for a conversation (its given format)."""
+        try:
+            saved = json.loads(self.memory_file.read_text())
+        except (OSError, ValueError):
+            return []
+        kept = saved.get(conversation_id) if isinstance(saved, dict) else None
+        return [m.get("id") for m in kept if isinstance(m, dict)] if isinstance(kept, list) else []
+
+    def wipe_memory(self) -> None:
+        self.memory_file.unlink(missing_ok=True)
+
+    def probe_memory(self, budget: int, appends: int) -> dict:
+        """Exercise 4's long exchange against the learner's BoundedMemory, in a process of its own."""
+        path = self.impl / "bounded_memory.py"
+        if not path.is_file():
+            raise Failed("there is no bounded_memory.py beside flow.py", expected=f"{path}",
+                         seen="no such file", look_at="exercise 4's practice/ folder holds the file to start from")
+        argv = [sys.executable, "-m", "grader.memory_probe", str(path), "--max-tokens", str(budget),
+                "--appends", str(appends)]
+        proc = Proc("memory-probe", argv, env={"PYTHONDONTWRITEBYTECODE": "1"}, cwd=self.work)
+        self.processes += 1
+        try:
+            proc.popen.wait(timeout=max(1.0, min(60.0, self.deadline - time.monotonic())))
+        except Exception:  # noqa: BLE001 - a timeout: the learner's append never returns
+            raise Failed("the long exchange did not finish within a minute", expected="3,000 appends in seconds",
+                         seen="BoundedMemory.append or window still running",
+                         look_at="a loop in append that never ends (TODO 8)") from None
+        finally:
+            _kill_group(proc)
+        proc._reader.join(timeout=5)
+        try:
+            return json.loads(proc.output().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise CouldNotRun("the long exchange could not run", proc.output()[-3000:]) from None
 
     def file(self) -> str:
         """How failure messages name the learner's file."""
