@@ -75,6 +75,13 @@ def run_status(record, run_id: str) -> dict[str, Any]:
     return status_of(record.load(run_id))
 
 
+DOUBTFUL_ERROR = ("ended in an error that does not say whether it was applied (a 5xx may come from a gateway or "
+                  "proxy after the provider applied the request, a timeout or a broken connection after it was sent)")
+"""Why an intent whose attempt ended in an error is still in doubt: the client
+never takes a 5xx, a timeout or a broken connection to mean "not applied"
+(docs/provider-contract.md, "How the client reads the answers")."""
+
+
 def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
     return [i for i in intents if i.state == "in_doubt"]
 
@@ -87,8 +94,7 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     for i in intents:
         outcome = i.outcome or {}
         note = {
-            "in_doubt": (f"IN DOUBT: answered with an error that does not say whether it was applied: "
-                         f"{outcome['error']}"
+            "in_doubt": (f"IN DOUBT: {DOUBTFUL_ERROR}: {outcome['error']}"
                          if outcome.get("error") else
                          "IN DOUBT: recorded before sending, no answer recorded")
                         + ("; settle asks the provider" if run.status == "failed"

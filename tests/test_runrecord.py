@@ -174,6 +174,11 @@ async def test_transient_errors_are_retried_then_bounded_and_failed_is_terminal(
     assert status["error"].startswith(f"step record_outcome failed after {attempts} attempt(s): "
                                       "retry budget of 1 s spent")
     assert counts(provider.url, other, "record_outcome") == (attempts, 0)
+    # The provider's 503 says it applied nothing; the record says why it still does not take that as an answer.
+    shown = runrecord("status", other)
+    assert finished(shown) == 1
+    assert "IN DOUBT: ended in an error that does not say whether it was applied (a 5xx may come from a " \
+           "gateway or proxy after the provider applied the request" in shown.output(), shown.output()
 
     refused = runrecord("resume", other)
     assert finished(refused) == 4
