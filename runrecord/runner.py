@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
+from runrecord.status import why_in_doubt
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps import flow
 from steps.controls import printable
@@ -294,7 +295,7 @@ class Runner:
             if intent.state == "in_doubt":
                 self.say(
                     f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
-                    f"{intent.idempotency_key}) has no recorded answer; repeating it with the same key"
+                    f"{intent.idempotency_key}): {why_in_doubt(intent)}; repeating it with the same key"
                 )
         return await self._drive(run_id, armed=None)
 
@@ -433,7 +434,7 @@ class Runner:
             delay = ledger.after_error(reason, time.monotonic() - began, retry_after=getattr(err, "retry_after", None),
                                        in_doubt=doubtful, u=random.random())
             if delay is None:
-                self._fail(run_id, step, pos, ledger, answered=not doubtful)
+                self._fail(run_id, step, pos, ledger, answered=not doubtful, doubtful=doubtful)
                 return None
             rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds,
                                      error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds,
@@ -459,10 +460,12 @@ class Runner:
         crash_point(f"runrecord:{step.name}:after_record")
         return armed_next
 
-    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True) -> None:
+    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True,
+              doubtful: bool = False) -> None:
         error = ledger.failure or f"step {step.name} failed after {ledger.attempts} attempt(s)"
         self.record.fail_run(run_id, pos, ledger.attempts, error, ledger.last_error or error, self.holder,
-                             self.lease_seconds, answered=answered, in_doubt=ledger.in_doubt, crashes=ledger.crashes)
+                             self.lease_seconds, answered=answered, doubtful=doubtful, in_doubt=ledger.in_doubt,
+                             crashes=ledger.crashes)
         state = "in doubt" if ledger.in_doubt else "failed"
         self.say(f"  {_clock()} {step.name}: {state} (attempt {ledger.attempts}): {ledger.last_error}")
 

@@ -75,11 +75,19 @@ def run_status(record, run_id: str) -> dict[str, Any]:
     return status_of(record.load(run_id))
 
 
-DOUBTFUL_ERROR = ("ended in an error that does not say whether it was applied (a 5xx may come from a gateway or "
-                  "proxy after the provider applied the request, a timeout or a broken connection after it was sent)")
+WHY_ERRORS_ARE_DOUBTFUL = ("a 5xx may come from a gateway or proxy after the provider applied the request, "
+                           "a timeout or a broken connection after it was sent")
 """Why an intent whose attempt ended in an error is still in doubt: the client
 never takes a 5xx, a timeout or a broken connection to mean "not applied"
 (docs/provider-contract.md, "How the client reads the answers")."""
+
+
+def why_in_doubt(intent: IntentRow) -> str:
+    """Why an ``in_doubt`` intent is in doubt, in words true for how it got there
+    (``status`` shows it; the runner says it before repeating the request)."""
+    if (intent.outcome or {}).get("error"):
+        return "ended in an error that does not say whether it was applied"
+    return "recorded before sending, no answer recorded"
 
 
 def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
@@ -94,9 +102,8 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     for i in intents:
         outcome = i.outcome or {}
         note = {
-            "in_doubt": (f"IN DOUBT: {DOUBTFUL_ERROR}: {outcome['error']}"
-                         if outcome.get("error") else
-                         "IN DOUBT: recorded before sending, no answer recorded")
+            "in_doubt": f"IN DOUBT: {why_in_doubt(i)}"
+                        + (f" ({WHY_ERRORS_ARE_DOUBTFUL}): {outcome['error']}" if outcome.get("error") else "")
                         + ("; settle asks the provider" if run.status == "failed"
                            else "; the next attempt repeats it with the same key"),
             "answered": "answered",

@@ -6,6 +6,7 @@ answers come back finishes the run, the email applied once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,9 +15,16 @@ import sys
 from flowclient.runs import start_run
 from lab.processes import REPO, Proc
 from providerclient import ProviderClient, fetch_effects
+from runrecord import RunRecord
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
-from tests.support import EMAIL, TASK, wait_closed, wait_exit
+from tests.support import EMAIL, TASK, finished, status_json, wait_closed, wait_exit
+
+
+async def set_faults(provider, **spec):
+    """Inject ``spec`` at the provider, or clear every fault when it is empty."""
+    async with ProviderClient(provider.url) as pc:
+        await (pc.set_faults(**spec) if spec else pc.clear_faults())
 
 
 def email_counts(provider, run_id):
@@ -73,13 +81,7 @@ def test_record_lost_answers_leave_the_step_in_doubt_and_settle_says_applied(pro
     def cli(*args, extra=None) -> Proc:
         return Proc("runrecord", [sys.executable, "-m", "runrecord", *args], env={**env, **(extra or {})})
 
-    import asyncio
-
-    async def faults(**spec):
-        async with ProviderClient(provider.url) as pc:
-            await (pc.set_faults(**spec) if spec else pc.clear_faults())
-
-    asyncio.run(faults(lose_response_next=1000, kinds=["email"]))
+    asyncio.run(set_faults(provider, lose_response_next=1000, kinds=["email"]))
     run = cli("start", run_id, TASK, "--email", EMAIL, extra={"LAB_RETRY_BUDGET_SECONDS": "2"})
     assert wait_exit(run, 60) == 1, run.output()
     shown = cli("status", run_id, "--json")
@@ -89,8 +91,39 @@ def test_record_lost_answers_leave_the_step_in_doubt_and_settle_says_applied(pro
     settle = cli("settle", run_id)
     assert wait_exit(settle) == 0, settle.output()
     assert "send_confirmation: applied at" in settle.output() and "message_id msg_" in settle.output()
-    asyncio.run(faults())
+    asyncio.run(set_faults(provider))
     again = cli("retry", run_id)
     assert wait_exit(again, 60) == 0, again.output()
     requests, applied = email_counts(provider, run_id)
     assert applied == 1 and requests == status["steps"][1]["attempts"] + 1
+
+
+def test_record_503s_are_in_doubt_with_their_answers_recorded_and_retry_says_so(runrecord, provider, db, run_id):
+    """Every attempt answered 503 (fail_next): each intent keeps its answer and stays in doubt (a 5xx
+    may come from a gateway after the origin applied the request), and ``retry`` says exactly that of
+    each one, not "no recorded answer". The last attempt, the one that spent the budget, included."""
+    asyncio.run(set_faults(provider, fail_next=1000, kinds=["email"]))
+    run = runrecord("start", run_id, TASK, "--email", EMAIL, env={"LAB_RETRY_BUDGET_SECONDS": "2"})
+    assert finished(run) == 1, run.output()
+    attempts = status_json(runrecord, run_id)["steps"][1]["attempts"]
+    assert attempts >= 2, run.output()
+    with RunRecord(db) as record:
+        intents = record.intents(run_id)
+    assert [(i.attempt, i.state) for i in intents] == [(n, "in_doubt") for n in range(1, attempts + 1)]
+    assert all("503 injected_fault" in i.outcome["error"] for i in intents), intents
+    shown = runrecord("status", run_id)
+    assert finished(shown) == 1
+    assert shown.output().count("IN DOUBT: ended in an error that does not say whether it was applied (a 5xx may "
+                                "come from a gateway or proxy") == attempts, shown.output()
+    assert "no answer recorded" not in shown.output()
+
+    asyncio.run(set_faults(provider))
+    again = runrecord("retry", run_id)
+    assert finished(again) == 0, again.output()
+    for n in range(1, attempts + 1):
+        line = (f"intent in doubt: send_confirmation attempt {n} (Idempotency-Key "
+                f"{idempotency_key(run_id, 'send_confirmation')}): ended in an error that does not say whether "
+                "it was applied; repeating it with the same key")
+        assert line in again.output(), again.output()
+    assert "no recorded answer" not in again.output() and "no answer recorded" not in again.output()
+    assert email_counts(provider, run_id) == (attempts + 1, 1)
