@@ -291,11 +291,12 @@ class Runner:
         return await self._continue(run_id)
 
     async def _continue(self, run_id: str) -> RunRow:
+        run = self.record.load(run_id)
         for intent in self.record.intents(run_id):
             if intent.state == "in_doubt":
                 self.say(
                     f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
-                    f"{intent.idempotency_key}): {why_in_doubt(intent)}; repeating it with the same key"
+                    f"{intent.idempotency_key}): {why_in_doubt(run, intent)}; repeating it with the same key"
                 )
         return await self._drive(run_id, armed=None)
 

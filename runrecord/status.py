@@ -82,11 +82,20 @@ never takes a 5xx, a timeout or a broken connection to mean "not applied"
 (docs/provider-contract.md, "How the client reads the answers")."""
 
 
-def why_in_doubt(intent: IntentRow) -> str:
+def why_in_doubt(run: RunRow, intent: IntentRow) -> str:
     """Why an ``in_doubt`` intent is in doubt, in words true for how it got there
-    (``status`` shows it; the runner says it before repeating the request)."""
+    (``status`` shows it; the runner says it before repeating the request).
+
+    A step's first intent is written by the previous step's commit
+    (``RunRecord.complete_step``: one commit per step), so right after step n
+    is recorded, step n+1's intent is in doubt although step n+1 may not have
+    started: the same commit time on both rows says that is how it came."""
     if (intent.outcome or {}).get("error"):
         return "ended in an error that does not say whether it was applied"
+    before = run.steps[intent.position - 1] if 0 < intent.position <= len(run.steps) else None
+    if before is not None and before.completed_at == intent.recorded_at:
+        return (f"recorded ahead with step {before.position + 1} ({before.name})'s commit; not sent yet, or sent "
+                "and unanswered: in doubt until an answer is recorded")
     return "recorded before sending, no answer recorded"
 
 
@@ -102,7 +111,7 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     for i in intents:
         outcome = i.outcome or {}
         note = {
-            "in_doubt": f"IN DOUBT: {why_in_doubt(i)}"
+            "in_doubt": f"IN DOUBT: {why_in_doubt(run, i)}"
                         + (f" ({WHY_ERRORS_ARE_DOUBTFUL}): {outcome['error']}" if outcome.get("error") else "")
                         + ("; settle asks the provider" if run.status == "failed"
                            else "; the next attempt repeats it with the same key"),

@@ -103,11 +103,17 @@ async def test_kill_between_step_2_and_3_resumes_at_step_3(runrecord, provider, 
     assert [s["status"] for s in stopped["steps"]] == ["completed", "completed", "waiting"]
     shown = runrecord("status", run_id)
     assert finished(shown) == 0 and "held by a process that is gone" in shown.output(), shown.output()
+    # Step 3's intent came with step 2's commit: in doubt, and status says how it got there.
+    assert (f"intent record_outcome attempt 1 key {idempotency_key(run_id, 'record_outcome')}: IN DOUBT: recorded "
+            "ahead with step 2 (send_confirmation)'s commit; not sent yet, or sent and unanswered") \
+        in shown.output(), shown.output()
     assert counts(provider.url, run_id, "record_outcome") is None
 
     second = runrecord("resume", run_id)  # a 30 s lease, still held by the dead process: taken over at once
     assert finished(second) == 0, second.output()
     assert "resuming run" in second.output() and "at step record_outcome" in second.output()
+    assert "intent in doubt: record_outcome attempt 1" in second.output() and \
+        "recorded ahead with step 2 (send_confirmation)'s commit" in second.output(), second.output()
     assert executions(second, "draft") == 0
     assert executions(second, "send_confirmation") == 0
     assert executions(second, "record_outcome") == 1
