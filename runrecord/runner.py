@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
-from runrecord.status import why_in_doubt
+from runrecord.status import attempts_text, why_in_doubt
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps import flow
 from steps.controls import printable
@@ -64,6 +64,7 @@ from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule, StepLedger, rule_from_env
+from steps.settle import answer_text, what_retry_does
 
 DEFAULT_FLOW: tuple[FlowStep, ...] = FLOW
 """The flow a ``Runner`` drives unless given another: ``steps.plan``'s, the one
@@ -292,12 +293,20 @@ class Runner:
 
     async def _continue(self, run_id: str) -> RunRow:
         run = self.record.load(run_id)
-        for intent in self.record.intents(run_id):
+        intents = self.record.intents(run_id)
+        for intent in intents:
             if intent.state == "in_doubt":
                 self.say(
                     f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
                     f"{intent.idempotency_key}): {why_in_doubt(run, intent)}; repeating it with the same key"
                 )
+        # The step about to run, settled by `settle` while the run was failed: say what the provider answered.
+        answered = [i for i in intents if i.position == run.position and "settled_by_provider" in (i.outcome or {})]
+        if answered:
+            answer = answered[-1].outcome["settled_by_provider"]
+            self.say(f"settled by `settle`: {answered[-1].step} {attempts_text([i.attempt for i in answered])} "
+                     f"(Idempotency-Key {answered[-1].idempotency_key}): the provider said {answer_text(answer)}; "
+                     f"{what_retry_does(answer)}")
         return await self._drive(run_id, armed=None)
 
     async def _take_lease(self, run_id: str, wait: bool, wait_limit: float) -> None:

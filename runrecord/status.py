@@ -31,6 +31,7 @@ from runrecord.store import IntentRow, RunRow
 from steps.controls import printable
 from steps.runstate import describe_step, iso, run_entry, step_entry
 from steps.runview import render_table
+from steps.settle import answer_text
 
 
 def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:
@@ -99,6 +100,11 @@ def why_in_doubt(run: RunRow, intent: IntentRow) -> str:
     return "recorded before sending, no answer recorded"
 
 
+def attempts_text(attempts: Sequence[int]) -> str:
+    """``attempt 3`` or ``attempts 1, 2, 3``."""
+    return f"attempt{'s' if len(attempts) > 1 else ''} {', '.join(str(a) for a in attempts)}"
+
+
 def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
     return [i for i in intents if i.state == "in_doubt"]
 
@@ -117,7 +123,9 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
                            else "; the next attempt repeats it with the same key"),
             "answered": "answered",
             "error": f"error: {outcome.get('error', '')}",
-            "settled": f"was in doubt; settled by attempt {outcome.get('settled_by_attempt')}",
+            "settled": (f"was in doubt; `settle` recorded the provider's answer at {iso(i.settled_at)}: "
+                        f"{answer_text(outcome['settled_by_provider'])}" if "settled_by_provider" in outcome
+                        else f"was in doubt; settled by attempt {outcome.get('settled_by_attempt')}"),
         }[i.state]
         lines.append(f"  intent {i.step} attempt {i.attempt} key {i.idempotency_key}: {note}")
     if run.lease_holder:

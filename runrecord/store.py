@@ -48,7 +48,7 @@ a newer version):
     or may not have been applied), ``answered`` (a success, recorded with the
     step's result), ``error`` (an error answer, or no answer, recorded),
     ``settled`` (was in doubt; a later attempt with the same key got the
-    answer).
+    answer, or ``settle`` recorded the provider's, looked up by key).
 
 All times are Unix seconds (REAL), UTC by construction. The tables are
 ``WITHOUT ROWID`` (clustered on their primary keys) and carry no secondary
@@ -649,6 +649,44 @@ class RunRecord:
             )
             if answered or doubtful:
                 self._intent_error(run_id, position, attempts, reason, not answered, now)
+
+    def settle_intents(self, run_id: str, answers: Mapping[int, tuple[int, Any]]) -> dict[int, list[int]]:
+        """``settle``: record the provider's answer on a failed run's intents in doubt, by step.
+
+        ``answers``: position -> (the step's ``attempts`` when the provider was
+        asked, its answer under the step's key, ``steps.settle``). Each of the
+        step's ``in_doubt`` intents becomes ``settled`` with the answer as its
+        outcome (``{"settled_by_provider": answer}``), and the step is no longer
+        in doubt. Written only while the run is still failed (no process runs
+        it) and the step has had no attempt since the question (a retry in
+        between would have intents the answer does not cover). Returns, by
+        position, the attempts it settled. One transaction."""
+        now = self.clock()
+        settled: dict[int, list[int]] = {}
+        with self._write() as c:
+            row = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+            if row[0] != "failed":
+                return settled
+            for position, (attempts, answer) in answers.items():
+                step = c.execute("SELECT attempts FROM steps WHERE run_id = ? AND position = ?",
+                                 (run_id, position)).fetchone()
+                if step is None or step[0] != attempts:
+                    continue
+                doubtful = [a for (a,) in c.execute(
+                    "SELECT attempt FROM intents WHERE run_id = ? AND position = ? AND state = 'in_doubt' "
+                    "ORDER BY attempt", (run_id, position))]
+                if not doubtful:
+                    continue
+                c.execute(
+                    "UPDATE intents SET state = 'settled', outcome = ?, settled_at = ? "
+                    "WHERE run_id = ? AND position = ? AND state = 'in_doubt'",
+                    (_dump({"settled_by_provider": answer}), now, run_id, position),
+                )
+                c.execute("UPDATE steps SET in_doubt = 0 WHERE run_id = ? AND position = ?", (run_id, position))
+                settled[position] = doubtful
+        return settled
 
     def reopen_failed(self, run_id: str, holder: str, lease_seconds: float) -> int:
         """``retry``: a failed run runs again from its failed step, with a fresh budget.

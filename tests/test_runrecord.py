@@ -228,6 +228,31 @@ async def test_permanent_error_fails_at_once_and_resume_is_refused(runrecord, pr
     assert all(e.effects_applied == 0 for e in effects.values())
 
 
+def test_settle_writes_only_on_a_failed_run_with_no_attempt_since_it_asked(db, run_id):
+    """``settle`` records the provider's answer only where nothing else writes: a failed run (no
+    process holds it) whose step had no attempt after the question (the answer would not cover it)."""
+    holder, key = "test:1:a", idempotency_key(run_id, "send_confirmation")
+    answer = {"step": "send_confirmation", "key": key, "state": "not applied", "requests": 1,
+              "applied_at": None, "ids": None, "request_sha256": None}
+    with RunRecord(db) as record:
+        record.create_run(run_id, TASK, EMAIL, run_id, [s.name for s in DEFAULT_FLOW], holder, 60,
+                          NextAttempt(0, 1, None))
+        record.complete_step(run_id, 0, 1, {"subject": "s"}, holder, 60, effect=False,
+                             next_name="send_confirmation", nxt=NextAttempt(1, 1, (key, {"to": EMAIL})))
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {}  # running: its next attempt settles it
+        record.fail_run(run_id, 1, 1, "step send_confirmation failed", "503", holder, 60,
+                        answered=False, doubtful=True, in_doubt=True)
+        assert record.settle_intents(run_id, {1: (0, answer)}) == {}  # asked before attempt 1 was made
+        assert record.load(run_id).steps[1].in_doubt
+        assert [i.state for i in record.intents(run_id)] == ["in_doubt"]
+
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {1: [1]}
+        assert not record.load(run_id).steps[1].in_doubt
+        [intent] = record.intents(run_id)
+        assert intent.state == "settled" and intent.outcome == {"settled_by_provider": answer}
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {}  # nothing left in doubt
+
+
 def test_both_engines_retry_by_the_one_rule():
     """One definition (steps.retry), not two kept equal by a test: the workflow
     and the runner both decide with StepLedger, on the rule the run recorded."""
