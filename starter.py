@@ -23,7 +23,9 @@ completed steps are not run again and the step gets a fresh retry budget.
 The run id, and so every idempotency key, stays the same: what was applied
 is replayed or adopted, never applied twice. ``settle`` asks the provider, by
 key, whether each effect step's effect was applied: how a step left in doubt
-is settled.
+is settled. It reports the answer and what a retry meets; it cannot record
+it, since Temporal's history is written only by the run, so ``status`` still
+shows the step in doubt (the run record's ``settle`` records it).
 
 In a terminal, ``start --wait`` and ``watch`` show the steps ticking through
 in a live table (rich); piped or with ``--json`` they print plain lines, the
@@ -185,8 +187,10 @@ async def _cmd_settle(args) -> int:
     run_id = check_run_id(args.run_id)
     async with ProviderClient(provider_url_from_env(os.environ)) as provider:
         report = await settle(provider, run_id)
-    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else render_settle(run_id, report),
-          flush=True)
+    footer = (f"Temporal's history cannot record these answers (no one writes to a run's history from outside "
+              f"it): `python starter.py status {run_id}` still shows a step left in doubt as in_doubt.")
+    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else
+          render_settle(run_id, report, retry=f"python starter.py retry {run_id}", footer=footer), flush=True)
     return 0
 
 

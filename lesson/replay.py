@@ -14,10 +14,14 @@ the file's name without ``.json``. With the payload codec on (LAB_CODEC_KEY),
 encrypted histories are decrypted as the worker would.
 
 ``--inject CODE`` replays with a copy of the workflow module whose ``run``
-begins with CODE, e.g. ``--inject "random.random()"`` or ``--inject
-"datetime.datetime.now()"``: what the sandbox says to workflow code that is
-not deterministic (the module is not changed). It uses the worker's own
-runner (``flowclient.worker_options``).
+begins with CODE, e.g. ``--inject "random.random()"``, ``--inject
+"time.time()"`` or ``--inject "datetime.datetime.now()"``: what the sandbox
+says to workflow code that is not deterministic (the module is not changed).
+The modules a learner reaches for (``INJECT_MODULES``: the clock, random
+numbers, ids, files, the network) are imported for CODE, so what it meets is
+the sandbox's refusal, not a NameError; a line that fails on its own is
+reported as such, with those names. It uses the worker's own runner
+(``flowclient.worker_options``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from lab.processes import REPO
 from payloadcodec import data_converter_from_env
 
 ANCHOR = "    async def run(self, inp: FlowInput) -> RunStatus:\n"
+# Imported for the injected line: the wall clock (time, datetime), random numbers (random, secrets,
+# os.urandom), ids (uuid), files and the environment (os), databases (sqlite3), the network (socket,
+# urllib.request). Importing them is allowed in workflow code; using them is what the sandbox refuses.
+INJECT_MODULES = ("datetime", "os", "random", "secrets", "socket", "sqlite3", "time", "urllib.request", "uuid")
 
 
 def _workflow_class(inject: str | None):
@@ -49,7 +57,7 @@ def _workflow_class(inject: str | None):
     source = (REPO / "workflows" / "agent_flow.py").read_text()
     if source.count(ANCHOR) != 1:
         raise SystemExit("lesson.replay: cannot find where run() begins in workflows/agent_flow.py")
-    injected = source.replace(ANCHOR, ANCHOR + "        import datetime, random, uuid  # noqa\n"
+    injected = source.replace(ANCHOR, ANCHOR + f"        import {', '.join(INJECT_MODULES)}  # noqa\n"
                               f"        {inject}  # injected by lesson.replay --inject\n")
     folder = Path(tempfile.mkdtemp(prefix="lesson-replay-"))
     (folder / "injected_flow.py").write_text(injected)
@@ -87,6 +95,12 @@ async def replay(history: WorkflowHistory, inject: str | None = None) -> str:
         if nondeterminism:
             return (f"REFUSED: the code does not make the recorded decisions of {history.workflow_id}: "
                     f"{nondeterminism.group(0)[:300]}")
+        own = re.search(r'message: "((?:[^"\\]|\\.)*)"', text)
+        if inject and own:
+            # Neither the sandbox nor the replay judged it: the line failed by itself (a typo, a name not imported).
+            return (f"REFUSED: the injected line {inject!r} failed by itself while replaying {history.workflow_id}, "
+                    f"before the sandbox judged it: {own.group(1)[:300]}. It may use {', '.join(INJECT_MODULES)} "
+                    '(imported for it), e.g. --inject "time.time()"')
         return f"REFUSED: replaying {history.workflow_id} failed: {text.splitlines()[0][:400]}"
     return (f"replayed {history.workflow_id}: {events} events, {completed} activity results read from history, "
             "0 activities executed; the code made the recorded decisions again")
@@ -104,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("history", nargs="?", help="a history file (temporal workflow show --output json)")
     parser.add_argument("--run", help="replay this run's history, fetched from the Temporal server")
     parser.add_argument("--workflow-id", help="default: the file name without .json")
-    parser.add_argument("--inject", help="a line of code to put at the start of run(), e.g. 'random.random()'")
+    parser.add_argument("--inject", help="a line of code to put at the start of run(), e.g. 'random.random()' or "
+                                         f"'time.time()'; it may use {', '.join(INJECT_MODULES)}")
     args = parser.parse_args(argv)
     if bool(args.history) == bool(args.run):
         parser.error("give a history file or --run RUN_ID (one of them)")

@@ -4,7 +4,10 @@ Three faults, each a countdown of the next N effect requests (POST /v1/emails,
 POST /v1/tickets) that pass validation, optionally limited to some kinds:
 
 - ``fail_next``: answer ``status`` (default 503, with ``Retry-After`` when
-  ``retry_after`` is set) and apply nothing.
+  ``retry_after`` is set) and apply nothing. A 5xx's message says this
+  provider applied nothing, and that a client cannot know it from the status:
+  a gateway or proxy may answer 5xx after the origin applied the request, so
+  the client treats every 5xx as in doubt (docs/provider-contract.md).
 - ``hang_next``: sleep ``hang_seconds`` (default 5) first, then process the
   request normally: a client that gave up may find its effect applied later.
 - ``lose_response_next``: process the request normally (apply and store, or

@@ -64,8 +64,10 @@ lost response), ``first_seen`` and ``last_seen`` (ISO 8601 UTC).
 
 Faults (``/admin/faults``, in memory, see ``provider.faults``) act on effect
 requests that passed validation, before the key is looked up: ``fail_next``
-answers an error and applies nothing, ``hang_next`` sleeps then processes
-normally, ``lose_response_next`` applies and stores, then answers 503.
+answers an error and applies nothing (its message says so, and that a client
+cannot know it from a 5xx: see docs/provider-contract.md), ``hang_next`` sleeps
+then processes normally, ``lose_response_next`` applies and stores, then
+answers 503.
 
 Every error body is JSON ``{"error": code, "message": text}``, plus ``field``
 for validation errors. Codes: ``invalid_request`` (400/422),
@@ -357,8 +359,11 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(
                 fail.status,
                 "injected_fault",
-                f"injected fault (POST /admin/faults): answered {fail.status} and applied nothing; "
-                f"{fail.remaining} more to come. Retry with the same Idempotency-Key.",
+                f"injected fault (POST /admin/faults): answered {fail.status}; "
+                + (f"this provider applied nothing, but a client cannot know that from a {fail.status}: a gateway "
+                   "or proxy may send one after the origin applied the request. " if fail.status >= 500 else
+                   "nothing was applied. ")
+                + f"{fail.remaining} more to come. Retry with the same Idempotency-Key.",
                 headers=headers,
             )
 

@@ -160,7 +160,8 @@ def error_from_response(response: httpx.Response, action: str) -> StepError:
         return TransientError(
             f"the provider could not {action} now ({detail}): {message}",
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            # A 5xx does not say whether the request was applied before it failed.
+            # A 5xx does not say whether the request was applied: a gateway or proxy may send
+            # one after the origin applied it, whatever its body claims (docs/provider-contract.md).
             in_doubt=status >= 500,
         )
     if 400 <= status <= 499:

@@ -5,7 +5,7 @@ hand-rolled SQLite run record.
     python -m runrecord resume RUN_ID [--wait [--wait-limit SECONDS]]
     python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
-    python -m runrecord settle RUN_ID [--json]
+    python -m runrecord settle RUN_ID [--json]      # on a failed run, records the answer: no longer in doubt
     python -m runrecord list
     python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json]
 
@@ -176,12 +176,40 @@ async def _cmd_settle(args) -> int:
 
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
-        record.load(run_id)  # unknown id: say so before asking the provider
-    async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-        report = await settle(provider, run_id)
-    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else render_settle(run_id, report),
-          flush=True)
+        run = record.load(run_id)  # unknown id: say so before asking the provider
+        async with ProviderClient(provider_url_from_env(os.environ)) as provider:
+            report = await settle(provider, run_id)
+        settled, notes = _record_answers(record, run, report)
+    print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
+          render_settle(run_id, report, retry=f"python -m runrecord retry {run_id}", recorded=notes), flush=True)
     return EXIT_OK
+
+
+def _record_answers(record: RunRecord, run, report: list[dict[str, Any]]) -> tuple[dict[str, list[int]],
+                                                                                    dict[str, str]]:
+    """Record the provider's answers on the run's intents in doubt (``RunRecord.settle_intents``, only
+    for a failed run). By step: the attempts settled, and a line saying what the record now holds."""
+    steps = {s.name: s for s in run.steps}
+    doubtful = {i.position for i in record.intents(run.run_id) if i.state == "in_doubt"}
+    asked = {steps[e["step"]].position: (steps[e["step"]].attempts, e) for e in report
+             if e["step"] in steps and steps[e["step"]].position in doubtful}
+    done = record.settle_intents(run.run_id, asked) if asked else {}
+    settled: dict[str, list[int]] = {}
+    notes: dict[str, str] = {}
+    for name, step in steps.items():
+        if step.position in done:
+            settled[name] = done[step.position]
+            notes[name] = (f"run record: {status_mod.attempts_text(done[step.position])} settled with this answer; "
+                           "the step is no longer in doubt")
+        elif step.position in asked and run.status == "running":
+            notes[name] = ("run record: not recorded, the run is running: its next attempt repeats the request "
+                           f"with the same key, which settles it (`python -m runrecord resume {run.run_id}` if no "
+                           "process runs it)")
+        elif step.position in asked:
+            notes[name] = "run record: not recorded, the run changed while the provider was asked: settle again"
+        else:
+            notes[name] = "run record: nothing in doubt under this key"
+    return settled, notes
 
 
 def _cmd_list(args) -> int:
@@ -269,7 +297,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="restart a failed run at its failed step (fresh budget, same keys)")
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_retry)
-    p = sub.add_parser("settle", parents=[common], help="ask the provider, by key, whether each effect was applied")
+    p = sub.add_parser("settle", parents=[common],
+                       help="ask the provider, by key, whether each effect was applied; on a failed run, record "
+                            "its answer on the intents in doubt")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_settle)

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
+from runrecord.status import attempts_text, why_in_doubt
 from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
 from steps import flow
 from steps.controls import printable
@@ -63,6 +64,7 @@ from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule, StepLedger, rule_from_env
+from steps.settle import answer_text, what_retry_does
 
 DEFAULT_FLOW: tuple[FlowStep, ...] = FLOW
 """The flow a ``Runner`` drives unless given another: ``steps.plan``'s, the one
@@ -290,12 +292,21 @@ class Runner:
         return await self._continue(run_id)
 
     async def _continue(self, run_id: str) -> RunRow:
-        for intent in self.record.intents(run_id):
+        run = self.record.load(run_id)
+        intents = self.record.intents(run_id)
+        for intent in intents:
             if intent.state == "in_doubt":
                 self.say(
                     f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
-                    f"{intent.idempotency_key}) has no recorded answer; repeating it with the same key"
+                    f"{intent.idempotency_key}): {why_in_doubt(run, intent)}; repeating it with the same key"
                 )
+        # The step about to run, settled by `settle` while the run was failed: say what the provider answered.
+        answered = [i for i in intents if i.position == run.position and "settled_by_provider" in (i.outcome or {})]
+        if answered:
+            answer = answered[-1].outcome["settled_by_provider"]
+            self.say(f"settled by `settle`: {answered[-1].step} {attempts_text([i.attempt for i in answered])} "
+                     f"(Idempotency-Key {answered[-1].idempotency_key}): the provider said {answer_text(answer)}; "
+                     f"{what_retry_does(answer)}")
         return await self._drive(run_id, armed=None)
 
     async def _take_lease(self, run_id: str, wait: bool, wait_limit: float) -> None:
@@ -433,7 +444,7 @@ class Runner:
             delay = ledger.after_error(reason, time.monotonic() - began, retry_after=getattr(err, "retry_after", None),
                                        in_doubt=doubtful, u=random.random())
             if delay is None:
-                self._fail(run_id, step, pos, ledger, answered=not doubtful)
+                self._fail(run_id, step, pos, ledger, answered=not doubtful, doubtful=doubtful)
                 return None
             rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds,
                                      error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds,
@@ -459,10 +470,12 @@ class Runner:
         crash_point(f"runrecord:{step.name}:after_record")
         return armed_next
 
-    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True) -> None:
+    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True,
+              doubtful: bool = False) -> None:
         error = ledger.failure or f"step {step.name} failed after {ledger.attempts} attempt(s)"
         self.record.fail_run(run_id, pos, ledger.attempts, error, ledger.last_error or error, self.holder,
-                             self.lease_seconds, answered=answered, in_doubt=ledger.in_doubt, crashes=ledger.crashes)
+                             self.lease_seconds, answered=answered, doubtful=doubtful, in_doubt=ledger.in_doubt,
+                             crashes=ledger.crashes)
         state = "in doubt" if ledger.in_doubt else "failed"
         self.say(f"  {_clock()} {step.name}: {state} (attempt {ledger.attempts}): {ledger.last_error}")
 

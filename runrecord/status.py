@@ -31,6 +31,7 @@ from runrecord.store import IntentRow, RunRow
 from steps.controls import printable
 from steps.runstate import describe_step, iso, run_entry, step_entry
 from steps.runview import render_table
+from steps.settle import answer_text
 
 
 def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:
@@ -75,6 +76,35 @@ def run_status(record, run_id: str) -> dict[str, Any]:
     return status_of(record.load(run_id))
 
 
+WHY_ERRORS_ARE_DOUBTFUL = ("a 5xx may come from a gateway or proxy after the provider applied the request, "
+                           "a timeout or a broken connection after it was sent")
+"""Why an intent whose attempt ended in an error is still in doubt: the client
+never takes a 5xx, a timeout or a broken connection to mean "not applied"
+(docs/provider-contract.md, "How the client reads the answers")."""
+
+
+def why_in_doubt(run: RunRow, intent: IntentRow) -> str:
+    """Why an ``in_doubt`` intent is in doubt, in words true for how it got there
+    (``status`` shows it; the runner says it before repeating the request).
+
+    A step's first intent is written by the previous step's commit
+    (``RunRecord.complete_step``: one commit per step), so right after step n
+    is recorded, step n+1's intent is in doubt although step n+1 may not have
+    started: the same commit time on both rows says that is how it came."""
+    if (intent.outcome or {}).get("error"):
+        return "ended in an error that does not say whether it was applied"
+    before = run.steps[intent.position - 1] if 0 < intent.position <= len(run.steps) else None
+    if before is not None and before.completed_at == intent.recorded_at:
+        return (f"recorded ahead with step {before.position + 1} ({before.name})'s commit; not sent yet, or sent "
+                "and unanswered: in doubt until an answer is recorded")
+    return "recorded before sending, no answer recorded"
+
+
+def attempts_text(attempts: Sequence[int]) -> str:
+    """``attempt 3`` or ``attempts 1, 2, 3``."""
+    return f"attempt{'s' if len(attempts) > 1 else ''} {', '.join(str(a) for a in attempts)}"
+
+
 def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
     return [i for i in intents if i.state == "in_doubt"]
 
@@ -87,15 +117,15 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     for i in intents:
         outcome = i.outcome or {}
         note = {
-            "in_doubt": (f"IN DOUBT: answered with an error that does not say whether it was applied: "
-                         f"{outcome['error']}"
-                         if outcome.get("error") else
-                         "IN DOUBT: recorded before sending, no answer recorded")
+            "in_doubt": f"IN DOUBT: {why_in_doubt(run, i)}"
+                        + (f" ({WHY_ERRORS_ARE_DOUBTFUL}): {outcome['error']}" if outcome.get("error") else "")
                         + ("; settle asks the provider" if run.status == "failed"
                            else "; the next attempt repeats it with the same key"),
             "answered": "answered",
             "error": f"error: {outcome.get('error', '')}",
-            "settled": f"was in doubt; settled by attempt {outcome.get('settled_by_attempt')}",
+            "settled": (f"was in doubt; `settle` recorded the provider's answer at {iso(i.settled_at)}: "
+                        f"{answer_text(outcome['settled_by_provider'])}" if "settled_by_provider" in outcome
+                        else f"was in doubt; settled by attempt {outcome.get('settled_by_attempt')}"),
         }[i.state]
         lines.append(f"  intent {i.step} attempt {i.attempt} key {i.idempotency_key}: {note}")
     if run.lease_holder:

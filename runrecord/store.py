@@ -43,10 +43,12 @@ a newer version):
 ``intents``
     one row per attempt of an effectful step: the idempotency key and the JSON
     request, written *before* the request can be sent, and its ``state``:
-    ``in_doubt`` (no answer recorded: it may or may not have reached the
-    provider), ``answered`` (a success, recorded with the step's result),
-    ``error`` (an error answer, or no answer, recorded), ``settled`` (was in
-    doubt; a later attempt with the same key got the answer).
+    ``in_doubt`` (no answer recorded, or an error that does not say whether
+    it was applied, a 5xx or a timeout, recorded as its ``outcome``: it may
+    or may not have been applied), ``answered`` (a success, recorded with the
+    step's result), ``error`` (an error answer, or no answer, recorded),
+    ``settled`` (was in doubt; a later attempt with the same key got the
+    answer, or ``settle`` recorded the provider's, looked up by key).
 
 All times are Unix seconds (REAL), UTC by construction. The tables are
 ``WITHOUT ROWID`` (clustered on their primary keys) and carry no secondary
@@ -608,23 +610,31 @@ class RunRecord:
                 "in_doubt = ?, next_try_at = ? WHERE run_id = ? AND position = ?",
                 (error, error_attempts, error_seconds, int(in_doubt), next_try_at, run_id, position),
             )
-            c.execute(
-                "UPDATE intents SET state = ?, outcome = ?, settled_at = ? "
-                "WHERE run_id = ? AND position = ? AND attempt = ?",
-                ("in_doubt" if doubtful else "error", _dump({"error": error}), None if doubtful else now,
-                 run_id, position, attempt),
-            )
+            self._intent_error(run_id, position, attempt, error, doubtful, now)
+
+    def _intent_error(self, run_id: str, position: int, attempt: int, error: str, doubtful: bool, now: float) -> None:
+        """The error an attempt ended in, on its intent: ``error`` (an answer: nothing was applied), or
+        kept ``in_doubt`` with the error recorded when it does not say whether it was applied."""
+        self.conn.execute(
+            "UPDATE intents SET state = ?, outcome = ?, settled_at = ? "
+            "WHERE run_id = ? AND position = ? AND attempt = ? AND state = 'in_doubt'",
+            ("in_doubt" if doubtful else "error", _dump({"error": error}), None if doubtful else now,
+             run_id, position, attempt),
+        )
 
     def fail_run(
         self, run_id: str, position: int, attempts: int, error: str, reason: str, holder: str, lease_seconds: float,
-        *, answered: bool = True, in_doubt: bool = False, crashes: int | None = None,
+        *, answered: bool = True, doubtful: bool = False, in_doubt: bool = False, crashes: int | None = None,
     ) -> None:
         """Terminal: the step and the run become failed, naming the step and the reason; lease released.
 
         ``answered``: the failing attempt got an answer (an error that says
         nothing was applied), so its intent is no longer in doubt. False when
-        its outcome is unknown (a lost answer, a timeout, a crash): that intent
-        stays in doubt, visibly. ``in_doubt``: the step as a whole is in doubt.
+        its outcome is unknown: that intent stays in doubt, visibly, with
+        ``reason`` recorded as its outcome when ``doubtful`` (it ended in an
+        error that does not say whether it was applied: a 5xx, a timeout), and
+        no outcome when its process died. ``in_doubt``: the step as a whole is
+        in doubt.
         """
         now = self.clock()
         with self._write() as c:
@@ -637,12 +647,46 @@ class RunRecord:
                 "next_try_at = NULL, crashes = coalesce(?, crashes) WHERE run_id = ? AND position = ?",
                 (attempts, reason, int(in_doubt), crashes, run_id, position),
             )
-            if answered:
+            if answered or doubtful:
+                self._intent_error(run_id, position, attempts, reason, not answered, now)
+
+    def settle_intents(self, run_id: str, answers: Mapping[int, tuple[int, Any]]) -> dict[int, list[int]]:
+        """``settle``: record the provider's answer on a failed run's intents in doubt, by step.
+
+        ``answers``: position -> (the step's ``attempts`` when the provider was
+        asked, its answer under the step's key, ``steps.settle``). Each of the
+        step's ``in_doubt`` intents becomes ``settled`` with the answer as its
+        outcome (``{"settled_by_provider": answer}``), and the step is no longer
+        in doubt. Written only while the run is still failed (no process runs
+        it) and the step has had no attempt since the question (a retry in
+        between would have intents the answer does not cover). Returns, by
+        position, the attempts it settled. One transaction."""
+        now = self.clock()
+        settled: dict[int, list[int]] = {}
+        with self._write() as c:
+            row = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+            if row[0] != "failed":
+                return settled
+            for position, (attempts, answer) in answers.items():
+                step = c.execute("SELECT attempts FROM steps WHERE run_id = ? AND position = ?",
+                                 (run_id, position)).fetchone()
+                if step is None or step[0] != attempts:
+                    continue
+                doubtful = [a for (a,) in c.execute(
+                    "SELECT attempt FROM intents WHERE run_id = ? AND position = ? AND state = 'in_doubt' "
+                    "ORDER BY attempt", (run_id, position))]
+                if not doubtful:
+                    continue
                 c.execute(
-                    "UPDATE intents SET state = 'error', outcome = ?, settled_at = ? "
-                    "WHERE run_id = ? AND position = ? AND attempt = ? AND state = 'in_doubt'",
-                    (_dump({"error": reason}), now, run_id, position, attempts),
+                    "UPDATE intents SET state = 'settled', outcome = ?, settled_at = ? "
+                    "WHERE run_id = ? AND position = ? AND state = 'in_doubt'",
+                    (_dump({"settled_by_provider": answer}), now, run_id, position),
                 )
+                c.execute("UPDATE steps SET in_doubt = 0 WHERE run_id = ? AND position = ?", (run_id, position))
+                settled[position] = doubtful
+        return settled
 
     def reopen_failed(self, run_id: str, holder: str, lease_seconds: float) -> int:
         """``retry``: a failed run runs again from its failed step, with a fresh budget.

@@ -42,8 +42,8 @@ adopted    done by adopting the effect this run had already applied under the
            request digests
 failed     this step ended the run
 in_doubt   this step ended the run, and an attempt's outcome is unknown (a
-           timeout, a lost answer, a crash mid-request): the effect may have
-           been applied. ``settle`` asks the provider by key
+           5xx, a timeout, a lost answer, a crash mid-request): the effect may
+           have been applied. ``settle`` asks the provider by key
 =========  ====================================================================
 
 ``attempts`` counts every execution of the step, ``crashes`` the ones whose

@@ -2,21 +2,30 @@
 it applied. Engine-agnostic: both CLIs (``starter.py settle``, ``python -m
 runrecord settle``) call this with a provider client.
 
-A step is *in doubt* when an attempt's outcome is unknown (a timeout, a lost
-answer, a worker that died mid-request): the effect may or may not have been
-applied. The engines cannot know; the receiver can. For each effect step of
-the run this reports one of:
+A step is *in doubt* when an attempt's outcome is unknown (a 5xx, a timeout,
+a lost answer, a worker that died mid-request): the effect may or may not have
+been applied. The engines cannot know; the receiver can. For each effect step
+of the run this reports one of:
 
 - **applied**: the provider holds an effect under the key (its ids, when,
   and the request's digest). It happened, exactly once. ``retry`` of the run
-  finds it: the same request is replayed, a different one adopted.
-- **not applied**: the key was seen (``requests`` times) but nothing stored:
-  safe to retry, nothing will be doubled.
-- **never seen**: no request with the key reached the provider.
+  finds it: the same request is replayed, a different one adopted; nothing
+  is applied again.
+- **not applied**: the key was seen (``requests`` times) but nothing stored.
+  ``retry`` sends it again with the same key, and the provider applies it once.
+- **never seen**: no request with the key reached the provider; the same.
+
+The answer is as of the lookup: a request still on its way (a provider that
+hangs before it applies) can still be applied, once, under the same key, and
+``retry`` then gets its stored answer back. What each engine does with the
+answer is its own: the run record records it on the intents in doubt, so the
+step is no longer in doubt (``RunRecord.settle_intents``); Temporal's history
+cannot be written from outside a run, so it is only reported there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from steps.controls import printable
@@ -46,18 +55,37 @@ async def settle(provider: EffectApi, run_id: str) -> list[dict[str, Any]]:
     return report
 
 
-def render_settle(run_id: str, report: list[dict[str, Any]]) -> str:
+def answer_text(entry: Mapping[str, Any]) -> str:
+    """The provider's answer for one key, in the words every engine prints."""
+    if entry["state"] == "applied":
+        ids = ", ".join(f"{k} {v}" for k, v in (entry["ids"] or {}).items())
+        return (f"applied at {entry['applied_at']} ({ids}; {entry['requests']} request(s) carried the key): "
+                "it happened, once")
+    if entry["state"] == "not applied":
+        return f"not applied ({entry['requests']} request(s) carried the key, none stored)"
+    return "never seen by the provider: not applied"
+
+
+def what_retry_does(entry: Mapping[str, Any]) -> str:
+    """What a retry of the run meets under this key, given the provider's answer."""
+    if entry["state"] == "applied":
+        return ("the same key gets this answer back (replayed; adopted if the rebuilt request differs): "
+                "nothing is applied again")
+    return "it is sent with the same key, and the provider applies it once"
+
+
+def render_settle(run_id: str, report: list[dict[str, Any]], *, retry: str,
+                  recorded: Mapping[str, str] | None = None, footer: str | None = None) -> str:
+    """The report for a terminal. ``retry``: the engine's retry command; ``recorded``:
+    by step, what the engine did with the answer; ``footer``: a closing line."""
     lines = [f"run {run_id}: what the provider holds under each effect step's key"]
     for e in report:
-        if e["state"] == "applied":
-            ids = ", ".join(f"{k} {v}" for k, v in (e["ids"] or {}).items())
-            lines.append(f"  {e['step']}: applied at {e['applied_at']} ({ids}; {e['requests']} request(s) "
-                         "carried the key): it happened, once")
-        elif e["state"] == "not applied":
-            lines.append(f"  {e['step']}: not applied ({e['requests']} request(s) carried the key, none stored): "
-                         "safe to retry")
-        else:
-            lines.append(f"  {e['step']}: never seen by the provider: not applied, safe to retry")
+        lines.append(f"  {e['step']}: {answer_text(e)}")
         lines.append(f"    key {e['key']}")
+        if recorded and e["step"] in recorded:
+            lines.append(f"    {recorded[e['step']]}")
+        lines.append(f"    `{retry}`: {what_retry_does(e)}")
+    if footer:
+        lines.append(footer)
     # The ids and times are the provider's answer: data, escaped for the terminal.
     return "\n".join(printable(line) for line in lines)

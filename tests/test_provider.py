@@ -382,6 +382,10 @@ async def test_fail_next_answers_503_with_retry_after_then_succeeds(
                                              to="ada@example.com", subject="s", body="b")
         assert failure.value.retry_after == 0.25, attempt
         assert "503" in failure.value.message
+        # The provider may say what it did, but not contradict the client's rule: a 5xx is in doubt.
+        assert failure.value.in_doubt, attempt
+        assert "this provider applied nothing, but a client cannot know that from a 503" in failure.value.message
+        assert "a gateway or proxy may send one after the origin applied the request" in failure.value.message
     receipt = await provider_client.send_email(idempotency_key=key, run_id=run_id,
                                                to="ada@example.com", subject="s", body="b")
     assert receipt.replayed is False
@@ -396,6 +400,9 @@ async def test_fail_next_with_429_and_no_retry_after(url: str, run_id: str, prov
                                             summary="s", email_message_id="msg_1")
     assert failure.value.retry_after is None
     assert "429" in failure.value.message
+    # A 4xx is the origin's own word (no gateway sends it after applying): nothing applied, plainly.
+    assert not failure.value.in_doubt and "nothing was applied" in failure.value.message
+    assert "gateway" not in failure.value.message
 
 
 async def test_faults_can_target_one_kind(url: str, run_id: str, provider_client: ProviderClient) -> None:

@@ -103,11 +103,17 @@ async def test_kill_between_step_2_and_3_resumes_at_step_3(runrecord, provider, 
     assert [s["status"] for s in stopped["steps"]] == ["completed", "completed", "waiting"]
     shown = runrecord("status", run_id)
     assert finished(shown) == 0 and "held by a process that is gone" in shown.output(), shown.output()
+    # Step 3's intent came with step 2's commit: in doubt, and status says how it got there.
+    assert (f"intent record_outcome attempt 1 key {idempotency_key(run_id, 'record_outcome')}: IN DOUBT: recorded "
+            "ahead with step 2 (send_confirmation)'s commit; not sent yet, or sent and unanswered") \
+        in shown.output(), shown.output()
     assert counts(provider.url, run_id, "record_outcome") is None
 
     second = runrecord("resume", run_id)  # a 30 s lease, still held by the dead process: taken over at once
     assert finished(second) == 0, second.output()
     assert "resuming run" in second.output() and "at step record_outcome" in second.output()
+    assert "intent in doubt: record_outcome attempt 1" in second.output() and \
+        "recorded ahead with step 2 (send_confirmation)'s commit" in second.output(), second.output()
     assert executions(second, "draft") == 0
     assert executions(second, "send_confirmation") == 0
     assert executions(second, "record_outcome") == 1
@@ -174,6 +180,11 @@ async def test_transient_errors_are_retried_then_bounded_and_failed_is_terminal(
     assert status["error"].startswith(f"step record_outcome failed after {attempts} attempt(s): "
                                       "retry budget of 1 s spent")
     assert counts(provider.url, other, "record_outcome") == (attempts, 0)
+    # The provider's 503 says it applied nothing; the record says why it still does not take that as an answer.
+    shown = runrecord("status", other)
+    assert finished(shown) == 1
+    assert "IN DOUBT: ended in an error that does not say whether it was applied (a 5xx may come from a " \
+           "gateway or proxy after the provider applied the request" in shown.output(), shown.output()
 
     refused = runrecord("resume", other)
     assert finished(refused) == 4
@@ -215,6 +226,31 @@ async def test_permanent_error_fails_at_once_and_resume_is_refused(runrecord, pr
     effects = effects_by_key(provider.url, run_id)
     assert idempotency_key(run_id, "record_outcome") not in effects
     assert all(e.effects_applied == 0 for e in effects.values())
+
+
+def test_settle_writes_only_on_a_failed_run_with_no_attempt_since_it_asked(db, run_id):
+    """``settle`` records the provider's answer only where nothing else writes: a failed run (no
+    process holds it) whose step had no attempt after the question (the answer would not cover it)."""
+    holder, key = "test:1:a", idempotency_key(run_id, "send_confirmation")
+    answer = {"step": "send_confirmation", "key": key, "state": "not applied", "requests": 1,
+              "applied_at": None, "ids": None, "request_sha256": None}
+    with RunRecord(db) as record:
+        record.create_run(run_id, TASK, EMAIL, run_id, [s.name for s in DEFAULT_FLOW], holder, 60,
+                          NextAttempt(0, 1, None))
+        record.complete_step(run_id, 0, 1, {"subject": "s"}, holder, 60, effect=False,
+                             next_name="send_confirmation", nxt=NextAttempt(1, 1, (key, {"to": EMAIL})))
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {}  # running: its next attempt settles it
+        record.fail_run(run_id, 1, 1, "step send_confirmation failed", "503", holder, 60,
+                        answered=False, doubtful=True, in_doubt=True)
+        assert record.settle_intents(run_id, {1: (0, answer)}) == {}  # asked before attempt 1 was made
+        assert record.load(run_id).steps[1].in_doubt
+        assert [i.state for i in record.intents(run_id)] == ["in_doubt"]
+
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {1: [1]}
+        assert not record.load(run_id).steps[1].in_doubt
+        [intent] = record.intents(run_id)
+        assert intent.state == "settled" and intent.outcome == {"settled_by_provider": answer}
+        assert record.settle_intents(run_id, {1: (1, answer)}) == {}  # nothing left in doubt
 
 
 def test_both_engines_retry_by_the_one_rule():
