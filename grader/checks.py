@@ -30,9 +30,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from grader.evidence import KIND_OF_STEP, WORDS, Record, Witnesses
 from grader.harness import CouldNotRun, Failed, Harness, Outcome, Run
+from grader.temporal import check_temporal
 
 STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
@@ -45,7 +47,7 @@ class Check:
     run: Callable[[Harness], list[str]]  # returns what it showed, one line each
 
 
-TODO_EXERCISE = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4, 9: 4, 10: 4}
+TODO_EXERCISE = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4, 9: 4, 10: 4, 11: 5, 12: 5}
 TODO_FILE = {7: "bounded_memory.py", 8: "bounded_memory.py"}
 
 
@@ -140,32 +142,32 @@ def expect_results_true(h: Harness, run: Run, record: Record) -> None:
 
 
 def check_record(h: Harness) -> list[str]:
-    shown = []
-    for point, done in (("send_confirmation:before", ("draft",)),
-                        ("record_outcome:before", ("draft", "send_confirmation"))):
+    def killed_as(point: str, done: tuple[str, ...]) -> str:
         run = h.new_run("g1")
         step = point.split(":")[0]
         expect_killed(h, h.start(run, crash_at=point), f"as step {step} began")
         record = h.record(run)
         expect_position(record, run, done, f"after {' and '.join(done)} completed (killed as {step} began)")
         expect_results_true(h, run, record)
-        shown.append(f"killed as {step} began: the record holds the run at {step}, with the result of "
-                     f"{' and '.join(done)}")
-    run = h.new_run("g1")
-    expect_completed(h, h.start(run), "`python flow.py start`")
-    record = h.record(run)
-    expect_position(record, run, STEPS, "after it completed")
-    expect_results_true(h, run, record)
-    shown.append("run to the end: the record holds it completed, with all three results")
-    return shown
+        return f"killed as {step} began: the record holds the run at {step}, with the result of {' and '.join(done)}"
+
+    def to_the_end() -> str:
+        run = h.new_run("g1")
+        expect_completed(h, h.start(run), "`python flow.py start`")
+        record = h.record(run)
+        expect_position(record, run, STEPS, "after it completed")
+        expect_results_true(h, run, record)
+        return "run to the end: the record holds it completed, with all three results"
+
+    return h.side_by_side(lambda: killed_as("send_confirmation:before", ("draft",)),
+                          lambda: killed_as("record_outcome:before", ("draft", "send_confirmation")), to_the_end)
 
 
 # ---------------------------------------------------------------- check 2
 
 
 def check_intents(h: Harness) -> list[str]:
-    shown = []
-    for step in EFFECT_STEPS:
+    def intent_kept(step: str) -> str:
         run = h.new_run("g2")
         expect_killed(h, h.start(run, crash_at=f"{step}:after_effect"), f"right after the provider applied {step}")
         applied = h.witnesses(run).applied(step)
@@ -173,18 +175,27 @@ def check_intents(h: Harness) -> list[str]:
         if not record.intents_of(step) and applied:
             explain_missing_intent(h, run, step, applied[0].key, record)
         expect_intent(run, record, step, applied)
-        shown.append(f"killed right after the provider applied {WORDS[step]}: the record holds its intent "
-                     f"(key {applied[0].key}), not a completed step")
-    kills = 0
-    while True:
+        return (f"killed right after the provider applied {WORDS[step]}: the record holds its intent "
+                f"(key {applied[0].key}), not a completed step")
+
+    def killed_after_commit(commit: int) -> bool:
+        """Killed right after commit ``commit``; False when the program finished with fewer commits."""
         run = h.new_run("g2")
-        outcome = h.start(run, kill_after_commit=kills + 1)
+        outcome = h.start(run, kill_after_commit=commit)
         if not outcome.killed:
-            expect_completed(h, outcome, f"`python flow.py start` (not killed: it made {kills} commits)")
+            expect_completed(h, outcome, f"`python flow.py start` (not killed: it made fewer than {commit} commits)")
+            return False
+        expect_consistent(h, run, h.record(run), commit)
+        return True
+
+    shown = h.side_by_side(*(partial(intent_kept, step) for step in EFFECT_STEPS))
+    commits = 0
+    while True:  # two at a time: commits k+1 and k+2
+        killed = h.side_by_side(partial(killed_after_commit, commits + 1), partial(killed_after_commit, commits + 2))
+        commits += sum(killed)
+        if not all(killed):
             break
-        kills += 1
-        expect_consistent(h, run, h.record(run), kills)
-    shown.append(f"killed right after each of its {kills} commits in turn: the record never ran ahead of what "
+    shown.append(f"killed right after each of its {commits} commits in turn: the record never ran ahead of what "
                  "was done, and every applied effect had its intent or result")
     return shown
 
@@ -297,24 +308,27 @@ def reached(point: str | None) -> tuple[str, ...]:
 
 
 def check_resume(h: Harness) -> list[str]:
-    shown = []
-    # The lesson's scenario: killed between step 2 and step 3, resumed.
-    run = h.new_run("g3-scenario")
-    expect_killed(h, h.start(run, crash_at="record_outcome:before"), "as step record_outcome began")
-    resume_and_judge(h, run, "record_outcome:before", None)
-    expect_done(h, run)
-    h.evidence_runs["scenario"] = run  # the report quotes its evidence
-    shown.append("killed between step 2 and step 3, resumed: only record_outcome ran; one email, one ticket")
-    # One run killed at every boundary in turn, resumed each time.
-    run = h.new_run("g3-every-kill")
-    expect_killed(h, h.start(run, crash_at=BOUNDARIES[0]), "as step draft began")
-    for killed_at, next_kill in zip(BOUNDARIES, (*BOUNDARIES[1:], None), strict=True):
-        resume_and_judge(h, run, killed_at, next_kill)
-    expect_done(h, run)
-    h.evidence_runs["every_kill"] = run
-    shown.append(f"one run killed at each of {len(BOUNDARIES)} step boundaries in turn and resumed each time: "
-                 "each resume began at the recorded step; every effect applied once")
-    return shown
+    def scenario() -> str:
+        """The lesson's scenario: killed between step 2 and step 3, resumed."""
+        run = h.new_run("g3-scenario")
+        expect_killed(h, h.start(run, crash_at="record_outcome:before"), "as step record_outcome began")
+        resume_and_judge(h, run, "record_outcome:before", None)
+        expect_done(h, run)
+        h.evidence_runs["scenario"] = run  # the report quotes its evidence
+        return "killed between step 2 and step 3, resumed: only record_outcome ran; one email, one ticket"
+
+    def every_kill() -> str:
+        """One run killed at every boundary in turn, resumed each time."""
+        run = h.new_run("g3-every-kill")
+        expect_killed(h, h.start(run, crash_at=BOUNDARIES[0]), "as step draft began")
+        for killed_at, next_kill in zip(BOUNDARIES, (*BOUNDARIES[1:], None), strict=True):
+            resume_and_judge(h, run, killed_at, next_kill)
+        expect_done(h, run)
+        h.evidence_runs["every_kill"] = run
+        return (f"one run killed at each of {len(BOUNDARIES)} step boundaries in turn and resumed each time: "
+                "each resume began at the recorded step; every effect applied once")
+
+    return h.side_by_side(scenario, every_kill)
 
 
 def resume_and_judge(h: Harness, run: Run, killed_at: str, next_kill: str | None) -> None:
@@ -459,6 +473,115 @@ def check_memory(h: Harness) -> list[str]:
     return shown
 
 
+# ---------------------------------------------------------------- check 5
+
+BUDGET_SECONDS = 2.0
+SETTLE_SECONDS = 10.0  # beyond the budget: how long a process may take to give up and record it
+
+
+def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons: tuple[str, ...], why: str) -> str:
+    """The run ended, recorded failed at ``step`` with an error naming the step and one of ``reasons``."""
+    record = h.record(run)
+    status = record.run.get("status") if record.run else None
+    error = str(record.run.get("error") or "") if record.run else ""
+    if status != "failed":
+        died = h.could_not_run(outcome)
+        raise Failed(
+            f"run {run.run_id} did not end in its failed state after {why}",
+            expected=f"`runs.status` 'failed', `runs.error` naming {step} and the reason; the process exits 1",
+            seen=f"{record.describe()}; the process exited {outcome.code}"
+                 + (f" with an exception: {died.traceback.splitlines()[-1]}" if died else
+                    f"; its last lines: {outcome.last_lines()}"),
+            look_at=todo(11, "catch the step's error, record the run failed, raise RunFailed"))
+    if step not in error or not any(r in error for r in reasons):
+        raise Failed(f"the failed run {run.run_id} does not say which step failed and why",
+                     expected=f"`runs.error` naming {step} and the reason ({' or '.join(reasons)})",
+                     seen=f"error {error!r}", look_at=todo(11, 'error "step <name> failed: <reason>"'))
+    return error
+
+
+def check_terminal(h: Harness) -> list[str]:
+    shown = []
+    # A permanent error: the provider's hard bounce for the reserved .invalid domain.
+    run = h.new_run("g5-bounce")
+    run.email = f"nobody-{run.run_id[-6:]}@mailbox.invalid"
+    try:  # with a short budget, so that a program retrying it does not hide behind a long one
+        outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
+                          timeout=BUDGET_SECONDS + SETTLE_SECONDS)
+    except Failed as hung:
+        if h.witnesses(run).requests("send_confirmation") <= 1:
+            raise
+        outcome = Outcome(hung.headline.split("`")[1].split(), 0, hung.seen, 0.0)
+    requests = h.witnesses(run).requests("send_confirmation")
+    if requests > 1:
+        raise Failed(f"the provider got {requests} requests for run {run.run_id}'s email, a hard bounce (422 "
+                     "recipient_rejected): a permanent error was retried",
+                     expected="one request: retrying the same request cannot help", seen=f"{requests} requests",
+                     look_at=todo(12, "retry only a TransientError; a PermanentError ends the step at once"))
+    error = expect_failed(h, run, outcome, "send_confirmation", reasons=("rejected",), why="a hard bounce")
+    shown.append(f"a hard bounce: one request, the run failed at once: {error[:90]}...")
+    # A transient error that passes: two 503s, then the provider is back.
+    run = h.new_run("g5-blip")
+    with h.faults(fail_next=2, kinds=["email"]):
+        outcome = h.start(run)
+    if outcome.code != 0:
+        expect_failed(h, run, outcome, "send_confirmation", reasons=("503",), why="two 503s")
+        raise Failed(f"run {run.run_id} failed after two 503s that a retry would have ridden out",
+                     expected="the step retried: three requests, one email, the run completed",
+                     seen=f"{h.witnesses(run).requests('send_confirmation')} request(s); "
+                          f"{h.record(run).describe()}",
+                     look_at=todo(12, "a TransientError is retried within the budget"))
+    shown.append(f"two 503s, then the provider back: {h.witnesses(run).requests('send_confirmation')} requests, "
+                 "one email, completed")
+    # A transient error that lasts: the budget is spent, the run fails saying so, and stays failed.
+    run = h.new_run("g5-outage")
+    with h.faults(fail_next=100_000, kinds=["email"]):
+        outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
+                          timeout=BUDGET_SECONDS + SETTLE_SECONDS, hung=(
+                              f"with a retry budget of {BUDGET_SECONDS:g} s and the email API answering 503, the "
+                              "step kept retrying: a retry must stop when its budget is spent",
+                              todo(12, "give up once the time since the first try passes the budget")))
+    requests = h.witnesses(run).requests("send_confirmation")
+    error = expect_failed(h, run, outcome, "send_confirmation", reasons=("budget",), why=(
+        f"the email API answered 503 for longer than the {BUDGET_SECONDS:g} s budget"))
+    if requests < 2 or "503" not in error:
+        raise Failed(f"run {run.run_id} gave up on a 503 without retrying it, or without saying it",
+                     expected="several requests within the budget, then an error naming the budget and the last "
+                              "error (503)", seen=f"{requests} request(s); error {error!r}",
+                     look_at=todo(12, "retry a TransientError; name the last error when giving up"))
+    shown.append(f"the email API down past a {BUDGET_SECONDS:g} s budget: {requests} requests, then failed: "
+                 f"{error[:70]}...")
+    before = h.witnesses(run)
+    again = h.resume(run, timeout=SETTLE_SECONDS, hung=("resuming a failed run did not end",
+                                                        todo(11, "failed is terminal")))
+    after, record = h.witnesses(run), h.record(run)
+    if after != before or not record.run or record.run.get("status") != "failed":
+        raise Failed(f"resuming the failed run {run.run_id} ran it again",
+                     expected="a failed run is terminal: resume runs nothing, and it stays failed",
+                     seen=f"{_executions(before, after)}; {record.describe()}; exit {again.code}",
+                     look_at=todo(11, "a failed run is not 'running': resume leaves it alone"))
+    shown.append("resuming the failed run ran nothing: failed is terminal")
+    # A crash is not an error: killed four times right after the provider took the email, it completes.
+    run = h.new_run("g5-crashes")
+    kill = "send_confirmation:after_effect"
+    outcome = h.start(run, crash_at=kill)
+    kills = 0
+    while outcome.killed and kills < 4:  # killed, resumed, killed again: no error has happened yet
+        kills += 1
+        outcome = h.resume(run, crash_at=kill if kills < 4 else "")
+    record = h.record(run)
+    if record.run is None or record.run.get("status") != "completed":
+        raise Failed(f"run {run.run_id}, killed {kills} times in a row with no error anywhere, did not complete: "
+                     f"it is {record.run.get('status') if record.run else 'not in the record'}",
+                     expected="a crash spends no retry budget: the resume after the last kill completes the run",
+                     seen=f"{record.describe()}; exit {outcome.code}; {outcome.last_lines()}",
+                     look_at=todo(12, "only a step's own error counts, not a process that died"))
+    expect_done(h, run)
+    shown.append("killed four times right after the email was applied: no error counted, the run completed "
+                 "with one email")
+    return shown
+
+
 CHECKS = {
     1: Check(1, "the run record: the run, its current step, each completed step's result", check_record),
     2: Check(2, "each effect recorded before the step advances", check_intents),
@@ -466,4 +589,9 @@ CHECKS = {
              check_resume),
     4: Check(4, "bounded memory: the rule after every append; it feeds the prompt and is never the record",
              check_memory),
+    5: Check(5, "the terminal failure: permanent errors stop the run, transient ones retry within a budget",
+             check_terminal),
+    6: Check(6, "the flow on Temporal: effects in activities, the worker killed mid-run, each effect once",
+             check_temporal),
 }
+STANDS_ALONE = {6: "exercise 6 moves the flow onto Temporal: its check stands alone"}

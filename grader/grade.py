@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader.checks import CHECKS
+from grader.checks import CHECKS, STANDS_ALONE
 from grader.evidence import SchemaChanged
 from grader.harness import CouldNotRun, Failed, Harness
 from grader.model import ModelStandIn
@@ -39,8 +39,12 @@ from lab.provider_process import start_provider
 from steps.keys import idempotency_key
 
 EXERCISES = REPO / "exercises"
-CHECK_SECONDS = {1: 60.0, 2: 120.0, 3: 120.0, 4: 120.0}
+CHECK_SECONDS = {1: 60.0, 2: 120.0, 3: 120.0, 4: 120.0, 5: 120.0, 6: 180.0}
 """Each check's deadline: a check that runs past it fails naming itself (a hang, a loop)."""
+
+
+MAIN_FILE = {6: "worker.py"}
+"""The file that marks an exercise's folder (flow.py unless named here)."""
 
 
 class BadInput(Exception):
@@ -61,11 +65,12 @@ def exercise_numbers() -> list[str]:
 def resolve_impl(n: int, impl: str) -> Path:
     if impl in ("practice", "solution"):
         return exercise_folder(n) / impl
+    main = MAIN_FILE.get(n, "flow.py")
     path = Path(impl).expanduser()
-    if path.is_file() and path.name == "flow.py":
+    if path.is_file() and path.name == main:
         path = path.parent
-    if not (path / "flow.py").is_file():
-        raise BadInput(f"--impl {impl}: no flow.py there. Give the folder that holds your flow.py "
+    if not (path / main).is_file():
+        raise BadInput(f"--impl {impl}: no {main} there. Give the folder that holds your {main} "
                        f"(e.g. {exercise_folder(n).relative_to(REPO)}/practice), or practice or solution")
     return path.resolve()
 
@@ -109,11 +114,11 @@ def quick_check_answer(h: Harness) -> None:
 
 
 def grade(n: int, impl: Path, only: int | None, keep: bool) -> int:
-    numbers = [only] if only else list(range(1, n + 1))
+    numbers = [only] if only else [n] if n in STANDS_ALONE else list(range(1, n + 1))
     work = Path(tempfile.mkdtemp(prefix="grade-"))
     shown = impl.relative_to(REPO) if impl.is_relative_to(REPO) else impl
-    print(f"grading exercise {n}: {shown}/flow.py, check{'s' if len(numbers) > 1 else ''} "
-          f"{', '.join(map(str, numbers))}")
+    print(f"grading exercise {n}: {shown}/{MAIN_FILE.get(n, 'flow.py')}, check{'s' if len(numbers) > 1 else ''} "
+          f"{', '.join(map(str, numbers))}" + (f" ({STANDS_ALONE[n]})" if n in STANDS_ALONE and not only else ""))
     provider = None
     model = ModelStandIn().start()
     harness: Harness | None = None

@@ -18,13 +18,20 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
 
 from grader.evidence import Effect, Record, Witnesses, effects, read_record
 from grader.model import MODEL_NAME, ModelStandIn
 from lab.processes import Proc
 
+T = TypeVar("T")
 PROCESS_TIMEOUT = float(os.environ.get("GRADER_PROCESS_SECONDS") or 30)
 """How long one process of the learner's program may run before it counts as hung (tests shorten it)."""
 TASK = "Confirm the refund for order 1234"
@@ -96,13 +103,19 @@ class Harness:
         run_id = f"{label}-{uuid.uuid4().hex[:6]}"
         return Run(run_id, f"{TASK} (run {run_id})")
 
-    def start(self, run: Run, *, crash_at: str = "", kill_after_commit: int = 0) -> Outcome:
-        return self._run(run, ["start", run.run_id, run.task, "--email", run.email], crash_at, kill_after_commit)
+    def start(self, run: Run, **how: Any) -> Outcome:
+        """``python flow.py start``; ``how``: see ``_run``."""
+        return self._run(run, ["start", run.run_id, run.task, "--email", run.email], **how)
 
-    def resume(self, run: Run, *, crash_at: str = "", kill_after_commit: int = 0) -> Outcome:
-        return self._run(run, ["resume", run.run_id], crash_at, kill_after_commit)
+    def resume(self, run: Run, **how: Any) -> Outcome:
+        return self._run(run, ["resume", run.run_id], **how)
 
-    def _run(self, run: Run, args: list[str], crash_at: str, kill_after_commit: int) -> Outcome:
+    def _run(self, run: Run, args: list[str], *, crash_at: str = "", kill_after_commit: int = 0,
+             env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT,
+             hung: tuple[str, str] | None = None) -> Outcome:
+        """One process of the learner's program. ``crash_at``: a crash point to SIGKILL it at;
+        ``kill_after_commit``: SIGKILL it right after that commit; ``env``: more environment;
+        ``timeout`` and ``hung`` (headline, where to look): how long it may run, and what a hang means."""
         env = {
             "RECORD_DB": str(self.record_db),
             "PROVIDER_URL": self.provider_url,
@@ -116,29 +129,37 @@ class Harness:
             "GRADER_KILL_AFTER_COMMIT": str(kill_after_commit or ""),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         argv = [sys.executable, "-m", "grader.launch", str(self.flow), *args]
         shown = ["python", "flow.py", *args]
-        timeout = min(PROCESS_TIMEOUT, self.deadline - time.monotonic())
+        timeout = min(timeout, self.deadline - time.monotonic())
         if timeout <= 0:
             raise Failed("the check ran out of time before its next process could start",
                          expected="the check's processes to finish within its deadline",
                          seen=f"{self.processes} processes run so far", look_at="a program that is slow or waits")
         began = time.monotonic()
-        proc = Proc("learner", argv, env=env, cwd=self.work)
-        self._live.append(proc)
-        self.processes += 1
+        # Ctrl-C or SIGTERM waits until the process is listed, so the grader's cleanup always finds it.
+        masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            proc = Proc("learner", argv, env=env, cwd=self.work)
+            self._live.append(proc)
+            self.processes += 1
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         try:
             while proc.alive() and time.monotonic() - began < timeout:
                 time.sleep(0.02)
             if proc.alive():
                 _kill_group(proc)
                 outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
+                headline, look_at = hung or ("", "a loop that never ends, or a wait for something that never comes")
                 raise Failed(
-                    f"`{' '.join(shown[:3])} {run.run_id}` was still running after {timeout:.0f} s (killed)",
+                    f"`{' '.join(shown[:3])} {run.run_id}` was still running after {timeout:.0f} s (killed)"
+                    + (f": {headline}" if headline else ""),
                     expected="the process to finish, or to be killed at its crash point, well within that time",
                     seen=f"it was still running; its last lines: {outcome.last_lines()}",
-                    look_at="a loop that never ends, or a wait for something that never comes")
+                    look_at=look_at)
             proc.popen.wait()
             proc._reader.join(timeout=5)
         finally:
@@ -147,6 +168,13 @@ class Harness:
         outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
         run.outcomes.append(outcome)
         return outcome
+
+    def side_by_side(self, *probes: Callable[[], T]) -> list[T]:
+        """Run independent probes (each its own runs) two at a time, the machine's cores; their results in
+        order, or the failure of the first probe that failed, so a report reads the same every time."""
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(probe) for probe in probes]
+        return [future.result() for future in futures]
 
     def stop_all(self) -> None:
         for proc in list(self._live):
@@ -164,6 +192,16 @@ class Harness:
     def effects(self, run: Run) -> list[Effect]:
         return list(effects(self.provider_url, run.run_id))
 
+    @contextmanager
+    def faults(self, **spec: Any) -> Iterator[None]:
+        """The provider's injected faults (``provider.faults``) for the block, cleared after it."""
+        with httpx.Client(timeout=5.0) as http:
+            http.post(f"{self.provider_url}/admin/faults", json=spec).raise_for_status()
+            try:
+                yield
+            finally:
+                http.delete(f"{self.provider_url}/admin/faults").raise_for_status()
+
     def saved_memory(self, conversation_id: str) -> list[str]:
         """The message ids the learner's memory file keeps for a conversation (its given format)."""
         try:
@@ -171,7 +209,7 @@ class Harness:
         except (OSError, ValueError):
             return []
         kept = saved.get(conversation_id) if isinstance(saved, dict) else None
-        return [m.get("id") for m in kept if isinstance(m, dict)] if isinstance(kept, list) else []
+        return [str(m.get("id")) for m in kept if isinstance(m, dict)] if isinstance(kept, list) else []
 
     def wipe_memory(self) -> None:
         self.memory_file.unlink(missing_ok=True)

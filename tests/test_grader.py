@@ -25,7 +25,9 @@ import pytest
 from lab.processes import REPO
 
 EXERCISES = REPO / "exercises"
-FOLDERS = {n: next(EXERCISES.glob(f"{n:02d}-*")) for n in (1, 2, 3)}
+FOLDERS = {n: next(EXERCISES.glob(f"{n:02d}-*")) for n in range(1, 7)}
+RECORD_TRACK = (1, 2, 3, 4, 5)  # each builds on the last; grade N runs checks 1..N
+STANDS_ALONE = (6,)  # the Temporal exercise: grade 6 runs check 6
 
 
 def grade(n: int, impl: str | Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -46,29 +48,38 @@ FIRST_MESSAGE = {
     1: ("the record holds no run", "TODO 1 (exercise 1)"),
     2: ("but the record holds no intent for send_confirmation", "TODO 4 (exercise 2)"),
     3: ("resume did not run record_outcome", "TODO 5 (exercise 3)"),
+    4: ("the window holds", "tokens; the budget is 300", "TODO 8 (exercise 4) in bounded_memory.py"),
+    5: ("did not end in its failed state after a hard bounce", "PermanentError", "TODO 11 (exercise 5)"),
+    6: ("the workflow task failed and the run parks: RestrictedWorkflowAccessError", "the provider got 0 email",
+        "TODO 13 (exercise 6) in agent_workflow.py"),
 }
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n", sorted(FOLDERS))
 def test_the_untouched_practice_fails_with_its_exercises_first_message(n):
+    """The last practice of the record track runs as a learner runs it, every check up to its own; the
+    others their own check (each passes the checks before it as the next exercise's run shows)."""
     before = tree_digest(FOLDERS[n] / "practice")
-    done = grade(n, "practice")
+    whole = n == RECORD_TRACK[-1] or n in STANDS_ALONE
+    done = grade(n, "practice", *([] if whole else ["--only", str(n)]))
     assert done.returncode == 1, done.stdout
     failed = [line for line in done.stdout.splitlines() if "FAIL" in line]
     assert len(failed) == 1 and f"check {n}:" in done.stdout.split(failed[0])[0].splitlines()[-1], done.stdout
     for needle in FIRST_MESSAGE[n]:
         assert needle in done.stdout, done.stdout
     # The checks of the exercises before it pass: practice N+1 is solution N plus the new TODOs.
-    assert done.stdout.count("  PASS") == n - 1, done.stdout
+    assert done.stdout.count("  PASS") == (n - 1 if whole and n not in STANDS_ALONE else 0), done.stdout
     assert tree_digest(FOLDERS[n] / "practice") == before, "the grader wrote into the learner's folder"
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n", sorted(FOLDERS))
 def test_the_solution_passes_every_check_up_to_its_exercise(n):
+    """Each solution passes its own check: the checks before it ran on the last practice of the track,
+    which is every solution before it plus TODOs (test_each_practice_is_the_previous_solution_plus_its_todos)."""
     before = tree_digest(FOLDERS[n] / "solution")
-    done = grade(n, "solution")
+    done = grade(n, "solution", "--only", str(n))
     assert done.returncode == 0, done.stdout
-    assert done.stdout.count("  PASS") == n and "every check passed" in done.stdout, done.stdout
+    assert done.stdout.count("  PASS") == 1 and "every check passed" in done.stdout, done.stdout
     assert tree_digest(FOLDERS[n] / "solution") == before, "the grader wrote into the learner's folder"
     if n == 3:  # the quick check's answer comes with the evidence of the learner's own run
         assert "What must resuming not do?" in done.stdout and "the resume sent none" in done.stdout, done.stdout
@@ -85,6 +96,7 @@ class WrongAnswer:
     old: str  # in the exercise's solution/flow.py
     new: str
     message: tuple[str, ...]  # what the grader must say
+    file: str = "flow.py"
 
 
 ADVANCE = '''        with transaction(conn):
@@ -98,7 +110,7 @@ INTENT = '''            with transaction(conn):
                 conn.execute("INSERT INTO intents VALUES (?, ?, ?, ?, ?)",
                              (inputs.run_id, name, attempts + 1, key, json.dumps(asdict(request))))
 '''
-CALL = "        results[name] = asdict(await step(request, deps))\n"
+CALL = "        results[name] = asdict(await call_step(name, step, request, deps))\n"
 
 WRONG_ANSWERS = [
     WrongAnswer(
@@ -138,13 +150,82 @@ WRONG_ANSWERS = [
                  "TODO 6 (exercise 3)")),
     WrongAnswer(
         "resume drafts again instead of reading the recorded draft (a different body)", 3, 3,
-        old="    deps = deps_from_env()\n    try:\n        await run_steps(",
-        new="    deps = deps_from_env()\n"
+        old="    deps = make_deps()\n    try:\n        await run_steps(",
+        new="    deps = make_deps()\n"
             "    results['draft'] = asdict(await flow.draft(draft_request(inputs, results), deps))  # no effect: redo\n"
             "    try:\n        await run_steps(",
         message=("resume sent a request not built from the record", "is not the recorded draft's",
                  "TODO 5 (exercise 3)")),
+    # exercise 4: the memory's rule, and its place in the flow
+    WrongAnswer(
+        "a tool result is a block of its own (a round split)", 4, 4, file="bounded_memory.py",
+        old='        if message.role == "tool":\n            if message.tool_call_id in self.dropped_calls:',
+        new="        if False:\n            if message.tool_call_id in self.dropped_calls:",
+        message=("a tool call and its results were split", "TODO 7 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "evicts everything older for a message too large to keep", 4, 4, file="bounded_memory.py",
+        old="        if sum(self.count(m) for m in block) > room:  # too large to keep on its own\n",
+        new="        if False:\n",
+        message=("was evicted for a block too large to keep", "nothing older goes for it",
+                 "TODO 8 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "evicts the newest block first", 4, 4, file="bounded_memory.py",
+        old="            oldest = self.blocks.pop(0)\n", new="            oldest = self.blocks.pop()\n",
+        message=("but a newer block went", "whole blocks evicted oldest first",
+                 "TODO 8 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "builds on the lab's finished window", 4, 4, file="bounded_memory.py",
+        old="from memory.messages import Message\n",
+        new="from memory import InMemoryStore, MemoryPolicy  # noqa: F401\nfrom memory.messages import Message\n",
+        message=("uses `InMemoryStore` from memory.stores", "asks you to write the window yourself",
+                 "import Message and ToolCall from memory.messages")),
+    WrongAnswer(
+        "memory is kept but never feeds the prompt", 4, 4,
+        old="    deps.context, deps.remember = bounded_memory.context, bounded_memory.remember\n",
+        new="    deps.remember = bounded_memory.remember\n",
+        message=("was not given the customer's earlier exchange", "TODO 9 (exercise 4) in flow.py")),
+    WrongAnswer(
+        "the run's exchange is never remembered", 4, 4,
+        old="    await flow.remember_exchange(remember_request(inputs, results), deps)\n", new="",
+        message=("its exchange is not in the customer's memory", "TODO 10 (exercise 4) in flow.py")),
+    # exercise 5: every retry bounded, the failure terminal
+    WrongAnswer(
+        "retries a permanent error", 5, 5,
+        old="        except TransientError as err:", new="        except StepError as err:",
+        message=("a permanent error was retried", "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "gives up at the first 503", 5, 5,
+        old="            return await step(request, deps)\n        except TransientError as err:",
+        new="            return await step(request, deps)\n        except ZeroDivisionError as err:",
+        message=("failed after two 503s that a retry would have ridden out", "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "retries forever", 5, 5,
+        old="            if time.monotonic() - began + delay > budget:\n", new="            if False:\n",
+        message=("was still running after 12 s (killed)", "a retry must stop when its budget is spent",
+                 "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "counts a crash as an error (three attempts at most)", 5, 5,
+        old="        try:\n            results[name] = asdict(await call_step(",
+        new="        try:\n            if name in EFFECTS and attempts >= 3:  # three tries are enough\n"
+            '                raise PermanentError(f"gave up after {attempts} attempts")\n'
+            "            results[name] = asdict(await call_step(",
+        message=("killed 3 times in a row with no error anywhere, did not complete: it is failed",
+                 "a crash spends no retry budget", "TODO 12 (exercise 5)")),
+    # exercise 6: the activities
+    WrongAnswer(
+        "a new key on every attempt of the activity", 6, 6, file="agent_activities.py",
+        old="        return await flow.send_confirmation(request, self.deps)\n",
+        new='        key = f"{request.idempotency_key}/attempt-{activity.info().attempt}"  # unique per attempt\n'
+            "        return await flow.send_confirmation(SendRequest(**{**vars(request), 'idempotency_key': key}),"
+            " self.deps)\n",
+        message=("applied the confirmation email 2 times", "sent a different key",
+                 "TODO 14 (exercise 6) in agent_activities.py")),
+    WrongAnswer(
+        "no retries: a killed worker's attempt is never tried again", 6, 6, file="agent_workflow.py",
+        old="                      maximum_attempts=10,", new="                      maximum_attempts=1,",
+        message=("did not complete after its workers were killed: it is failed", "TODO 13 (exercise 6)")),
 ]
+
 
 
 def test_each_wrong_answer_has_a_message_of_its_own():
@@ -156,9 +237,11 @@ def test_each_wrong_answer_has_a_message_of_its_own():
 
 @pytest.mark.parametrize("wrong", WRONG_ANSWERS, ids=[w.name for w in WRONG_ANSWERS])
 def test_a_wrong_answer_fails_with_its_own_message(wrong, tmp_path):
-    solution = (FOLDERS[wrong.exercise] / "solution" / "flow.py").read_text()
+    for path in (FOLDERS[wrong.exercise] / "solution").glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    solution = (tmp_path / wrong.file).read_text()
     assert solution.count(wrong.old) == 1, f"{wrong.name}: the solution no longer has the code this answer changes"
-    (tmp_path / "flow.py").write_text(solution.replace(wrong.old, wrong.new))
+    (tmp_path / wrong.file).write_text(solution.replace(wrong.old, wrong.new))
     done = grade(wrong.exercise, tmp_path, "--only", str(wrong.check))
     assert done.returncode == 1, done.stdout
     for needle in wrong.message:
@@ -171,7 +254,7 @@ TODO_BLOCK = r"^\s*# TODO (\d+) \(exercise (\d+)\).*?^\s*# END TODO \1\n"
 
 
 def code_lines(path: Path) -> tuple[list[str], list[tuple[int, int, int, int]]]:
-    """The file's lines after its module docstring, imports left out, and its TODO blocks as
+    """The file's lines after its module docstring, imports and blank lines left out, and its TODO blocks as
     (number, exercise, first line, last line) over those lines."""
     import ast
     import re
@@ -180,7 +263,7 @@ def code_lines(path: Path) -> tuple[list[str], list[tuple[int, int, int, int]]]:
     body = ast.parse(text).body
     start = body[1].lineno - 1 if ast.get_docstring(ast.parse(text)) else 0
     lines = [line for line in text.splitlines(keepends=True)[start:]
-             if not line.startswith(("import ", "from "))]
+             if line.strip() and not line.lstrip().startswith(("import ", "from "))]
     joined = "".join(lines)
     blocks = []
     for match in re.finditer(TODO_BLOCK, joined, re.M | re.S):
@@ -209,27 +292,36 @@ def differences_outside_todos(a: Path, practice: Path) -> list[str]:
 
 
 def test_each_practice_is_the_previous_solution_plus_its_todos():
-    numbers = sorted(FOLDERS)
     seen_todos: list[int] = []
-    for n in numbers:
-        practice = FOLDERS[n] / "practice" / "flow.py"
-        _, blocks = code_lines(practice)
-        assert blocks, f"exercise {n}'s practice has no TODO block"
-        assert {exercise for _, exercise, _, _ in blocks} == {n}, f"exercise {n}'s TODOs name another exercise"
-        seen_todos += sorted(number for number, _, _, _ in blocks)
-        # The solution answers exactly the TODOs: outside them, it is the practice.
-        assert differences_outside_todos(FOLDERS[n] / "solution" / "flow.py", practice) == []
-        if n > 1:  # and the practice starts from the solution before it
-            assert differences_outside_todos(FOLDERS[n - 1] / "solution" / "flow.py", practice) == []
+    for n in sorted(FOLDERS):
+        practice, solution = FOLDERS[n] / "practice", FOLDERS[n] / "solution"
+        assert sorted(p.name for p in practice.glob("*.py")) == sorted(p.name for p in solution.glob("*.py"))
+        todos = []
+        for path in sorted(practice.glob("*.py")):
+            _, blocks = code_lines(path)
+            assert {exercise for _, exercise, _, _ in blocks} <= {n}, f"{path}: a TODO names another exercise"
+            todos += [number for number, _, _, _ in blocks]
+            # The solution answers exactly the TODOs: outside them, it is the practice.
+            assert differences_outside_todos(solution / path.name, path) == [], path
+            assert "# TODO" not in (solution / path.name).read_text(), solution / path.name
+            before = FOLDERS[n - 1] / "solution" / path.name if n - 1 in FOLDERS else None
+            if n in RECORD_TRACK and before is not None and before.exists():
+                # ... and the practice starts from the solution before it.
+                assert differences_outside_todos(before, path) == [], path
+        assert todos, f"exercise {n}'s practice has no TODO block"
+        seen_todos += sorted(todos)
     assert seen_todos == list(range(1, len(seen_todos) + 1)), "TODOs are numbered 1, 2, ... through the track"
-    for n in numbers:
-        assert "# TODO" not in (FOLDERS[n] / "solution" / "flow.py").read_text()
 
 
 def test_the_exercises_never_import_the_finished_engines():
+    import ast
+
+    finished = ("runrecord", "memory.window", "memory.stores", "memory.sqlite_store", "memory.reader")
     for path in EXERCISES.rglob("*.py"):
-        text = path.read_text()
-        assert "runrecord" not in text and "memory.window" not in text, path
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.startswith(finished) or n == "memory"], (path, names)
 
 
 # ---------------------------------------------------------------- exit codes, hangs, cleanup

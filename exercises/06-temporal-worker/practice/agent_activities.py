@@ -1,0 +1,31 @@
+"""Exercise 6, practice: the flow's steps as Temporal activities.
+
+Only the draft is an activity so far. An activity may run more than once (a
+retry, a worker killed mid-attempt): an effect must send the idempotency key
+its request carries, the same on every attempt (TODO 14).
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from steps import flow
+from steps.flow import StepDeps
+from steps.models import DraftRequest, DraftResult
+
+
+class FlowActivities:
+    """The three steps as activities, with what they need from the world (the worker builds it)."""
+
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="draft")
+    async def draft(self, request: DraftRequest) -> DraftResult:
+        return await flow.draft(request, self.deps)
+
+    # TODO 14 (exercise 6): the email and the ticket as activities too, named "send_confirmation"
+    #   and "record_outcome", each calling its step function with the request it is given. The
+    #   request carries the idempotency key the workflow built (steps.keys: the run id and the step
+    #   name), the same on every attempt: send that one, never a new one.
+    # END TODO 14
