@@ -41,6 +41,9 @@ whitespace. One key names one request, across both endpoints.
   DEL, or a bidirectional override/isolate character (U+202A-U+202E,
   U+2066-U+2069) is refused with 422 ``invalid_request``, naming the field,
   the character (``U+001B``) and its position counting from 1.
+- A body nested more than ``MAX_JSON_DEPTH`` (32) arrays and objects deep is
+  400 ``invalid_request`` naming the limit, found by a scan of the bytes
+  before the parser (which recurses per level) ever sees it.
 - A request that fails validation (400 bad JSON, 422 bad field) stores nothing
   under its key, so the client may fix it and retry with the same key. It is
   still counted: the key's bookkeeping row is created, with 0 effects, if need be.

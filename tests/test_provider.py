@@ -7,6 +7,7 @@ fresh run id and fresh keys; faults are cleared around every test.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -25,7 +26,13 @@ import pytest
 
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
-from provider.validation import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from provider.validation import (
+    MAX_BODY_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_RUN_ID_CHARS,
+    MAX_SUBJECT_CHARS,
+    MAX_SUMMARY_CHARS,
+)
 from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
 from tests.support import poll_until_sync
@@ -341,6 +348,41 @@ def test_invalid_json_is_400(url: str, raw: bytes) -> None:
     assert "JSON" in response.json()["message"]
     record = effect_for(url, key)
     assert (record.requests, record.effects_applied, record.run_id) == (1, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/v1/emails", b'{"run_id": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        ("/v1/emails", b"[" * 5000 + b"]" * 5000),
+        ("/v1/tickets", b"{" + b'"a": {' * 33 + b"}" * 34),
+        # Closing brackets inside a string are text: counted, they would hide the depth that follows.
+        ("/v1/emails", b'{"x": "]]]]\\"]]", "metadata": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}"),
+        ("/admin/faults", b"[" * 5000),
+    ],
+    ids=["in-a-field", "bare", "objects", "after-brackets-in-a-string", "admin"],
+)
+def test_json_nested_past_the_depth_limit_is_400_naming_it(url: str, path: str, raw: bytes) -> None:
+    key = new_key()
+    response = post(url, path, raw, key if path != "/admin/faults" else None)
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["error"] == "invalid_request" and "field" not in error, error
+    assert f"more than {MAX_JSON_DEPTH} deep" in error["message"], error
+    if path != "/admin/faults":
+        assert (effect_for(url, key).requests, effect_for(url, key).effects_applied) == (1, 0)
+    assert HTTP.get(f"{url}/healthz").json() == {"ok": True}
+
+
+def test_json_nested_to_the_depth_limit_is_parsed(url: str, run_id: str) -> None:
+    """At the limit the body is parsed, then refused for its field, not for its depth; brackets
+    inside strings count for nothing."""
+    fields = json.dumps(email_body(run_id, run_id="R")).encode()
+    deep = fields.replace(b'"R"', b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1))
+    response = post(url, "/v1/emails", deep, new_key())
+    assert response.status_code == 422 and response.json()["field"] == "run_id", response.text
+    brackets = email_body(run_id, subject="[" * 100, body="{" * 5000)
+    assert post(url, "/v1/emails", brackets, new_key()).status_code == 200
 
 
 def test_unknown_path_and_wrong_method_answer_json(url: str) -> None:
