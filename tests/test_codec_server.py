@@ -149,6 +149,24 @@ def test_bad_input_gets_a_json_error_that_says_what_to_send(codec_server, body, 
         assert '{"payloads": [...]}' in error["message"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 5000 + b"]" * 5000, b'{"payloads": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+     b'{"payloads": [{"metadata": {"x": "]]]]\\"]"}, "data": "", "extra": ' + b"{" * 30 + b"}" * 30 + b"}]}"],
+    ids=["bare", "in-payloads", "one-past-after-brackets-in-a-string"],
+)
+def test_json_nested_past_the_depth_limit_gets_a_400_naming_it(codec_server_proc, body):
+    """Not a dropped connection and a traceback: Python's JSON parser recurses per level."""
+    from payloadcodec.server import MAX_JSON_DEPTH
+
+    answer = httpx.post(f"{codec_server_proc[1]}/decode", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()
+    assert error["error"] == "too_deep" and f"more than {MAX_JSON_DEPTH} deep" in error["message"], error
+    assert "Traceback" not in codec_server_proc[0].output()
+    assert httpx.post(f"{codec_server_proc[1]}/decode", json={"payloads": []}).status_code == 200
+
+
 def test_wrong_paths_and_methods(codec_server):
     assert httpx.post(f"{codec_server}/other", json={"payloads": []}).status_code == 404
     wrong = httpx.get(f"{codec_server}/decode")
