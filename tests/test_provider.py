@@ -35,7 +35,7 @@ from provider.validation import (
 )
 from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
-from tests.support import poll_until_sync
+from tests.support import Node, parse_page, poll_until_sync
 
 # -- fixtures and helpers --------------------------------------------------------
 
@@ -408,6 +408,69 @@ def test_effects_are_filtered_by_run_id(url: str) -> None:
     assert fetch_effects(url, "no-such-run") == []
     assert len(emails_for(url, run_a)) == 1 and len(tickets_for(url, run_a)) == 1
     assert HTTP.get(f"{url}/v1/effects", params={"run": run_a}).status_code == 400
+
+
+# -- the customers' inbox ------------------------------------------------------------
+
+HOSTILE_SUBJECT = """<script>document.title="pwned"</script> & 'quotes' "too" """.strip()
+
+
+def inbox(url: str, **params: str) -> Node:
+    page = HTTP.get(f"{url}/inbox", params=params)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "default-src 'none'" in page.headers["content-security-policy"]  # no script may run, even by mistake
+    return parse_page(page.text)
+
+
+def test_inbox_lists_applied_emails_newest_first_and_marks_a_run_with_two(url: str) -> None:
+    twice, once = f"twice-{uuid.uuid4().hex[:8]}", f"once-{uuid.uuid4().hex[:8]}"
+    # The "before": two executions, two fresh keys, two emails for one run.
+    assert post(url, "/v1/emails", email_body(twice, subject="First"), new_key("t1")).status_code == 200
+    key = new_key("o")
+    assert post(url, "/v1/emails", email_body(once), key).status_code == 200
+    assert post(url, "/v1/emails", email_body(once), key).status_code == 200  # a replay: no second email
+    assert post(url, "/v1/emails", email_body(twice, subject="Second"), new_key("t2")).status_code == 200
+    assert post(url, "/v1/tickets", ticket_body(once), new_key()).status_code == 200  # tickets are not mail
+
+    page = inbox(url)
+    runs = [a.attrs["data-run-id"] for a in page.all("article", cls="email")]
+    assert runs[:3] == [twice, once, twice], runs
+    mine = {a.attrs["data-key"]: a for a in page.all("article", cls="email") if a.attrs["data-run-id"] == twice}
+    assert all(a.attrs["data-duplicate"] == "yes" and a.all(cls="duplicate") for a in mine.values())
+    assert [a.all(cls="subject")[0].text() for a in mine.values()] == ["Second", "First"]
+    assert "email 2 of 2 for this run" in page.all("article", cls="email")[0].text()
+    [single] = inbox(url, run_id=once).all("article", cls="email")
+    assert single.attrs["data-duplicate"] == "no" and not single.all(cls="duplicate")
+    assert "2: this email, then 1 more with the same key, none applied again" in single.text()
+    assert inbox(url, run_id="no-such-run").all("article") == []
+
+
+def test_inbox_shows_every_field_as_text(url: str, run_id: str) -> None:
+    long_line = "x" * 4000
+    body = f'<img src=x onerror="alert(1)"> & "quoted" \'single\'\n{long_line}\n'
+    assert post(url, "/v1/emails", email_body(run_id, subject=HOSTILE_SUBJECT, body=body), new_key()).status_code == 200
+    page = inbox(url, run_id=run_id)
+    [shown] = page.all("article", cls="email")
+    assert shown.all(cls="subject")[0].text() == HOSTILE_SUBJECT
+    assert shown.all("pre")[0].text().startswith('<img src=x onerror="alert(1)"> & "quoted" \'single\'\nxxx')
+    assert "more characters" in shown.text()  # the body is cut, and says so
+    assert page.all("script") == [] and page.all("img") == []
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [({"run_id": "r" * (MAX_RUN_ID_CHARS + 1)}, f"the limit is {MAX_RUN_ID_CHARS}"),
+     ({"run_id": "[" * 5000}, f"the limit is {MAX_RUN_ID_CHARS}"),
+     ({"run": "x"}, "only run_id"),
+     ([("run_id", "a"), ("run_id", "b")], "once")],
+    ids=["long", "brackets", "unknown", "twice"],
+)
+def test_inbox_refuses_a_bad_query_naming_what_to_send(url: str, query: Any, words: str) -> None:
+    answer = HTTP.get(f"{url}/inbox", params=query)
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/json", answer.text
+    assert answer.json()["error"] == "invalid_request" and words in answer.json()["message"], answer.json()
+    assert HTTP.post(f"{url}/inbox").status_code == 405
 
 
 # -- faults ------------------------------------------------------------------------
