@@ -26,9 +26,9 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
-## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table
+## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table, and its picture in .state/scenario.html
 scenario: $(STAMP)
-	$(PY) -m lesson.scenario
+	$(PY) -m lesson.scenario --html .state/scenario.html
 
 ## scenario-deploy: the restart that is a deploy (and a move) on every engine; one table
 scenario-deploy: $(STAMP)
