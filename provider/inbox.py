@@ -24,6 +24,7 @@ from typing import Any
 
 INBOX_LIMIT = 200  # newest emails on the page; the page says how many more there are
 BODY_START_CHARS = 400  # enough for the greeting and the quoted task; long lines wrap
+BODY_START_LINES = 5
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 _STYLE = """
@@ -38,11 +39,14 @@ article.dup { border-left-color: #c0392b; background: #fff7f6; }
 .to, .when { color: #4a5264; }
 .duplicate { background: #c0392b; color: #fff; border-radius: 4px; padding: 1px 8px; font-weight: 600;
              font-size: 12px; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 6px 0; font-size: 12.5px; }
+dl { display: grid; grid-template-columns: max-content 1fr max-content 1.7fr; gap: 1px 12px; margin: 5px 0;
+     font-size: 12.5px; }
 dt { color: #6b7385; }
 dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
-pre.body { white-space: pre-wrap; overflow-wrap: anywhere; background: #f4f6fa; padding: 8px 10px; margin: 6px 0 0;
-           border-radius: 4px; font-size: 12.5px; max-height: 11em; overflow: hidden; }
+pre.body { white-space: pre-wrap; overflow-wrap: anywhere; background: #f4f6fa; padding: 6px 10px; margin: 4px 0 0;
+           border-radius: 4px; font-size: 12px; line-height: 1.3; }
+p.dups { background: #fdecea; border: 1px solid #e3a49c; border-radius: 6px; padding: 6px 12px; color: #b03a2e;
+         font-weight: 600; }
 .more { color: #6b7385; font-size: 12px; }
 """
 
@@ -66,8 +70,9 @@ def _email(row: dict[str, Any]) -> str:
     dup = row["run_emails"] > 1
     mark = (f'<span class="duplicate">duplicate: email {row["nth"]} of {row["run_emails"]} for this run</span>'
             if dup else "")
-    body = _text(row["body_start"])
-    cut = row["body_chars"] - len(row["body_start"])
+    start = "\n".join(row["body_start"].split("\n")[:BODY_START_LINES])
+    body = _text(start)
+    cut = row["body_chars"] - len(start)
     more = f'<div class="more">... and {cut} more characters</div>' if cut > 0 else ""
     return (
         f'<article class="email{" dup" if dup else ""}" data-run-id="{_text(row["run_id"])}" '
@@ -86,11 +91,12 @@ def _email(row: dict[str, Any]) -> str:
 def render_inbox(rows: list[dict[str, Any]], total: int, run_id: str | None) -> str:
     """The page, from ``Store.inbox``'s rows (newest first) and the number of emails in all."""
     scope = f" of run <code>{_text(run_id)}</code>" if run_id is not None else ""
-    runs = {r["run_id"] for r in rows if r["run_emails"] > 1}
+    runs = {r["run_id"]: r["run_emails"] for r in rows if r["run_emails"] > 1}
     lead = (f"{total} email{'' if total == 1 else 's'} applied{scope}, newest first"
             + (f" (the newest {len(rows)} shown)" if total > len(rows) else "") + ". Each idempotency key was "
-            "applied at most once; a run that sent more than one email is marked"
-            + (f": {len(runs)} such run{'' if len(runs) == 1 else 's'} here." if runs else ": none here."))
+            "applied at most once; a run that sent more than one email is marked.")
+    dups = "".join(f'<p class="dups">Run <code>{_text(run)}</code> sent {n} emails: the customer got its '
+                   f"confirmation {n} times.</p>" for run, n in runs.items())
     emails = "".join(_email(r) for r in rows) or "<p>No email has been applied yet.</p>"
     back = ' <a href="/inbox">All runs</a>.' if run_id is not None else ""
     return (
@@ -98,6 +104,6 @@ def render_inbox(rows: list[dict[str, Any]], total: int, run_id: str | None) -> 
         f"<title>Inbox{' - ' + _text(run_id) if run_id is not None else ''}</title>"
         f"<style>{_STYLE}</style></head><body>"
         "<h1>The customers' inbox</h1>"
-        f'<p class="lead">{lead}{back}</p>'
+        f'<p class="lead">{lead}{back}</p>{dups}'
         f'<main id="emails">{emails}</main></body></html>'
     )
