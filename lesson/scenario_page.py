@@ -43,7 +43,7 @@ def in_memory_lane(obs: Observed) -> Lane:
                                       note=f"{step}, run by process {process}"
                                            + (" although process 1 had completed it: nothing recorded that" if again
                                               else "") + " (its 'started' and 'completed' lines, observed)"))
-    lane = Lane(engine="in_memory", title=f"in memory (the before): run {obs.run_id}", run_id=obs.run_id,
+    lane = Lane(engine="in_memory", title="in memory (the before)", run_id=obs.run_id,
                 start=seen.began_at or 0.0, rows=list(STEP_NAMES), spans=spans,
                 caption="No record: the restarted process could not know that steps 1 and 2 had run, so it ran them "
                         "again, with fresh idempotency keys the provider could not match.")

@@ -70,7 +70,7 @@ def _email(row: dict[str, Any]) -> str:
     dup = row["run_emails"] > 1
     mark = (f'<span class="duplicate">duplicate: email {row["nth"]} of {row["run_emails"]} for this run</span>'
             if dup else "")
-    start = "\n".join(row["body_start"].split("\n")[:BODY_START_LINES])
+    start = "\n".join(row["body_start"].split("\n")[:BODY_START_LINES]).rstrip()
     body = _text(start)
     cut = row["body_chars"] - len(start)
     more = f'<div class="more">... and {cut} more characters</div>' if cut > 0 else ""

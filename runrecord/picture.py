@@ -99,7 +99,7 @@ def _lane(engine: str, side: Mapping[str, Any], provider: Mapping[str, Mapping[s
     effects = effects_of(provider or {})
     times = [t for s in spans for t in (s.start, s.end)] + [e.first_seen for e in effects if e.first_seen]
     starts = [t for t in (seen.began_at if seen else None, *times) if t is not None]
-    lane = Lane(engine=engine, title=f"{TITLES.get(engine, engine)}: run {side['run_id']}", run_id=side["run_id"],
+    lane = Lane(engine=engine, title=TITLES.get(engine, engine), run_id=side["run_id"],
                 start=min(starts) if starts else 0.0, rows=list(STEP_NAMES), spans=spans, caption=caption)
     lane.effects = effects
     watched_parts(lane, seen)

@@ -69,7 +69,8 @@ ul.legend { display: flex; flex-wrap: wrap; gap: 4px 18px; padding: 8px 10px; ma
 ul.legend li { display: flex; align-items: center; gap: 6px; }
 section.lane { border: 1px solid #d5dbe6; border-radius: 8px; padding: 8px 12px 6px; margin: 0 0 12px; }
 section.lane.bad { border-color: #e3a49c; background: #fffafa; }
-.verdict { font-size: 13px; font-weight: 600; color: #2e7d4f; }
+h2 .run { font-size: 12.5px; font-weight: 400; color: #6b7385; font-family: ui-monospace, monospace; }
+p.verdict { font-size: 13.5px; font-weight: 600; color: #2e7d4f; margin: 1px 0 0; }
 section.lane.bad .verdict { color: #b03a2e; }
 p.caption { margin: 2px 0 0; font-size: 12.5px; color: #4a5264; overflow-wrap: anywhere; }
 svg.timeline { width: 100%; height: auto; display: block; }
@@ -290,9 +291,10 @@ def _effects_list(lane: Lane) -> str:
 
 
 def _lane(lane: Lane) -> str:
+    run = f'<span class="run">run {text(lane.run_id)}</span>' if lane.run_id else ""
     return (f'<section class="lane{" bad" if lane.bad else ""}" data-engine="{text(lane.engine)}" '
-            f'id="lane-{text(lane.engine)}" data-run-id="{text(lane.run_id)}"><h2>{text(lane.title)}'
-            f'<span class="verdict">{text(lane.verdict)}</span></h2>'
+            f'id="lane-{text(lane.engine)}" data-run-id="{text(lane.run_id)}"><h2>{text(lane.title)}{run}</h2>'
+            f'<p class="verdict">{text(lane.verdict)}</p>'
             + (f'<p class="caption">{text(lane.caption)}</p>' if lane.caption else "")
             + _lane_svg(lane) + _effects_list(lane) + "</section>")
 
