@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo scenario scenario-deploy test lint ui-check bench clean chaos lock grade
+.PHONY: help install demo scenario scenario-deploy pictures test lint ui-check bench clean chaos lock grade
 
 ## help: list the targets (the default)
 help:
@@ -26,9 +26,9 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
-## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table
+## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table, and its picture in .state/scenario.html
 scenario: $(STAMP)
-	$(PY) -m lesson.scenario
+	$(PY) -m lesson.scenario --html .state/scenario.html
 
 ## scenario-deploy: the restart that is a deploy (and a move) on every engine; one table
 scenario-deploy: $(STAMP)
@@ -47,6 +47,10 @@ $(CHROMIUM):
 ## ui-check: the Temporal UI in headless Chromium shows an encrypted run decrypted through the codec server
 ui-check: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec_server.py -k "ui_shows"
+
+## pictures: docs/scenario.png and docs/inbox.png made again from a real scenario run, in headless Chromium
+pictures: $(STAMP) $(CHROMIUM)
+	$(PY) -m lesson.pictures
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
 test: $(STAMP) $(CHROMIUM)

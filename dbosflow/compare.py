@@ -60,6 +60,8 @@ def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
                      "started_at": iso(r["started_at_epoch_ms"] / 1000) if r["started_at_epoch_ms"] else None,
                      "completed_at": iso(r["completed_at_epoch_ms"] / 1000) if r["completed_at_epoch_ms"] else None,
                      "bytes": sizes.get(r["function_id"], 0),
+                     # The lab's own fields in the step's output: which dispatch (process) ran it, and the attempt.
+                     "dispatch": out.get("dispatch"), "attempt": out.get("attempt"),
                      "summary": (f"error: {type(r['error']).__name__}" if r["error"] is not None
                                  else short_result(out.get("result")) + f" (dispatch {out.get('dispatch')}, "
                                  f"attempt {out.get('attempt')})")})

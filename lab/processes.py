@@ -79,8 +79,12 @@ class Proc:
         self.name = name
         self.argv = argv
         self.lines: deque[str] = deque(maxlen=2000)
+        # When each line arrived (wall clock), for pictures drawn from what was observed: line i of
+        # ``lines`` arrived at ``arrived[i]``.
+        self.arrived: deque[float] = deque(maxlen=2000)
         self.echo = echo
         self._cond = threading.Condition()
+        self.started_at = time.time()
         self.popen = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -101,6 +105,7 @@ class Proc:
             line = line.rstrip("\n")
             with self._cond:
                 self.lines.append(line)
+                self.arrived.append(time.time())
                 self._cond.notify_all()
             if self.echo:
                 print(f"    [{self.name}] {line}", flush=True)
@@ -137,6 +142,11 @@ class Proc:
                         f"Its output:\n{self.output_unlocked()}"
                     )
                 self._cond.wait(min(left, 0.5))
+
+    def stamped(self) -> list[tuple[float, str]]:
+        """(arrival time, line) for each line kept, in order."""
+        with self._cond:
+            return list(zip(self.arrived, self.lines, strict=True))
 
     def output_unlocked(self) -> str:
         return "\n".join(self.lines)

@@ -3,8 +3,11 @@
 - ``lesson.in_memory``: the "before": the three-step flow held only in process
   memory, with a fresh random idempotency key per execution. A restart between
   step 2 and step 3 runs steps 1 and 2 again and sends the email twice.
-- ``lesson.scenario``: the same restart on all three engines (in memory, the
-  SQLite run record, Temporal), in one table (``make scenario``).
+- ``lesson.scenario``: the same restart on every engine (in memory, the
+  SQLite run record, Temporal, DBOS), in one table (``make scenario``), and
+  with ``--html`` as one page (``lesson.scenario_page``).
+- ``lesson.pictures``: that page and the provider's inbox, photographed in
+  headless Chromium for LAB.md (``make pictures``).
 - ``lesson.memory_vs_record``: falsify or wipe conversation memory between a
   crash and a resume; the resume follows the run record anyway.
 - ``lesson.memory_demo``: the bounded memory's eviction rule, on a long

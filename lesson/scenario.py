@@ -1,7 +1,7 @@
 """The failure on purpose, on every engine: "the process is restarted between
 step two and step three".
 
-    make scenario        (or: python -m lesson.scenario [--json] [--state-dir DIR])
+    make scenario        (or: python -m lesson.scenario [--json] [--html PATH] [--state-dir DIR] [--task TASK])
     make scenario-deploy (or: python -m lesson.scenario --deploy [--json]): the
                           restart that is a deploy, and a move (lesson/deploy.py)
 
@@ -28,6 +28,14 @@ steps executed again (executed by the restarted process although they had
 completed before the restart: per the run record / Temporal history, or, for
 the in-memory engine which has none, per its own log), and the effects per
 step as the provider counted them (keys, requests, effects applied).
+
+With ``--html PATH`` (``make scenario`` writes ``.state/scenario.html``) it also
+draws the restart as one page (``lesson.scenario_page``): a lane per engine on
+its own time axis, the attempts, the kill and the restart, what was read or
+replayed, and the provider's effects under each lane. Times from the
+engines' records (and the provider's) are drawn apart from the ones this
+module observed (``runrecord.picture`` says which is which); the records are
+read before the dev server stops.
 
 Expected: the in-memory engine resumes at step 1, runs steps 1 and 2 again and
 the email is applied twice (two random keys, one effect each); the run record,
@@ -59,7 +67,11 @@ from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
 from lesson.effects import describe, per_step
 from providerclient import fetch_effects
+from runrecord.compare import effect_entries, record_side
+from runrecord.picture import Watched
+from runrecord.store import RunRecord
 from steps.controls import printable
+from steps.limits import InputError, check_task
 from steps.models import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
@@ -106,6 +118,10 @@ class Observed:
     keys: list[dict[str, Any]] = field(default_factory=list)
     # How the restarted process knew what was done: what it read (run record) or replayed (Temporal).
     how_it_knew: str = ""
+    # For the picture: what the scenario saw, the engine's own record of the run, the provider's count with times.
+    watched: Watched = field(default_factory=Watched)
+    record: dict[str, Any] | None = None
+    provider: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def resumed_at(self) -> str | None:
@@ -167,11 +183,25 @@ def expect_exit(proc: Proc, wanted: int = 0) -> None:
         raise ScenarioError(f"{proc.name} exited with {code}, not {wanted}. Its output:\n{proc.output()}")
 
 
+def knew_at(proc: Proc, needle: str) -> float | None:
+    """When ``proc`` printed its first line holding ``needle`` (observed)."""
+    return next((at for at, line in proc.stamped() if needle in line), None)
+
+
+def watch(obs: Observed, first: Proc, second: Proc, killed_at: float, needle: str) -> None:
+    """What the scenario saw of the two processes of a run, for the picture."""
+    seen = obs.watched
+    seen.began_at, seen.killed_at, seen.killed_in = first.started_at, killed_at, CRASH[obs.engine]
+    seen.restarted_at, seen.knew_at = second.started_at, knew_at(second, needle) if needle else None
+    seen.lines = [(1, at, line) for at, line in first.stamped()] + [(2, at, line) for at, line in second.stamped()]
+
+
 class Scenario:
-    def __init__(self, state: Path, say: Callable[[str], None], stamp: str) -> None:
+    def __init__(self, state: Path, say: Callable[[str], None], stamp: str, task: str = TASK) -> None:
         self.state = state
         self.say = say
         self.stamp = stamp
+        self.task = task
         self.procs: list[Proc] = []
         self.provider_url = ""
         self.env: dict[str, str] = {}
@@ -187,6 +217,7 @@ class Scenario:
     def observe_effects(self, obs: Observed) -> None:
         effects = fetch_effects(self.provider_url, run_id=obs.run_id)
         obs.effects = per_step(effects)
+        obs.provider = effect_entries(effects)
         obs.keys = [{"key": e.key, "kind": e.kind, "requests": e.requests, "applied": e.effects_applied}
                     for e in effects]
 
@@ -194,15 +225,18 @@ class Scenario:
 
     def in_memory(self) -> Observed:
         obs = Observed("in_memory", self.run_id("in_memory"))
-        argv = ["-m", "lesson.in_memory", obs.run_id, TASK, "--email", EMAIL]
+        argv = ["-m", "lesson.in_memory", obs.run_id, self.task, "--email", EMAIL]
         self.say(f"in memory: python -m lesson.in_memory {obs.run_id} ... with CRASH_AT={CRASH['in_memory']}")
         first = self.spawn("in-memory-1", argv, CRASH["in_memory"])
         expect_killed(first)
+        killed_at = time.time()
         # No record survives: the only witness of what was done is the dead process's own log.
         obs.completed_before = [s for s in STEP_NAMES if f"step {s} completed:" in first.output()]
         self.say(f"  killed after {', '.join(obs.completed_before)}; starting the same command again")
         second = self.spawn("in-memory-2", argv)
         expect_exit(second, 0)
+        watch(obs, first, second, killed_at, "")
+        obs.watched.ended_at = time.time()
         obs.restarted_executed = executed(second.output())
         obs.final_status = "completed"
         return obs
@@ -211,9 +245,10 @@ class Scenario:
         obs = Observed("runrecord", self.run_id("runrecord"))
         self.say(f"run record: python -m runrecord start {obs.run_id} ... with CRASH_AT={CRASH['runrecord']}")
         # A short lease, so the resume below need not wait out the default 10 s after the SIGKILL.
-        first = self.spawn("runrecord-start", ["-m", "runrecord", "start", obs.run_id, TASK, "--email", EMAIL,
+        first = self.spawn("runrecord-start", ["-m", "runrecord", "start", obs.run_id, self.task, "--email", EMAIL,
                                                "--lease-seconds", "1"], CRASH["runrecord"])
         expect_killed(first)
+        killed_at = time.time()
         status = self._record_status(obs.run_id)
         obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
         self.say(f"  killed; the record says completed: {', '.join(obs.completed_before)}; "
@@ -224,13 +259,18 @@ class Scenario:
             code = wait_exit(resumer)
             if code != 5 or time.monotonic() > deadline:  # 5: the dead process's lease has not expired yet
                 break
+            obs.watched.refused_restarts += 1
             time.sleep(0.2)
         if code != 0:
             raise ScenarioError(f"runrecord resume exited with {code}. Its output:\n{resumer.output()}")
+        watch(obs, first, resumer, killed_at, "read the record of run")
+        obs.watched.ended_at = time.time()
         obs.restarted_executed = executed(resumer.output())
         obs.how_it_knew = next((line for line in resumer.output().splitlines() if "read the record of run" in line), "")
         self.say(f"  {obs.how_it_knew}")
         obs.final_status = self._record_status(obs.run_id)["status"]
+        with RunRecord(self.state / "runrecord.db") as record:
+            obs.record = record_side(record, obs.run_id)
         return obs
 
     def _record_status(self, run_id: str) -> dict[str, Any]:
@@ -245,6 +285,7 @@ class Scenario:
         from flowclient.connect import connect
         from flowclient.runs import start_run
         from flowclient.status import run_status
+        from runrecord.compare import temporal_side
 
         obs = Observed("temporal", self.run_id("temporal"))
         queue = f"lesson-scenario-{self.stamp}"
@@ -253,8 +294,9 @@ class Scenario:
         first = start_worker(server.address, self.provider_url, queue, env, name="worker1")
         self.procs.append(first)
         client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
-        await start_run(client, obs.run_id, TASK, EMAIL, queue=queue)
+        await start_run(client, obs.run_id, self.task, EMAIL, queue=queue)
         expect_killed(first)
+        killed_at = time.time()
         status = await run_status(client, obs.run_id)
         obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
         self.say(f"  worker 1 killed; history says completed: {', '.join(obs.completed_before)}; starting worker 2")
@@ -268,6 +310,9 @@ class Scenario:
             await asyncio.sleep(0.1)
             status = await run_status(client, obs.run_id)
         second.stop()
+        watch(obs, first, second, killed_at, "history events of run")
+        obs.watched.ended_at, obs.watched.names = time.time(), ("worker 1", "worker 2")
+        obs.record = await temporal_side(client, obs.run_id)  # while the dev server still runs
         obs.restarted_executed = executed(second.output())
         replayed = [line for line in second.output().splitlines() if "history events of run" in line]
         obs.how_it_knew = replayed[0].split("temporalio.workflow: ", 1)[-1] if replayed else ""
@@ -278,27 +323,32 @@ class Scenario:
     def dbos(self) -> Observed:
         obs = Observed("dbos", self.run_id("dbos"))
         self.say(f"DBOS: python -m dbosflow start {obs.run_id} ... with CRASH_AT={CRASH['dbos']}")
-        first = self.spawn("dbosflow-start", ["-m", "dbosflow", "start", obs.run_id, TASK, "--email", EMAIL],
+        first = self.spawn("dbosflow-start", ["-m", "dbosflow", "start", obs.run_id, self.task, "--email", EMAIL],
                            CRASH["dbos"])
         expect_killed(first)
-        status = self._dbos_status(obs.run_id)
+        killed_at = time.time()
+        status = self._dbosflow("status", obs.run_id)
         obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
         self.say(f"  killed; DBOS's step rows say completed: {', '.join(obs.completed_before)}; "
                  f"python -m dbosflow resume {obs.run_id}")
         resumer = self.spawn("dbosflow-resume", ["-m", "dbosflow", "resume", obs.run_id])
         expect_exit(resumer, 0)
+        watch(obs, first, resumer, killed_at, "launched DBOS")
+        obs.watched.ended_at = time.time()
         obs.restarted_executed = executed(resumer.output())
         obs.how_it_knew = next((line for line in resumer.output().splitlines() if "launched DBOS" in line), "")
         self.say(f"  {obs.how_it_knew}")
-        obs.final_status = self._dbos_status(obs.run_id)["status"]
+        obs.final_status = self._dbosflow("status", obs.run_id)["status"]
+        obs.record = self._dbosflow("steps", obs.run_id)  # DBOS's step rows, as compare --dbos reads them
         return obs
 
-    def _dbos_status(self, run_id: str) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, "-m", "dbosflow", "status", run_id, "--json"], cwd=REPO,
+    def _dbosflow(self, command: str, run_id: str) -> dict[str, Any]:
+        """``python -m dbosflow COMMAND RUN_ID --json`` (status, steps): this module imports no DBOS."""
+        done = subprocess.run([sys.executable, "-m", "dbosflow", command, run_id, "--json"], cwd=REPO,
                               env={**os.environ, **self.env}, capture_output=True, text=True,
                               timeout=PROCESS_TIMEOUT)
         if done.returncode not in (0, 1):
-            raise ScenarioError(f"dbosflow status exited with {done.returncode}: {done.stderr}")
+            raise ScenarioError(f"dbosflow {command} exited with {done.returncode}: {done.stderr}")
         return json.loads(done.stdout)
 
     # -- all of it -------------------------------------------------------------
@@ -376,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the observations as JSON (progress goes to stderr)")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="keep the provider's, record's and memory's files here (default: a temp dir, removed)")
+    parser.add_argument("--html", type=Path, default=None, metavar="PATH",
+                        help="also draw the restart as one page: a lane per engine, written to PATH")
+    parser.add_argument("--task", default=TASK, help=f"the task every engine runs (default: {TASK!r})")
     parser.add_argument("--deploy", action="store_true",
                         help="the restart that is a deploy (and a move), on every engine (lesson/deploy.py)")
     args = parser.parse_args(argv)
@@ -390,11 +443,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return deploy_main(as_json=args.json, state_dir=str(args.state_dir) if args.state_dir else None, say=say)
 
+    if args.html:
+        try:  # before minutes of work, not after
+            args.html.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}"), file=sys.stderr)
+            return 2
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-scenario-"))
     state.mkdir(parents=True, exist_ok=True)
     stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
     try:
-        results = Scenario(state, say, stamp).play()
+        task = check_task(args.task)
+    except InputError as err:
+        print(printable(f"error: {err}"), file=sys.stderr, flush=True)
+        return 2
+    try:
+        results = Scenario(state, say, stamp, task).play()
     except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
         print(printable(f"error: the scenario could not be played: {err}", multiline=True), file=sys.stderr, flush=True)
         return 2
@@ -410,6 +474,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("", flush=True)
         print(render(results), flush=True)
+    if args.html:
+        from lesson.scenario_page import scenario_page
+
+        try:
+            args.html.write_text(scenario_page(results, task))
+        except OSError as err:
+            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}; give a path in a "
+                            "writable directory"), file=sys.stderr, flush=True)
+            return 2
+        print(f"\n{printable(f'the picture of it: {args.html} (open it in a browser)')}", file=out, flush=True)
     return 0 if ok else 1
 
 

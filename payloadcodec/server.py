@@ -32,8 +32,10 @@ Protocol (Temporal's codec server protocol, as the UI and ``temporal ...
   (repeatable), else ``LAB_CODEC_SERVER_ORIGINS`` (comma-separated), else the
   dev server's UI: http://localhost:8233 and http://127.0.0.1:8233.
 - Errors are JSON ``{"error": code, "message": text}`` saying what to send
-  instead: 400 (not JSON, not payloads, a payload that does not decrypt),
-  403, 404, 405, 411, 413. No message carries key material.
+  instead: 400 (not JSON, not payloads, a payload that does not decrypt, a
+  body nested more than ``MAX_JSON_DEPTH`` arrays and objects deep: code
+  ``too_deep``, naming the limit), 403, 404, 405, 411, 413. No message
+  carries key material.
 
 Authentication, optional: with ``LAB_CODEC_SERVER_TOKEN`` set, ``/decode``
 and ``/encode`` answer only requests carrying ``Authorization: Bearer
@@ -57,6 +59,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -79,6 +82,7 @@ ALLOW_REMOTE_VARIABLE = "LAB_CODEC_SERVER_ALLOW_REMOTE"
 TOKEN_VARIABLE = "LAB_CODEC_SERVER_TOKEN"
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a history's payloads; Temporal caps each at 2 MB
+MAX_JSON_DEPTH = 32  # arrays and objects inside one another; {"payloads": [{"metadata": {...}}]} needs 3
 _ENDPOINTS = ("decode", "encode")
 _USAGE = ('send {"payloads": [...]}, each payload as protobuf JSON: '
           '{"metadata": {"encoding": "<base64>"}, "data": "<base64>"}')
@@ -125,8 +129,31 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
+# A whole JSON string (so the brackets in it are text), an opening bracket (group 1) or a closing one.
+_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]')
+
+
+def refuse_deep_json(body: bytes) -> None:
+    """BadRequest if ``body`` nests arrays and objects past ``MAX_JSON_DEPTH``.
+
+    Counted in one pass over the bytes, before any parser sees them: Python's
+    JSON parser recurses once per level (and protobuf's ParseDict again), so a
+    few thousand brackets exhaust the stack, and the request handler dies
+    without an answer. (The provider has its own check: it shares no code.)"""
+    depth = 0
+    for token in _STRING_OR_BRACKET.finditer(body):
+        if token.group(1):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise BadRequest(400, "too_deep", f"the body nests arrays and objects more than {MAX_JSON_DEPTH} "
+                                                  f"deep; the limit is {MAX_JSON_DEPTH} levels: {_USAGE}")
+        elif not token.group().startswith(b'"'):
+            depth -= 1
+
+
 def transform(codec: AesGcmCodec, endpoint: str, body: bytes) -> dict[str, Any]:
     """The answer to one request body, or BadRequest."""
+    refuse_deep_json(body)
     try:
         document = json.loads(body)
     except ValueError as err:

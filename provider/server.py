@@ -41,6 +41,9 @@ whitespace. One key names one request, across both endpoints.
   DEL, or a bidirectional override/isolate character (U+202A-U+202E,
   U+2066-U+2069) is refused with 422 ``invalid_request``, naming the field,
   the character (``U+001B``) and its position counting from 1.
+- A body nested more than ``MAX_JSON_DEPTH`` (32) arrays and objects deep is
+  400 ``invalid_request`` naming the limit, found by a scan of the bytes
+  before the parser (which recurses per level) ever sees it.
 - A request that fails validation (400 bad JSON, 422 bad field) stores nothing
   under its key, so the client may fix it and retry with the same key. It is
   still counted: the key's bookkeeping row is created, with 0 effects, if need be.
@@ -61,6 +64,10 @@ conflicts, validation failures and injected failures), ``effects_applied``
 (0 or 1, counted from the stored emails and tickets themselves),
 ``status_code`` (of the latest response for that key, as sent, so 503 after a
 lost response), ``first_seen`` and ``last_seen`` (ISO 8601 UTC).
+
+The customers' inbox (``GET /inbox[?run_id=]``, ``provider.inbox``): a
+read-only HTML page of the applied emails, newest first, each field escaped; a
+run with more than one email is marked. Its errors are the JSON ones below.
 
 Faults (``/admin/faults``, in memory, see ``provider.faults``) act on effect
 requests that passed validation, before the key is looked up: ``fail_next``
@@ -106,9 +113,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from provider.errors import ApiError
 from provider.faults import Faults, FaultSpecError
+from provider.inbox import BODY_START_CHARS, CONTENT_SECURITY_POLICY, INBOX_LIMIT, render_inbox
 from provider.store import Store
 from provider.validation import (
     MAX_REQUEST_BYTES,
+    MAX_RUN_ID_CHARS,
     bookkeeping_run_id,
     check_idempotency_key,
     parse_json_object,
@@ -225,12 +234,16 @@ class Handler(BaseHTTPRequestHandler):
         error = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 501: "not_implemented"}.get(
             code, "internal_error" if code >= 500 else "invalid_request"
         )
-        self._send_json(code, {"error": error, "message": message or explain or phrase})
+        self._send(code, {"error": error, "message": message or explain or phrase})
 
-    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> None:
+        """Send ``body``: a dict as JSON, a str (a page) as HTML."""
+        if isinstance(body, str):
+            data, content_type = body.encode(), "text/html; charset=utf-8"
+        else:
+            data, content_type = json.dumps(body).encode(), "application/json"
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -277,15 +290,15 @@ class Handler(BaseHTTPRequestHandler):
                     )
                 query = parse_qs(url.query, keep_blank_values=True)
                 status, body, headers = route(self, query)
-                self._send_json(status, body, headers)
+                self._send(status, body, headers)
             except ApiError as exc:
-                self._send_json(exc.status, exc.body(), exc.headers)
+                self._send(exc.status, exc.body(), exc.headers)
             except (ConnectionError, TimeoutError):
                 raise
             except Exception:
                 traceback.print_exc(file=sys.stderr)
                 self.close_connection = True
-                self._send_json(500, {"error": "internal_error", "message": "the provider failed; see its stderr"})
+                self._send(500, {"error": "internal_error", "message": "the provider failed; see its stderr"})
 
     # -- routes ----------------------------------------------------------------
 
@@ -300,6 +313,15 @@ class Handler(BaseHTTPRequestHandler):
         if len(values) > 1:
             raise ApiError(400, "invalid_request", "give run_id once", field="run_id")
         return values[0]
+
+    def _inbox_run_id(self, query: dict[str, list[str]]) -> str | None:
+        run_id = self._run_id_filter(query)
+        # A filter no applied email can match is refused, and the limit named, rather than shown as empty.
+        if run_id is not None and not 1 <= len(run_id) <= MAX_RUN_ID_CHARS:
+            raise ApiError(400, "invalid_request",
+                           f"run_id is {len(run_id)} characters; the limit is {MAX_RUN_ID_CHARS}: give a run id, "
+                           "or no run_id for every run", field="run_id")
+        return run_id
 
     def _no_query(self, query: dict[str, list[str]]) -> None:
         if query:
@@ -321,6 +343,13 @@ class Handler(BaseHTTPRequestHandler):
         if found.get("applied"):
             found["request_sha256"] = body_sha256(found["request"])
         return 200, found, {}
+
+    def get_inbox(self, query: dict[str, list[str]]) -> tuple[int, str, dict[str, str]]:
+        run_id = self._inbox_run_id(query)
+        rows, total = self.server.store.inbox(run_id, INBOX_LIMIT, BODY_START_CHARS)
+        return 200, render_inbox(rows, total, run_id), {
+            "Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store"}
 
     def get_emails(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
         return 200, {"emails": self.server.store.emails(self._run_id_filter(query))}, {}
@@ -409,8 +438,9 @@ class Handler(BaseHTTPRequestHandler):
 
 REQUESTS_PREFIX = "/v1/requests/"
 
-ROUTES: dict[str, dict[str, Callable[..., tuple[int, dict[str, Any], dict[str, str]]]]] = {
+ROUTES: dict[str, dict[str, Callable[..., tuple[int, dict[str, Any] | str, dict[str, str]]]]] = {
     "/healthz": {"GET": Handler.get_health},
+    "/inbox": {"GET": Handler.get_inbox},
     "/v1/emails": {"GET": Handler.get_emails, "POST": Handler.post_email},
     "/v1/tickets": {"GET": Handler.get_tickets, "POST": Handler.post_ticket},
     "/v1/effects": {"GET": Handler.get_effects},

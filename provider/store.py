@@ -238,6 +238,24 @@ class Store:
         sql = "SELECT ticket_id, idempotency_key, run_id, summary, email_message_id, created_at FROM tickets"
         return self._items(sql, run_id)
 
+    def inbox(self, run_id: str | None, limit: int, body_chars: int) -> tuple[list[dict[str, Any]], int]:
+        """The newest ``limit`` applied emails (of ``run_id``, if given), newest first, and how many
+        there are in all. Each row: the email, the start of its body, its key's request count, and
+        where it stands among its run's emails (``nth`` of ``run_emails``)."""
+        where, params = ("WHERE e.run_id = :run_id", {"run_id": run_id}) if run_id is not None else ("", {})
+        sql = (
+            "SELECT e.message_id, e.idempotency_key, e.run_id, e.to_address AS \"to\", e.subject,"
+            " substr(e.body, 1, :chars) AS body_start, length(e.body) AS body_chars, e.created_at,"
+            " k.requests, row_number() OVER (PARTITION BY e.run_id ORDER BY e.rowid) AS nth,"
+            " count(*) OVER (PARTITION BY e.run_id) AS run_emails"
+            f" FROM emails e JOIN idempotency_keys k ON k.key = e.idempotency_key {where}"
+            " ORDER BY e.rowid DESC LIMIT :limit"
+        )
+        with self._connect() as conn:
+            rows = [dict(r) for r in conn.execute(sql, {**params, "chars": body_chars, "limit": limit})]
+            total = conn.execute(f"SELECT count(*) FROM emails e {where}", params).fetchone()[0]
+        return rows, total
+
     def lookup(self, key: str) -> dict[str, Any] | None:
         """Everything known under ``key``: bookkeeping, and the applied request and answer."""
         with self._connect() as conn:

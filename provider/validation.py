@@ -26,6 +26,7 @@ MAX_BODY_CHARS = 20000
 MAX_SUMMARY_CHARS = 500
 MAX_MESSAGE_ID_CHARS = 128
 MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
+MAX_JSON_DEPTH = 32  # arrays and objects inside one another; the effect bodies need 2 (the body, its metadata)
 
 EMAIL_FIELDS = ("run_id", "to", "subject", "body")
 TICKET_FIELDS = ("run_id", "summary", "email_message_id")
@@ -77,10 +78,37 @@ def check_idempotency_key(values: list[str]) -> str:
     return key
 
 
+# One JSON string (escapes included) or one bracket. A string is matched whole, so a bracket
+# inside one counts for nothing. Scanning bytes is safe: in UTF-8 the bytes of '"' and '\\'
+# never occur inside a multi-byte character.
+_JSON_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]', re.S)
+
+
+def check_json_depth(raw: bytes) -> None:
+    """400 if ``raw`` nests arrays and objects more than ``MAX_JSON_DEPTH`` deep.
+
+    Checked on the bytes, before parsing, in one pass and without recursion:
+    Python's JSON parser recurses once per level, so a body of a few thousand
+    brackets (a few kilobytes, far inside ``MAX_REQUEST_BYTES``) would exhaust
+    the interpreter's stack and become a 500. Malformed JSON is left to the
+    parser, which refuses it."""
+    depth = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(raw):
+        if token.group(1):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ApiError(400, "invalid_request",
+                               f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} deep; "
+                               f"the limit is {MAX_JSON_DEPTH} levels: send a flat JSON object")
+        elif token.group() in (b"]", b"}"):
+            depth -= 1
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     def refuse_constant(name: str) -> None:
         raise ValueError(f"{name} is not valid JSON")
 
+    check_json_depth(raw)
     try:
         payload = json.loads(raw, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:

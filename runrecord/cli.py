@@ -7,7 +7,7 @@ hand-rolled SQLite run record.
     python -m runrecord status RUN_ID [--json]
     python -m runrecord settle RUN_ID [--json]      # on a failed run, records the answer: no longer in doubt
     python -m runrecord list
-    python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json]
+    python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json] [--html PATH]
 
 Every command takes ``--db PATH`` (default ``$RUNRECORD_DB`` or
 ``.state/runrecord.db``); start and resume take ``--lease-seconds`` (default
@@ -42,6 +42,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from flowclient.logs import basic_config
@@ -266,6 +267,18 @@ async def _cmd_compare(args) -> int:
         except TemporalRunNotFound as err:
             raise RunNotFound(str(err)) from err
     print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
+    if args.html:
+        from runrecord.picture import compare_page
+
+        path = Path(args.html)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(compare_page(report))
+        except OSError as err:
+            raise InputError(f"cannot write --html {path}: {err.strerror or err}; give a path in a writable "
+                             "directory") from err
+        print(printable(f"the picture of it: {path} (open it in a browser)"),
+              file=sys.stderr if args.json else sys.stdout, flush=True)
     return EXIT_OK
 
 
@@ -317,6 +330,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dbos-db", default=None,
                    help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", default=None, metavar="PATH",
+                   help="also draw the runs as one page (a lane per engine, from their records), written to PATH")
     p.set_defaults(func=_cmd_compare)
     return parser
 

@@ -25,6 +25,11 @@ table. Figures:
   ``python -m dbosflow steps --json``): one ``operation_outputs`` row per
   recorded step, its rows and bytes by the same rule as the record's, and
   what only DBOS keeps (application version, executor, dispatches);
+- for the picture (``runrecord.picture``, ``compare --html PATH``): Temporal's
+  every activity execution (``executions``: step, times, attempt, outcome,
+  the worker that ran it) and workflow task (``workflow_tasks``: times,
+  worker), and per key the provider's ``kind``, ``first_seen`` and
+  ``last_seen`` beside its counts;
 - checks: for each effect step, attempts against the provider's request count
   for its key, and effects applied once per completed step. An attempt killed
   before it sent anything is counted by the engine and not by the provider,
@@ -33,6 +38,7 @@ table. Figures:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,7 +47,7 @@ from temporalio.api.history.v1 import History
 
 from flowclient.status import activity_traces, read_history
 from flowclient.status import run_status as temporal_status
-from providerclient import fetch_effects
+from providerclient import EffectRecord, fetch_effects
 from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
 from steps.controls import printable
@@ -78,10 +84,41 @@ def _identities(history) -> list[str]:
     return seen
 
 
+def _workers(history) -> tuple[dict[int, str], list[dict[str, Any]]]:
+    """Who ran what, as history says: the worker that started each activity execution (by its
+    scheduled event id; the last attempt's, as history keeps only that one's start), and each
+    workflow task's start, close and worker."""
+    activity_worker: dict[int, str] = {}
+    tasks: dict[int, dict[str, Any]] = {}
+    for ev in history.events:
+        et = ev.event_type
+        if et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a = ev.activity_task_started_event_attributes
+            activity_worker[a.scheduled_event_id] = a.identity
+        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            tasks[ev.event_id] = {"started_at": _dt(ev.event_time.ToDatetime()), "closed_at": None,
+                                  "outcome": None, "identity": ev.workflow_task_started_event_attributes.identity}
+        elif et in _TASK_CLOSED:
+            attrs = getattr(ev, _TASK_CLOSED[et])
+            if attrs.started_event_id in tasks:
+                tasks[attrs.started_event_id].update(closed_at=_dt(ev.event_time.ToDatetime()),
+                                                     outcome=_camel(et).removeprefix("WorkflowTask").lower())
+    return activity_worker, list(tasks.values())
+
+
+_TASK_CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "workflow_task_completed_event_attributes",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "workflow_task_failed_event_attributes",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "workflow_task_timed_out_event_attributes",
+}
+
+
 async def temporal_side(client, run_id: str) -> dict[str, Any]:
     _, history = await read_history(client, run_id)
     status = await temporal_status(client, run_id)
-    traces = {t.step: t for t in (await activity_traces(client, history)).values()}
+    all_traces = await activity_traces(client, history)
+    traces = {t.step: t for t in all_traces.values()}
+    activity_worker, workflow_tasks = _workers(history)
     counts: dict[str, int] = {}
     for ev in history.events:
         name = _camel(ev.event_type)
@@ -118,6 +155,14 @@ async def temporal_side(client, run_id: str) -> dict[str, Any]:
             "timer_events": timers,
             "other_events": len(history.events) - activity - wft - timers,
         },
+        # For the picture (runrecord.picture): every activity execution and workflow task, timed.
+        "executions": [
+            {"step": t.step, "scheduled_at": _dt(t.scheduled_time), "started_at": _dt(t.started_time),
+             "closed_at": _dt(t.closed_time), "attempt": t.attempts, "outcome": t.outcome, "crashed": t.crashed,
+             "identity": activity_worker.get(t.scheduled_event_id)}
+            for t in all_traces.values()
+        ],
+        "workflow_tasks": workflow_tasks,
         "only_here": {
             "workflow_task_events": wft,
             "timer_events": timers,
@@ -168,14 +213,20 @@ def record_side(record: RunRecord, run_id: str) -> dict[str, Any]:
     }
 
 
-def provider_side(url: str, run_id: str) -> dict[str, dict[str, int]]:
+def effect_entries(effects: Iterable[EffectRecord]) -> dict[str, dict[str, Any]]:
+    """The provider's count per key, and when it first and last saw the key (its record)."""
     return {
-        e.key: {"requests": e.requests, "effects_applied": e.effects_applied}
-        for e in fetch_effects(url, run_id=run_id)
+        e.key: {"kind": e.kind, "requests": e.requests, "effects_applied": e.effects_applied,
+                "first_seen": e.first_seen, "last_seen": e.last_seen}
+        for e in effects
     }
 
 
-def _checks(side: dict[str, Any], effects: dict[str, dict[str, int]], engine: str) -> list[dict[str, Any]]:
+def provider_side(url: str, run_id: str) -> dict[str, dict[str, Any]]:
+    return effect_entries(fetch_effects(url, run_id=run_id))
+
+
+def _checks(side: dict[str, Any], effects: dict[str, dict[str, Any]], engine: str) -> list[dict[str, Any]]:
     checks = []
     for step in side["steps"]:
         if step["name"] not in EFFECT_STEPS:

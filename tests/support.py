@@ -299,3 +299,70 @@ TEXT_OK = " \u00e9\u4e2d\u200d"
 ADDRESSES_OK = ("ada@example.com", "o'brien+tag@mail.example.co.uk")
 ADDRESSES_MALFORMED = ("ada@example", "ada example@example.com", "<ada@example.com>", "ada@@example.com",
                        '"ada"@example.com', "ada@-example.com")
+
+
+# -- pages -------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """An element of a parsed page: enough of a DOM to assert on what a page shows."""
+
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node | str]
+
+    def text(self) -> str:
+        """The text a reader sees in it (entities decoded), without markup."""
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Node]:
+        """Every element below this one with that tag, class and attribute values (``data_x`` is ``data-x``)."""
+        wanted = {k.replace("_", "-"): v for k, v in attrs.items()}
+        found = []
+        for child in self.children:
+            if isinstance(child, str):
+                continue
+            if ((tag is None or child.tag == tag) and (cls is None or cls in child.classes)
+                    and all(child.attrs.get(k) == v for k, v in wanted.items())):
+                found.append(child)
+            found.extend(child.all(tag, cls, **attrs))
+        return found
+
+
+def parse_page(markup: str) -> Node:
+    """A page (served HTML, or Chromium's ``--dump-dom``) as a tree of ``Node``. Void elements close
+    themselves; the tree is as forgiving as the markup these pages produce needs, no more."""
+    from html.parser import HTMLParser
+
+    void = {"meta", "br", "hr", "img", "input", "link", "source", "wbr", "col", "area", "base"}
+    root = Node("#document", {}, [])
+    stack = [root]
+
+    class Builder(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            node = Node(tag, {k: v or "" for k, v in attrs}, [])
+            stack[-1].children.append(node)
+            if tag not in void:
+                stack.append(node)
+
+        def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}, []))
+
+        def handle_endtag(self, tag: str) -> None:
+            for depth in range(len(stack) - 1, 0, -1):
+                if stack[depth].tag == tag:
+                    del stack[depth:]
+                    return
+
+        def handle_data(self, data: str) -> None:
+            stack[-1].children.append(data)
+
+    builder = Builder(convert_charrefs=True)
+    builder.feed(markup)
+    builder.close()
+    return root

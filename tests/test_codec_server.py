@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +26,7 @@ from temporalio.converter import WorkflowSerializationContext
 
 from flowclient.connect import connect
 from flowclient.runs import start_run
+from lab.browser import NoChromium, chromium, dom, screenshot
 from lab.processes import (
     LAB_SERVER_CONFIG,
     REPO,
@@ -149,6 +148,24 @@ def test_bad_input_gets_a_json_error_that_says_what_to_send(codec_server, body, 
         assert '{"payloads": [...]}' in error["message"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 5000 + b"]" * 5000, b'{"payloads": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+     b'{"payloads": [{"metadata": {"x": "]]]]\\"]"}, "data": "", "extra": ' + b"{" * 30 + b"}" * 30 + b"}]}"],
+    ids=["bare", "in-payloads", "one-past-after-brackets-in-a-string"],
+)
+def test_json_nested_past_the_depth_limit_gets_a_400_naming_it(codec_server_proc, body):
+    """Not a dropped connection and a traceback: Python's JSON parser recurses per level."""
+    from payloadcodec.server import MAX_JSON_DEPTH
+
+    answer = httpx.post(f"{codec_server_proc[1]}/decode", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()
+    assert error["error"] == "too_deep" and f"more than {MAX_JSON_DEPTH} deep" in error["message"], error
+    assert "Traceback" not in codec_server_proc[0].output()
+    assert httpx.post(f"{codec_server_proc[1]}/decode", json={"payloads": []}).status_code == 200
+
+
 def test_wrong_paths_and_methods(codec_server):
     assert httpx.post(f"{codec_server}/other", json={"payloads": []}).status_code == 404
     wrong = httpx.get(f"{codec_server}/decode")
@@ -176,56 +193,23 @@ def test_refuses_to_start_without_keys_or_beyond_loopback():
 
 # --- the Temporal UI, in a real browser ------------------------------------------------------
 
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-
-
-def chromium() -> str:
-    for candidate in (os.environ.get("LAB_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.fail("Chromium is not installed, and this test checks the UI in a real browser. `make test` "
-                "installs Debian's chromium; by hand: apt-get install --no-install-recommends chromium "
-                "(or set LAB_CHROMIUM to a Chromium or Chrome binary)")
-
-
 class Browser:
-    """Headless Chromium, one fresh profile per page load, every process reaped."""
+    """Headless Chromium (``lab.browser``): a fresh profile per page load, every process reaped."""
 
-    def __init__(self, profiles: Path) -> None:
-        self.binary = chromium()
-        self.profiles = profiles
-        self.loads = 0
-
-    def run(self, url: str, *extra: str, budget_ms: int = 10000, timeout: float = 90.0) -> str:
-        self.loads += 1
-        profile = self.profiles / f"profile-{self.loads}"
-        proc = subprocess.Popen(
-            [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-             f"--virtual-time-budget={budget_ms}", *extra, url],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    def __init__(self) -> None:
         try:
-            out, _ = proc.communicate(timeout=timeout)
-        finally:
-            try:  # its zygote and renderers share the session: none may outlive the test
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
-        return out
+            chromium()
+        except NoChromium as err:  # a skipped browser check would pass a broken UI silently
+            pytest.fail(str(err))
 
     def dom(self, url: str) -> str:
-        return self.run(url, "--dump-dom")
+        return dom(url)
 
     async def screenshot(self, url: str, name: str) -> None:
         """To look at the page yourself: LAB_UI_SCREENSHOTS=<directory> pytest ..."""
         folder = os.environ.get("LAB_UI_SCREENSHOTS")
         if folder:
-            await asyncio.to_thread(self.run, url, f"--screenshot={Path(folder) / name}", "--window-size=1400,1100")
+            await asyncio.to_thread(screenshot, url, Path(folder) / name, 1400, 1100)
 
     async def dom_with(self, url: str, needle: str) -> str:
         """Load the page until its DOM holds ``needle`` (the UI renders asynchronously)."""
@@ -238,7 +222,7 @@ class Browser:
 
 async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_server(tmp_path, provider, task_queue,
                                                                                   run_id):
-    browser = Browser(tmp_path)
+    browser = Browser()
     task = "Confirm the refund for order KV-5150 to Katherine Johnson"
     email = "katherine.ui@example.com"
     ui_port = free_port()

@@ -17,6 +17,7 @@ from pathlib import Path
 from lab.processes import REPO
 from lesson.scenario import EXPECTED, HAVE_DBOS, Observed
 from steps.models import STEP_NAMES
+from tests.support import parse_page
 
 LAB = REPO / "LAB.md"
 CHECK = re.compile(r"<!-- lab-check(?P<attrs>(?:(?!-->).)*)-->\s*\n```sh\n(?P<body>.*?)\n```", re.S)
@@ -143,13 +144,19 @@ def test_observed_table_is_compared_with_the_expected_one():
 
 
 def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--json", "--state-dir", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=420)
+    page = tmp_path / "page" / "scenario.html"
+    done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--json", "--state-dir", str(tmp_path),
+                           "--html", str(page)], cwd=REPO, capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     engines = {e["engine"]: e for e in report["engines"]}
     durable_engines = ["runrecord", "temporal"] + (["dbos"] if HAVE_DBOS else [])
     assert list(engines) == ["in_memory", *durable_engines] and report["ok"] is True
+    # --html: the same runs as one page, a lane per engine (tests/test_pictures.py looks at it in a browser).
+    assert f"the picture of it: {page}" in done.stderr
+    lanes = parse_page(page.read_text()).all("section", cls="lane")
+    assert [(lane.attrs["data-engine"], lane.attrs["data-run-id"]) for lane in lanes] == [
+        (e["engine"], e["run_id"]) for e in report["engines"]]
 
     before = engines["in_memory"]
     assert before["resumed_at"] == "draft" and before["resumed_at_position"] == 1

@@ -7,6 +7,7 @@ fresh run id and fresh keys; faults are cleared around every test.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -25,10 +26,16 @@ import pytest
 
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
-from provider.validation import MAX_BODY_CHARS, MAX_RUN_ID_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from provider.validation import (
+    MAX_BODY_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_RUN_ID_CHARS,
+    MAX_SUBJECT_CHARS,
+    MAX_SUMMARY_CHARS,
+)
 from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import PermanentError, TransientError
-from tests.support import poll_until_sync
+from tests.support import Node, parse_page, poll_until_sync
 
 # -- fixtures and helpers --------------------------------------------------------
 
@@ -343,6 +350,41 @@ def test_invalid_json_is_400(url: str, raw: bytes) -> None:
     assert (record.requests, record.effects_applied, record.run_id) == (1, 0, None)
 
 
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/v1/emails", b'{"run_id": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        ("/v1/emails", b"[" * 5000 + b"]" * 5000),
+        ("/v1/tickets", b"{" + b'"a": {' * 33 + b"}" * 34),
+        # Closing brackets inside a string are text: counted, they would hide the depth that follows.
+        ("/v1/emails", b'{"x": "]]]]\\"]]", "metadata": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}"),
+        ("/admin/faults", b"[" * 5000),
+    ],
+    ids=["in-a-field", "bare", "objects", "after-brackets-in-a-string", "admin"],
+)
+def test_json_nested_past_the_depth_limit_is_400_naming_it(url: str, path: str, raw: bytes) -> None:
+    key = new_key()
+    response = post(url, path, raw, key if path != "/admin/faults" else None)
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["error"] == "invalid_request" and "field" not in error, error
+    assert f"more than {MAX_JSON_DEPTH} deep" in error["message"], error
+    if path != "/admin/faults":
+        assert (effect_for(url, key).requests, effect_for(url, key).effects_applied) == (1, 0)
+    assert HTTP.get(f"{url}/healthz").json() == {"ok": True}
+
+
+def test_json_nested_to_the_depth_limit_is_parsed(url: str, run_id: str) -> None:
+    """At the limit the body is parsed, then refused for its field, not for its depth; brackets
+    inside strings count for nothing."""
+    fields = json.dumps(email_body(run_id, run_id="R")).encode()
+    deep = fields.replace(b'"R"', b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1))
+    response = post(url, "/v1/emails", deep, new_key())
+    assert response.status_code == 422 and response.json()["field"] == "run_id", response.text
+    brackets = email_body(run_id, subject="[" * 100, body="{" * 5000)
+    assert post(url, "/v1/emails", brackets, new_key()).status_code == 200
+
+
 def test_unknown_path_and_wrong_method_answer_json(url: str) -> None:
     missing = HTTP.get(f"{url}/v2/emails")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
@@ -366,6 +408,69 @@ def test_effects_are_filtered_by_run_id(url: str) -> None:
     assert fetch_effects(url, "no-such-run") == []
     assert len(emails_for(url, run_a)) == 1 and len(tickets_for(url, run_a)) == 1
     assert HTTP.get(f"{url}/v1/effects", params={"run": run_a}).status_code == 400
+
+
+# -- the customers' inbox ------------------------------------------------------------
+
+HOSTILE_SUBJECT = """<script>document.title="pwned"</script> & 'quotes' "too" """.strip()
+
+
+def inbox(url: str, **params: str) -> Node:
+    page = HTTP.get(f"{url}/inbox", params=params)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "default-src 'none'" in page.headers["content-security-policy"]  # no script may run, even by mistake
+    return parse_page(page.text)
+
+
+def test_inbox_lists_applied_emails_newest_first_and_marks_a_run_with_two(url: str) -> None:
+    twice, once = f"twice-{uuid.uuid4().hex[:8]}", f"once-{uuid.uuid4().hex[:8]}"
+    # The "before": two executions, two fresh keys, two emails for one run.
+    assert post(url, "/v1/emails", email_body(twice, subject="First"), new_key("t1")).status_code == 200
+    key = new_key("o")
+    assert post(url, "/v1/emails", email_body(once), key).status_code == 200
+    assert post(url, "/v1/emails", email_body(once), key).status_code == 200  # a replay: no second email
+    assert post(url, "/v1/emails", email_body(twice, subject="Second"), new_key("t2")).status_code == 200
+    assert post(url, "/v1/tickets", ticket_body(once), new_key()).status_code == 200  # tickets are not mail
+
+    page = inbox(url)
+    runs = [a.attrs["data-run-id"] for a in page.all("article", cls="email")]
+    assert runs[:3] == [twice, once, twice], runs
+    mine = {a.attrs["data-key"]: a for a in page.all("article", cls="email") if a.attrs["data-run-id"] == twice}
+    assert all(a.attrs["data-duplicate"] == "yes" and a.all(cls="duplicate") for a in mine.values())
+    assert [a.all(cls="subject")[0].text() for a in mine.values()] == ["Second", "First"]
+    assert "email 2 of 2 for this run" in page.all("article", cls="email")[0].text()
+    [single] = inbox(url, run_id=once).all("article", cls="email")
+    assert single.attrs["data-duplicate"] == "no" and not single.all(cls="duplicate")
+    assert "2: this email, then 1 more with the same key, none applied again" in single.text()
+    assert inbox(url, run_id="no-such-run").all("article") == []
+
+
+def test_inbox_shows_every_field_as_text(url: str, run_id: str) -> None:
+    long_line = "x" * 4000
+    body = f'<img src=x onerror="alert(1)"> & "quoted" \'single\'\n{long_line}\n'
+    assert post(url, "/v1/emails", email_body(run_id, subject=HOSTILE_SUBJECT, body=body), new_key()).status_code == 200
+    page = inbox(url, run_id=run_id)
+    [shown] = page.all("article", cls="email")
+    assert shown.all(cls="subject")[0].text() == HOSTILE_SUBJECT
+    assert shown.all("pre")[0].text().startswith('<img src=x onerror="alert(1)"> & "quoted" \'single\'\nxxx')
+    assert "more characters" in shown.text()  # the body is cut, and says so
+    assert page.all("script") == [] and page.all("img") == []
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [({"run_id": "r" * (MAX_RUN_ID_CHARS + 1)}, f"the limit is {MAX_RUN_ID_CHARS}"),
+     ({"run_id": "[" * 5000}, f"the limit is {MAX_RUN_ID_CHARS}"),
+     ({"run": "x"}, "only run_id"),
+     ([("run_id", "a"), ("run_id", "b")], "once")],
+    ids=["long", "brackets", "unknown", "twice"],
+)
+def test_inbox_refuses_a_bad_query_naming_what_to_send(url: str, query: Any, words: str) -> None:
+    answer = HTTP.get(f"{url}/inbox", params=query)
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/json", answer.text
+    assert answer.json()["error"] == "invalid_request" and words in answer.json()["message"], answer.json()
+    assert HTTP.post(f"{url}/inbox").status_code == 405
 
 
 # -- faults ------------------------------------------------------------------------

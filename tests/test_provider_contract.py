@@ -103,6 +103,13 @@ CASES: dict[str, Case] = {
          Send("/v1/emails", email(run), "Idempotency-Key", key="has\ttab" + fresh_key())],
     ),
     "request-bytes": lambda n, run: ([Send("/v1/emails", padded(run, n))], [Send("/v1/emails", padded(run, n + 1))]),
+    # No effect body can be valid at 32 levels (its fields are strings): the deepest valid one is sent, and
+    # test_provider.py checks that 32 levels are parsed (then refused for a field) and 33 are not.
+    "json-depth": lambda n, run: (
+        metadata(run, {"k": "v"}),
+        [Send("/v1/emails", b'{"run_id": ' + b"[" * n + b"]" * n + b"}"), Send("/v1/emails", b"[" * (n + 1)),
+         Send("/v1/tickets", b"[" * 5000 + b"]" * 5000)],
+    ),
     "required": lambda n, run: (
         emails(run, "body", ""),
         [*emails(run, "run_id", "", "  "), *emails(run, "to", ""), *emails(run, "subject", "", " "),

@@ -20,13 +20,14 @@ from tests.support import (
     TASK,
     counts,
     finished,
+    parse_page,
     wait_closed,
     wait_lease_expired,
 )
 
 
 async def test_compare_agrees_with_the_provider(client, dev_server, workers, provider, runrecord, db, run_id,
-                                                task_queue):
+                                                task_queue, tmp_path):
     temporal_id, record_id = f"{run_id}-t", f"{run_id}-r"
     workers()
     created, _ = await start_run(client, temporal_id, TASK, EMAIL, queue=task_queue)
@@ -53,8 +54,9 @@ async def test_compare_agrees_with_the_provider(client, dev_server, workers, pro
         for step in side["steps"][1:]:
             requests, applied = counts(provider.url, rid, step["name"])
             assert step["attempts"] == requests and applied == 1, (engine, step, requests, applied)
-            assert report["provider"][engine][idempotency_key(rid, step["name"])] == {
-                "requests": requests, "effects_applied": applied}
+            entry = report["provider"][engine][idempotency_key(rid, step["name"])]
+            assert (entry["requests"], entry["effects_applied"]) == (requests, applied), entry
+            assert entry["first_seen"] <= entry["last_seen"], entry  # ISO 8601 UTC: ordered as text
     assert all(c["ok"] for c in report["checks"]) and len(report["checks"]) == 8, report["checks"]
     assert rec["steps"][1]["attempts"] == 2 and tmp["steps"][1]["attempts"] == 1
 
@@ -82,10 +84,25 @@ async def test_compare_agrees_with_the_provider(client, dev_server, workers, pro
 
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "PROVIDER_URL": provider.url,
            "RUNRECORD_DB": str(db)}
+    page = tmp_path / "compare.html"
     done = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", temporal_id,
-                           "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+                           "--json", "--html", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["checks"] == report["checks"]
+    assert f"the picture of it: {page}" in done.stderr
+
+    # The same runs as one page: drawn from the records alone, so nothing in it is an observation.
+    lanes = {lane.attrs["data-engine"]: lane for lane in parse_page(page.read_text()).all("section", cls="lane")}
+    assert list(lanes) == ["runrecord", "temporal"]
+    assert not [g for lane in lanes.values() for g in lane.all(cls="observed")]
+    record_email = lanes["runrecord"].all("g", cls="span", data_row="send_confirmation")
+    # The killed attempt (its intent settled by the next) and the one that answered.
+    assert [sorted(g.classes) for g in record_email] == [["record", "span", "unrecorded"],
+                                                         ["executed", "record", "span"]], record_email
+    for lane in lanes.values():
+        assert len(lane.all("li", cls="email")) == 1 and len(lane.all("li", cls="applied")) == 2, lane.text()
+        assert [g.attrs["class"] for g in lane.all(cls="mark")] in ([], ["mark replay record"])
     missing = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", "no-such-run"],
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no run with id 'no-such-run'" in missing.stderr
