@@ -60,14 +60,21 @@ def test_lab_md_marks_enough_commands_and_follows_the_lesson_order():
         "## Lab step 3: resume by run id",
         "## Lab step 4: bounded conversation memory",
         "## Lab step 5: the terminal failure state",
-        "## Exercises",
+        "## Lab step 6: on Temporal, the worker killed mid-run",
+        "## More exercises, by hand",
     ]
     positions = [text.index(h) for h in headings]
     assert positions == sorted(positions)
     # Commands not run by lab_checks (they start their own servers): covered by the scenario test below.
     for command in ("make scenario", "python -m lesson.scenario", "python -m provider --db .state/provider.db"):
         assert command in text
-    assert "A four-step job crashes after step two" in text and "same idempotency" in text
+    # The quick check: the question where the learner meets it, the answer only in the grader's output.
+    question = "A four-step job crashes after step two"
+    assert question in text and question in (REPO / "exercises" / "03-resume" / "README.md").read_text()
+    assert "must **not** send the email again" not in text
+    assert "it must not send the email again" in (REPO / "grader" / "grade.py").read_text()
+    for n in range(1, 7):  # every lab step points at its exercise and its check
+        assert f"make grade N={n}" in text, n
 
 
 def test_lab_md_points_at_code_that_exists():
