@@ -501,85 +501,94 @@ def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons:
 
 
 def check_terminal(h: Harness) -> list[str]:
-    shown = []
-    # A permanent error: the provider's hard bounce for the reserved .invalid domain.
-    run = h.new_run("g5-bounce")
-    run.email = f"nobody-{run.run_id[-6:]}@mailbox.invalid"
-    try:  # with a short budget, so that a program retrying it does not hide behind a long one
-        outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
-                          timeout=BUDGET_SECONDS + SETTLE_SECONDS)
-    except Failed as hung:
-        if h.witnesses(run).requests("send_confirmation") <= 1:
-            raise
-        outcome = Outcome(hung.headline.split("`")[1].split(), 0, hung.seen, 0.0)
-    requests = h.witnesses(run).requests("send_confirmation")
-    if requests > 1:
-        raise Failed(f"the provider got {requests} requests for run {run.run_id}'s email, a hard bounce (422 "
-                     "recipient_rejected): a permanent error was retried",
-                     expected="one request: retrying the same request cannot help", seen=f"{requests} requests",
-                     look_at=todo(12, "retry only a TransientError; a PermanentError ends the step at once"))
-    error = expect_failed(h, run, outcome, "send_confirmation", reasons=("rejected",), why="a hard bounce")
-    shown.append(f"a hard bounce: one request, the run failed at once: {error[:90]}...")
-    # A transient error that passes: two 503s, then the provider is back.
-    run = h.new_run("g5-blip")
-    with h.faults(fail_next=2, kinds=["email"]):
-        outcome = h.start(run)
-    if outcome.code != 0:
-        expect_failed(h, run, outcome, "send_confirmation", reasons=("503",), why="two 503s")
-        raise Failed(f"run {run.run_id} failed after two 503s that a retry would have ridden out",
-                     expected="the step retried: three requests, one email, the run completed",
-                     seen=f"{h.witnesses(run).requests('send_confirmation')} request(s); "
-                          f"{h.record(run).describe()}",
-                     look_at=todo(12, "a TransientError is retried within the budget"))
-    shown.append(f"two 503s, then the provider back: {h.witnesses(run).requests('send_confirmation')} requests, "
-                 "one email, completed")
-    # A transient error that lasts: the budget is spent, the run fails saying so, and stays failed.
-    run = h.new_run("g5-outage")
-    with h.faults(fail_next=100_000, kinds=["email"]):
-        outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
-                          timeout=BUDGET_SECONDS + SETTLE_SECONDS, hung=(
-                              f"with a retry budget of {BUDGET_SECONDS:g} s and the email API answering 503, the "
-                              "step kept retrying: a retry must stop when its budget is spent",
-                              todo(12, "give up once the time since the first try passes the budget")))
-    requests = h.witnesses(run).requests("send_confirmation")
-    error = expect_failed(h, run, outcome, "send_confirmation", reasons=("budget",), why=(
-        f"the email API answered 503 for longer than the {BUDGET_SECONDS:g} s budget"))
-    if requests < 2 or "503" not in error:
-        raise Failed(f"run {run.run_id} gave up on a 503 without retrying it, or without saying it",
-                     expected="several requests within the budget, then an error naming the budget and the last "
-                              "error (503)", seen=f"{requests} request(s); error {error!r}",
-                     look_at=todo(12, "retry a TransientError; name the last error when giving up"))
-    shown.append(f"the email API down past a {BUDGET_SECONDS:g} s budget: {requests} requests, then failed: "
+    def hard_bounce() -> str:
+        """A permanent error: the provider's hard bounce for the reserved .invalid domain."""
+        run = h.new_run("g5-bounce")
+        run.email = f"nobody-{run.run_id[-6:]}@mailbox.invalid"
+        try:  # with a short budget, so that a program retrying it does not hide behind a long one
+            outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
+                              timeout=BUDGET_SECONDS + SETTLE_SECONDS)
+        except Failed as hung:
+            if h.witnesses(run).requests("send_confirmation") <= 1:
+                raise
+            outcome = Outcome(hung.headline.split("`")[1].split(), 0, hung.seen, 0.0)
+        requests = h.witnesses(run).requests("send_confirmation")
+        if requests > 1:
+            raise Failed(f"the provider got {requests} requests for run {run.run_id}'s email, a hard bounce (422 "
+                         "recipient_rejected): a permanent error was retried",
+                         expected="one request: retrying the same request cannot help", seen=f"{requests} requests",
+                         look_at=todo(12, "retry only a TransientError; a PermanentError ends the step at once"))
+        error = expect_failed(h, run, outcome, "send_confirmation", reasons=("rejected",), why="a hard bounce")
+        return f"a hard bounce: one request, the run failed at once: {error[:90]}..."
+
+    def two_503s() -> str:
+        """A transient error that passes: two 503s, then the provider is back."""
+        run = h.new_run("g5-blip")
+        with h.faults(fail_next=2, kinds=["email"]):
+            outcome = h.start(run)
+        if outcome.code != 0:
+            expect_failed(h, run, outcome, "send_confirmation", reasons=("503",), why="two 503s")
+            raise Failed(f"run {run.run_id} failed after two 503s that a retry would have ridden out",
+                         expected="the step retried: three requests, one email, the run completed",
+                         seen=f"{h.witnesses(run).requests('send_confirmation')} request(s); "
+                              f"{h.record(run).describe()}",
+                         look_at=todo(12, "a TransientError is retried within the budget"))
+        return (f"two 503s, then the provider back: {h.witnesses(run).requests('send_confirmation')} requests, "
+                "one email, completed")
+
+    def outage() -> list[str]:
+        """A transient error that lasts: the budget is spent, the run fails saying so, and stays failed."""
+        run = h.new_run("g5-outage")
+        with h.faults(fail_next=100_000, kinds=["email"]):
+            outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
+                              timeout=BUDGET_SECONDS + SETTLE_SECONDS, hung=(
+                                  f"with a retry budget of {BUDGET_SECONDS:g} s and the email API answering 503, the "
+                                  "step kept retrying: a retry must stop when its budget is spent",
+                                  todo(12, "give up once the time since the first try passes the budget")))
+        requests = h.witnesses(run).requests("send_confirmation")
+        error = expect_failed(h, run, outcome, "send_confirmation", reasons=("budget",), why=(
+            f"the email API answered 503 for longer than the {BUDGET_SECONDS:g} s budget"))
+        if requests < 2 or "503" not in error:
+            raise Failed(f"run {run.run_id} gave up on a 503 without retrying it, or without saying it",
+                         expected="several requests within the budget, then an error naming the budget and the last "
+                                  "error (503)", seen=f"{requests} request(s); error {error!r}",
+                         look_at=todo(12, "retry a TransientError; name the last error when giving up"))
+        spent = (f"the email API down past a {BUDGET_SECONDS:g} s budget: {requests} requests, then failed: "
                  f"{error[:70]}...")
-    before = h.witnesses(run)
-    again = h.resume(run, timeout=SETTLE_SECONDS, hung=("resuming a failed run did not end",
-                                                        todo(11, "failed is terminal")))
-    after, record = h.witnesses(run), h.record(run)
-    if after != before or not record.run or record.run.get("status") != "failed":
-        raise Failed(f"resuming the failed run {run.run_id} ran it again",
-                     expected="a failed run is terminal: resume runs nothing, and it stays failed",
-                     seen=f"{_executions(before, after)}; {record.describe()}; exit {again.code}",
-                     look_at=todo(11, "a failed run is not 'running': resume leaves it alone"))
-    shown.append("resuming the failed run ran nothing: failed is terminal")
-    # A crash is not an error: killed four times right after the provider took the email, it completes.
-    run = h.new_run("g5-crashes")
-    kill = "send_confirmation:after_effect"
-    outcome = h.start(run, crash_at=kill)
-    kills = 0
-    while outcome.killed and kills < 4:  # killed, resumed, killed again: no error has happened yet
-        kills += 1
-        outcome = h.resume(run, crash_at=kill if kills < 4 else "")
-    record = h.record(run)
-    if record.run is None or record.run.get("status") != "completed":
-        raise Failed(f"run {run.run_id}, killed {kills} times in a row with no error anywhere, did not complete: "
-                     f"it is {record.run.get('status') if record.run else 'not in the record'}",
-                     expected="a crash spends no retry budget: the resume after the last kill completes the run",
-                     seen=f"{record.describe()}; exit {outcome.code}; {outcome.last_lines()}",
-                     look_at=todo(12, "only a step's own error counts, not a process that died"))
-    expect_done(h, run)
-    shown.append("killed four times right after the email was applied: no error counted, the run completed "
-                 "with one email")
-    return shown
+        before = h.witnesses(run)
+        again = h.resume(run, timeout=SETTLE_SECONDS, hung=("resuming a failed run did not end",
+                                                            todo(11, "failed is terminal")))
+        after, record = h.witnesses(run), h.record(run)
+        if after != before or not record.run or record.run.get("status") != "failed":
+            raise Failed(f"resuming the failed run {run.run_id} ran it again",
+                         expected="a failed run is terminal: resume runs nothing, and it stays failed",
+                         seen=f"{_executions(before, after)}; {record.describe()}; exit {again.code}",
+                         look_at=todo(11, "a failed run is not 'running': resume leaves it alone"))
+        return [spent, "resuming the failed run ran nothing: failed is terminal"]
+
+    def crashes() -> str:
+        """A crash is not an error: killed three times in a row right after the provider took the email, the
+        run completes (three, so that a limit of three attempts, counting crashes, is caught)."""
+        run = h.new_run("g5-crashes")
+        kill = "send_confirmation:after_effect"
+        outcome = h.start(run, crash_at=kill)
+        kills = 0
+        while outcome.killed and kills < 3:  # killed, resumed, killed again: no error has happened yet
+            kills += 1
+            outcome = h.resume(run, crash_at=kill if kills < 3 else "")
+        record = h.record(run)
+        if record.run is None or record.run.get("status") != "completed":
+            raise Failed(f"run {run.run_id}, killed {kills} times in a row with no error anywhere, did not complete: "
+                         f"it is {record.run.get('status') if record.run else 'not in the record'}",
+                         expected="a crash spends no retry budget: the resume after the last kill completes the run",
+                         seen=f"{record.describe()}; exit {outcome.code}; {outcome.last_lines()}",
+                         look_at=todo(12, "only a step's own error counts, not a process that died"))
+        expect_done(h, run)
+        return ("killed three times right after the email was applied: no error counted, the run completed "
+                "with one email")
+
+    shown = h.side_by_side(hard_bounce, crashes)  # no faults injected while these run
+    return [shown[0], two_503s(), *outage(), shown[1]]
 
 
 CHECKS = {
