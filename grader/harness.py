@@ -67,7 +67,7 @@ class Outcome:
         return self.code == -signal.SIGKILL
 
     def last_lines(self, n: int = 3) -> str:
-        lines = [line for line in self.output.splitlines() if line.strip()]
+        lines = [line if len(line) <= 200 else line[:197] + "..." for line in self.output.splitlines() if line.strip()]
         return " | ".join(lines[-n:]) if lines else "(it printed nothing)"
 
 
