@@ -115,7 +115,8 @@ def status_of(raw: dict[str, Any], version: str | None = None) -> dict[str, Any]
         active["note"] = (f"dispatch {dispatches} of the run: DBOS records no attempt start and no owner, so a "
                           f"process may be running it, or none is: `python -m dbosflow resume {run_id}` recovers it "
                           "(DBOS recovers every pending run of its version when it launches)")
-    return run_entry(run_id, "running", steps, detail=describe_step(active) if active else None)
+    now = describe_step(active, waiting_for="a DBOS launch to recover it") if active else None
+    return run_entry(run_id, "running", steps, detail=now)
 
 
 def _last(err: Any) -> Any:

@@ -9,14 +9,15 @@ the report) or raises ``Failed`` (expected, seen, where to look) or
 1. **The run record** (exercise 1): killed as step 2 begins, as step 3
    begins, and run to the end: each time the record holds the run, its
    current step and each completed step's result, the very result the model
-   or the provider gave.
+   or the provider gave; the same run id started again runs nothing. Then
+   killed right after each of the program's commits in turn: at every one,
+   the record's current step is the first step without a result (the result
+   and the advance are one transaction), and every effect the provider
+   applied is covered by the record.
 2. **Each effect recorded before the step advances** (exercise 2): killed
    right after the provider accepted the email, and the ticket: the record
    holds the attempt's intent (the key the provider got, the request it
-   applied), not a completed step, and not nothing. Then killed after each
-   of the program's commits in turn: at every one, the record's current step
-   is the first step without a result, and every effect the provider
-   applied is covered by an intent or a result.
+   applied), not a completed step, and not nothing.
 3. **Resume by run id** (exercise 3): the lesson's scenario (killed between
    step 2 and step 3, then resumed), then one run killed at every step's
    boundary in turn and resumed each time: each resume starts at the
@@ -157,10 +158,38 @@ def check_record(h: Harness) -> list[str]:
         record = h.record(run)
         expect_position(record, run, STEPS, "after it completed")
         expect_results_true(h, run, record)
-        return "run to the end: the record holds it completed, with all three results"
+        before = h.witnesses(run)
+        again = h.start(run)  # the same run id started a second time: it names a run, used once
+        after, record = h.witnesses(run), h.record(run)
+        if after != before or record.run is None or record.run.get("status") != "completed":
+            raise Failed(f"starting run {run.run_id} a second time ran it again",
+                         expected="a run id names one run: starting it again starts nothing (say so, exit 2)",
+                         seen=f"{_executions(before, after)}; {record.describe()}; exit {again.code}",
+                         look_at=todo(1, "a run id that is already in the record: say so and return 2"))
+        return ("run to the end: the record holds it completed, with all three results; started again, "
+                "it ran nothing")
 
-    return h.side_by_side(lambda: killed_as("send_confirmation:before", ("draft",)),
-                          lambda: killed_as("record_outcome:before", ("draft", "send_confirmation")), to_the_end)
+    def killed_after_commit(commit: int) -> bool:
+        """Killed right after commit ``commit``; False when the program finished with fewer commits."""
+        run = h.new_run("g1")
+        outcome = h.start(run, kill_after_commit=commit)
+        if not outcome.killed:
+            expect_completed(h, outcome, f"`python flow.py start` (not killed: it made fewer than {commit} commits)")
+            return False
+        expect_consistent(h, run, h.record(run), commit)
+        return True
+
+    shown = h.side_by_side(lambda: killed_as("send_confirmation:before", ("draft",)),
+                           lambda: killed_as("record_outcome:before", ("draft", "send_confirmation")), to_the_end)
+    commits = 0
+    while True:  # two at a time: commits k+1 and k+2
+        killed = h.side_by_side(partial(killed_after_commit, commits + 1), partial(killed_after_commit, commits + 2))
+        commits += sum(killed)
+        if not all(killed):
+            break
+    shown.append(f"killed right after each of its {commits} commits in turn: the record never ran ahead of what "
+                 "was done")
+    return shown
 
 
 # ---------------------------------------------------------------- check 2
@@ -178,26 +207,7 @@ def check_intents(h: Harness) -> list[str]:
         return (f"killed right after the provider applied {WORDS[step]}: the record holds its intent "
                 f"(key {applied[0].key}), not a completed step")
 
-    def killed_after_commit(commit: int) -> bool:
-        """Killed right after commit ``commit``; False when the program finished with fewer commits."""
-        run = h.new_run("g2")
-        outcome = h.start(run, kill_after_commit=commit)
-        if not outcome.killed:
-            expect_completed(h, outcome, f"`python flow.py start` (not killed: it made fewer than {commit} commits)")
-            return False
-        expect_consistent(h, run, h.record(run), commit)
-        return True
-
-    shown = h.side_by_side(*(partial(intent_kept, step) for step in EFFECT_STEPS))
-    commits = 0
-    while True:  # two at a time: commits k+1 and k+2
-        killed = h.side_by_side(partial(killed_after_commit, commits + 1), partial(killed_after_commit, commits + 2))
-        commits += sum(killed)
-        if not all(killed):
-            break
-    shown.append(f"killed right after each of its {commits} commits in turn: the record never ran ahead of what "
-                 "was done, and every applied effect had its intent or result")
-    return shown
+    return h.side_by_side(*(partial(intent_kept, step) for step in EFFECT_STEPS))
 
 
 def explain_missing_intent(h: Harness, run: Run, step: str, key: str, record: Record) -> None:
@@ -288,8 +298,8 @@ def expect_consistent(h: Harness, run: Run, record: Record, commit: int) -> None
         if applied and step not in record.steps and not record.intents_of(step):
             raise Failed(f"{where}, the provider had applied {WORDS[step]} of run {run.run_id} but the record "
                          f"holds neither its intent nor its result",
-                         expected="an intent committed before the request went out", seen=record.describe(),
-                         look_at=todo(4, "commit the intent before calling the step"))
+                         expected="the record to cover every effect that went out", seen=record.describe(),
+                         look_at=todo(2, "record each step's result as soon as it returns"))
 
 
 # ---------------------------------------------------------------- check 3
@@ -455,7 +465,8 @@ def check_memory(h: Harness) -> list[str]:
         raise Failed(f"run {first.run_id} completed, but its exchange is not in the customer's memory",
                      expected=f"messages {first.run_id}/task and {first.run_id}/reply in MEMORY_FILE, conversation "
                               f"{customer}", seen=f"ids there: {sorted(kept) or 'none'}",
-                     look_at=todo(10, "remember the exchange once the run is complete"))
+                     look_at=todo(10, "remember the exchange once the run is complete") + "; and "
+                             + todo(9, "deps.remember must be bounded_memory.remember, or it goes nowhere"))
     expect_killed(h, h.start(second, crash_at="record_outcome:before"), "as step record_outcome began")
     prompt = h.model.calls(second.task)[0].messages if h.model.calls(second.task) else []
     said = " ".join(str(m.get("content") or "") for m in prompt)

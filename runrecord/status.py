@@ -68,7 +68,8 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     if flow_changed:
         return run_entry(run.run_id, "parked", steps, detail=flow_changed)
     active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
-    return run_entry(run.run_id, "running", steps, detail=describe_step(active) if active else None)
+    detail = describe_step(active, waiting_for="a resume") if active else None
+    return run_entry(run.run_id, "running", steps, detail=detail)
 
 
 def run_status(record, run_id: str) -> dict[str, Any]:

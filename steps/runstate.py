@@ -107,14 +107,15 @@ def run_entry(run_id: str, status: str, steps: list[dict[str, Any]], *, error: s
             "error": error, "detail": detail}
 
 
-def describe_step(step: dict[str, Any]) -> str:
-    """One line on what a step is doing, for ``detail``."""
+def describe_step(step: dict[str, Any], *, waiting_for: str = "a worker") -> str:
+    """One line on what a step is doing, for ``detail``; ``waiting_for``: what a waiting step waits for on
+    this engine (Temporal: a worker; the run record: a resume; DBOS: a launch that recovers it)."""
     name, status = step["name"], step["status"]
     if status == "retrying":
         return (f"retrying {name}: attempt {step['attempts']} failed ({step.get('last_error') or 'error'}); "
                 f"next try at {clock(step.get('next_try_at'))} UTC")
     if status == "waiting":
-        return f"{name} is waiting for a worker (attempt {step['attempts']})"
+        return f"{name} is waiting for {waiting_for} (attempt {step['attempts']})"
     if status == "running":
         beat = f"; {step['note']}" if step.get("note") else ""
         return f"{name} is running (attempt {step['attempts']}{beat})"

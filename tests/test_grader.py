@@ -120,7 +120,11 @@ WRONG_ANSWERS = [
         new="",
         message=("is not where the run got to", "current_step 'draft'", "TODO 2 (exercise 1)")),
     WrongAnswer(
-        "moves the run on before the step's result is recorded", 2, 2,
+        "starts a run id that is already there again", 1, 1,
+        old='conn.execute("INSERT INTO runs (run_id', new='conn.execute("INSERT OR REPLACE INTO runs (run_id',
+        message=("a second time ran it again", "a run id names one run", "TODO 1 (exercise 1)")),
+    WrongAnswer(
+        "moves the run on before the step's result is recorded", 1, 1,
         old=ADVANCE,
         new='''        with transaction(conn):
             conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",

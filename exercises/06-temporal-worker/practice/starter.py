@@ -1,6 +1,7 @@
 """Exercise 6: start a run and wait for it. ``python starter.py RUN_ID "TASK" --email ADDR``.
 
-Starting a run id that exists attaches to it instead of starting it twice.
+A run id names one run: starting one that exists, running or ended, attaches
+to it and waits for (or prints) its result; it never starts it twice.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import asyncio
 import json
 import os
 
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from flowclient.connect import connect
 
@@ -22,11 +24,16 @@ async def main() -> None:
     parser.add_argument("--email", required=True)
     args = parser.parse_args()
     client = await connect(os.environ)
-    handle = await client.start_workflow(
-        "ExerciseFlow", {"run_id": args.run_id, "task": args.task, "email": args.email}, id=args.run_id,
-        task_queue=os.environ.get("TASK_QUEUE") or "exercise-flow",
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-    print(f"run {args.run_id} started; waiting for it (kill the worker now and then, and start another)", flush=True)
+    try:
+        handle = await client.start_workflow(
+            "ExerciseFlow", {"run_id": args.run_id, "task": args.task, "email": args.email}, id=args.run_id,
+            task_queue=os.environ.get("TASK_QUEUE") or "exercise-flow",
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        print(f"run {args.run_id}: started, or already running; waiting for its result", flush=True)
+    except WorkflowAlreadyStartedError:
+        handle = client.get_workflow_handle(args.run_id)
+        print(f"run {args.run_id} has ended already; its result:", flush=True)
     print(json.dumps(await handle.result(), indent=2))
 
 
