@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from lab.loopback import LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 MODEL_NAME = "grader-model-stand-in"
@@ -55,35 +57,17 @@ def words_for(task: str, number: int) -> tuple[str, str, str]:
     return subject[:200], body, summary[:500]
 
 
-class ModelStandIn:
+class ModelStandIn(LoopbackServer):
     """Start with ``start()`` (or ``with``); ``base_url`` goes into ``LLM_BASE_URL``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: dict[str, list[Drafted]] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="grader-model", daemon=True)
+        super().__init__(_handler(self), name="grader-model")
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def start(self) -> ModelStandIn:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ModelStandIn:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        return f"{self.url}/v1"
 
     def calls(self, task: str) -> list[Drafted]:
         """Every draft answered for ``task``, in order."""

@@ -15,8 +15,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from lab.loopback import LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -70,24 +72,18 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> S
     )
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """Use as a context manager; ``base_url`` is the API root to give the client."""
 
     def __init__(self) -> None:
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self.requests: list[Recorded] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        # A short poll interval keeps shutdown() (which waits for one poll) fast.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
-        )
+        super().__init__(_make_handler(self), name="fake-openai")
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{self.url}/v1"
 
     def push(self, *responses: Scripted) -> None:
         with self._lock:
@@ -97,21 +93,6 @@ class FakeOpenAIServer:
     def request_count(self) -> int:
         with self._lock:
             return len(self.requests)
-
-    def start(self) -> FakeOpenAIServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def _next(self, recorded: Recorded) -> Scripted:
         with self._lock:
