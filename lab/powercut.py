@@ -632,6 +632,25 @@ class PowerCut:
         self._daemon = None
 
 
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or under ``path`` (Linux /proc/self/mountinfo; octal escapes decoded)."""
+    root = str(Path(path).resolve())
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
+        if point == root or point.startswith(root + "/"):
+            found.append(point)
+    return found
+
+
+def unmount_all_under(path: Path) -> list[str]:
+    """Lazily unmount every mount under ``path``: a finalizer's last resort. Returns what it unmounted."""
+    found = mounts_under(path)
+    for point in sorted(found, reverse=True):
+        subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+    return found
+
+
 def _parse_report(body: str) -> CutReport:
     lost, _, seen = body.partition(" seen: ")
     values = dict(pair.split("=") for pair in lost.split())

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
-from lab.powercut import PowerCut, unavailable
+from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
 
@@ -165,3 +165,15 @@ def power_cut(tmp_path):
     finally:
         for disk in mounted:
             disk.close()
+        unmount_all_under(tmp_path)
+
+
+@pytest.fixture
+def powercut_dir(tmp_path):
+    """A directory for ``lab.powercut_matrix.run_case``, which mounts and unmounts by itself; whatever
+    is still mounted under it after the test (a case stopped midway) is unmounted."""
+    work = tmp_path / "powercut"
+    try:
+        yield work
+    finally:
+        unmount_all_under(tmp_path)
