@@ -87,10 +87,10 @@ _COMPLETED = re.compile(r"\b(\w+): (?:completed|adopted) \(attempt \d+\)")
 
 
 def crash_at(engine: str, point: str) -> str:
-    """The crash point that stops the engine's process at a cut point."""
+    """The crash point that stops the engine's process at a cut point ("" for Temporal's start: no
+    worker runs, and the cut follows the server's answer to the start at once)."""
     return {
-        "start": {"runrecord": "runrecord:draft:after_start", "temporal": "draft:before",
-                  "dbos": "draft:before"}[engine],
+        "start": {"runrecord": "runrecord:draft:after_start", "temporal": "", "dbos": "draft:before"}[engine],
         "email": "send_confirmation:after_effect",
         "between": f"{engine}:send_confirmation:after_record",
         "memory": "memory:after_append",
@@ -150,6 +150,8 @@ class Outcome:
             "completed": "yes" if self.completed else f"no ({self.final_status})",
             "effects (email, ticket)": applied,
             "acknowledged writes lost": "; ".join(self.lost) or "none",
+            "the cut dropped": (f"{self.cut.lost_files} files' unsynced data, {self.cut.entries} entries"
+                                if self.cut else "-"),
             "check": ("BROKEN: " + "; ".join(self.broken())) if self.broken() else
                      ("kept" if self.case.own_default else "measured"),
         }
@@ -382,8 +384,11 @@ class _Temporal:
         warm.stop()
 
     async def until_cut(self, point: str) -> _Acknowledged:
-        self.worker = self._worker("worker1", crash=point)
         client = await self._client()
+        if not point:  # right after the acknowledged start: the server's answer, then the cut at once
+            created, _ = await start_run(client, self.c.run_id, TASK, EMAIL, queue=self.queue)
+            return _Acknowledged(start=created)
+        self.worker = self._worker("worker1", crash=point)
         created, _ = await start_run(client, self.c.run_id, TASK, EMAIL, queue=self.queue)
         worker = self.worker
         await wait_until(lambda: not worker.alive(), RUN_TIMEOUT, f"the worker to reach {point}")
@@ -444,7 +449,7 @@ def cases(engines: Iterable[str] = ENGINES, placements: Iterable[str] = PLACEMEN
 
 
 COLUMNS = ("engine", "placement", "cut point", "dirs", "sync", "completed", "effects (email, ticket)",
-           "acknowledged writes lost", "check")
+           "acknowledged writes lost", "the cut dropped", "check")
 
 
 def markdown(outcomes: list[Outcome]) -> str:

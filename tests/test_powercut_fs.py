@@ -216,3 +216,43 @@ def test_the_fixture_leaves_no_mount_behind(power_cut):
     disk.close()
     assert not os.path.ismount(disk.path)
     disk.close()  # twice is harmless: the finalizer calls it again
+
+
+# SQLite on the fixture: whether a commit survives depends on its journal mode, its sync level and
+# the directory rule (docs/powercut.md has the strace behind it). A rollback-journal commit's last
+# step is the journal's unlink, synced to the directory only at EXTRA; a WAL commit at FULL is one
+# synced append; at NORMAL the WAL is synced only at a checkpoint, which a killed process never runs.
+SQLITE = [
+    ("delete", "FULL", "lenient", 2), ("delete", "FULL", "strict", 1), ("delete", "EXTRA", "strict", 2),
+    ("wal", "FULL", "lenient", 2), ("wal", "FULL", "strict", 2), ("wal", "NORMAL", "lenient", 1),
+]
+
+
+@pytest.mark.parametrize("journal,level,dirs,rows", SQLITE)
+def test_a_sqlite_commit_survives_by_its_journal_mode_and_sync_level(power_cut, journal, level, dirs, rows):
+    import sqlite3
+
+    disk = power_cut(dirs)
+    db = disk.path / "x.db"
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute(f"PRAGMA journal_mode={journal}")
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    conn.close()  # the last connection: a WAL file is checkpointed into the database
+    disk.sync_tree()
+    script = ("import sqlite3, sys, time\n"
+              "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              f"c.execute('PRAGMA synchronous={level}')\n"
+              "c.execute('INSERT INTO t VALUES (2)')\n"  # autocommit: committed when execute returns
+              "print('committed', flush=True)\n"
+              "time.sleep(600)\n")
+    writer = Proc("writer", [sys.executable, "-c", script, str(db)])
+    try:
+        writer.wait_for_line("committed", timeout=30)
+        disk.cut(writer)
+    finally:
+        writer.kill()
+    with sqlite3.connect(db) as conn:
+        found = conn.execute("SELECT count(*) FROM t").fetchone()[0]
+    conn.close()
+    assert found == rows, f"{journal} at {level} under the {dirs} rule kept {found} row(s), not {rows}"
