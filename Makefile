@@ -66,7 +66,7 @@ pictures: $(STAMP) $(CHROMIUM)
 test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-## powercut: power cuts on every engine, placement, cut point, directory rule and sync level (~25 min); one table
+## powercut: power cuts on every engine, placement, cut point, directory rule and sync level (~10 min); one table
 powercut: $(STAMP) $(FUSERMOUNT)
 	$(PY) -m lab.powercut_matrix
 
@@ -96,6 +96,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_resume.py --trials 3
 	$(PY) bench/bench_resume_record.py --trials 3
 	$(PY) bench/bench_runrecord.py --temporal
+	$(PY) bench/bench_sync_levels.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_scale.py --runs 300 --workers 1,2
 	$(PY) bench/bench_engines.py
