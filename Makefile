@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo scenario scenario-deploy pictures test lint ui-check bench clean chaos lock grade
+.PHONY: help install demo scenario scenario-deploy pictures test lint ui-check bench clean chaos lock grade powercut
 
 ## help: list the targets (the default)
 help:
@@ -44,6 +44,16 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
+# tests/test_powercut_fs.py and tests/test_power_cut.py mount a FUSE file system that
+# loses unsynced writes (lab/powercut.py, through mfusepy): Debian's fuse3 (fusermount3)
+# and libfuse3-3, installed here when missing, as chromium is. The kernel's /dev/fuse
+# must exist (it does on a stock kernel; a container must be given it).
+FUSERMOUNT := /usr/bin/fusermount3
+
+$(FUSERMOUNT):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends fuse3 libfuse3-3
+
 ## ui-check: the Temporal UI in headless Chromium shows an encrypted run decrypted through the codec server
 ui-check: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec_server.py -k "ui_shows"
@@ -53,8 +63,12 @@ pictures: $(STAMP) $(CHROMIUM)
 	$(PY) -m lesson.pictures
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## powercut: power cuts on every engine, placement, cut point, directory rule and sync level (~10 min); one table
+powercut: $(STAMP) $(FUSERMOUNT)
+	$(PY) -m lab.powercut_matrix
 
 ## lint: ruff (style, bugs, imports) on everything and mypy on the shipped packages; no findings allowed
 lint: $(STAMP)
@@ -82,6 +96,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_resume.py --trials 3
 	$(PY) bench/bench_resume_record.py --trials 3
 	$(PY) bench/bench_runrecord.py --temporal
+	$(PY) bench/bench_sync_levels.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_scale.py --runs 300 --workers 1,2
 	$(PY) bench/bench_engines.py

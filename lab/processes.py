@@ -196,15 +196,19 @@ class DevServer:
     ``headless=False`` serves the UI (on ``ui_port``, default the gRPC port +
     1000), and ``ui_codec_endpoint`` points the UI at a codec server
     (``python -m payloadcodec.server``) so it shows payloads decrypted.
+    ``sqlite_pragmas`` (with ``db_file``) are given to the server's SQLite as
+    ``--sqlite-pragma NAME=VALUE``, e.g. ``{"synchronous": "EXTRA"}``.
     """
 
     def __init__(self, db_file: Path | None = None, port: int | None = None,
                  ui_port: int | None = None, headless: bool = True, echo: bool = False,
-                 dynamic_config: dict[str, str] | None = None, ui_codec_endpoint: str | None = None) -> None:
+                 dynamic_config: dict[str, str] | None = None, ui_codec_endpoint: str | None = None,
+                 sqlite_pragmas: dict[str, str] | None = None) -> None:
         if ui_codec_endpoint and headless:
             raise ValueError("ui_codec_endpoint needs the UI: pass headless=False")
         self.ui_codec_endpoint = ui_codec_endpoint
         self.db_file = db_file
+        self.sqlite_pragmas = dict(sqlite_pragmas or {})
         self.dynamic_config = dict(dynamic_config or {})
         self._chosen_port = port is None  # ours to pick again if another process takes it first
         self.port = port or free_port()
@@ -260,6 +264,8 @@ class DevServer:
         if self.db_file is not None:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
             argv += ["--db-filename", str(self.db_file)]
+            for name, value in self.sqlite_pragmas.items():
+                argv += ["--sqlite-pragma", f"{name}={value}"]
         self.proc = Proc("temporal", argv, echo=self.echo)
         wait_for_port(self.port, timeout, self.proc)
         wait_for_namespace(self.address, timeout, self.proc)

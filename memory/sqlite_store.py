@@ -19,7 +19,8 @@ Every append is exactly one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``):
 the insert, the deletes of whatever it evicts, the ledger and the counters.
 A crash leaves either all of it or none of it. The database runs in WAL mode
 with ``synchronous=NORMAL`` by default: a committed append survives a process
-crash; a power loss may lose the last few, which an idempotent retry re-appends.
+crash; a power loss may lose the last few (tests/test_power_cut.py shows it),
+which an idempotent retry re-appends when there is one.
 
 The store keeps a copy of recently used conversations in process and trusts it
 only while the version in the database matches, so several processes (workers)

@@ -65,6 +65,7 @@ from runrecord.store import (
     RunNotFound,
     RunRecord,
     SchemaError,
+    SettingError,
     db_path_from,
 )
 from steps.controls import printable
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound, SchemaError, ConnectionError, RunNotFailed) as err:
+    except (InputError, RunNotFound, SchemaError, SettingError, ConnectionError, RunNotFailed) as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     except tuple(_REFUSALS) as err:

@@ -11,7 +11,12 @@ Durability settings, and why
   be lost on power loss (not on a process crash). Here a lost commit is not
   a lost cache entry: a lost "step completed" row means the step runs again
   after the reboot, and a lost "intent" row hides that a request may have
-  been sent. FULL is what makes "recorded" mean "on disk".
+  been sent. FULL is what makes "recorded" mean "on disk". Tests and
+  benchmarks may lower it (``RUNRECORD_SYNCHRONOUS=NORMAL``, or
+  ``synchronous=`` on ``connect`` and ``RunRecord``) to show what that loses
+  (``tests/test_power_cut.py``) and what it saves (``bench/bench_sync_levels.py``); at
+  NORMAL a commit is on disk only after the next checkpoint, which SQLite runs
+  every 1,000 WAL pages and when the last connection to the file closes.
 - ``busy_timeout``: the heartbeat thread, a second resumer and the runner may
   want the write lock at once; they wait for it (5 s) instead of failing.
 
@@ -73,6 +78,8 @@ from storage import sqlite
 SCHEMA_VERSION = 2
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
+SYNCHRONOUS_ENV = "RUNRECORD_SYNCHRONOUS"
+DEFAULT_SYNCHRONOUS = "FULL"
 
 _SCHEMA_V1 = """
 CREATE TABLE runs (
@@ -207,6 +214,10 @@ class SchemaError(RecordError):
     pass
 
 
+class SettingError(RecordError):
+    """A durability setting the record cannot run with."""
+
+
 class RunNotFailed(RecordError):
     """``retry`` of a run that did not fail."""
 
@@ -293,14 +304,28 @@ def db_path_from(flag: str | None, env: Mapping[str, str] | None = None) -> Path
     return Path(flag or env.get("RUNRECORD_DB") or DEFAULT_DB)
 
 
-def connect(path: str | os.PathLike) -> sqlite3.Connection:
-    """A connection with the record's durability settings, schema migrated (``storage.sqlite.migrate``)."""
+def synchronous_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The record's ``synchronous`` level: ``RUNRECORD_SYNCHRONOUS``, FULL when unset."""
+    env = os.environ if env is None else env
+    raw = env.get(SYNCHRONOUS_ENV) or DEFAULT_SYNCHRONOUS
+    try:
+        return sqlite.check_synchronous(raw)
+    except ValueError:
+        raise SettingError(f"{SYNCHRONOUS_ENV}={raw!r} is not a synchronous level: use FULL (the default), "
+                          "or OFF, NORMAL or EXTRA to measure what the level changes") from None
+
+
+def connect(path: str | os.PathLike, synchronous: str | None = None) -> sqlite3.Connection:
+    """A connection with the record's durability settings, schema migrated (``storage.sqlite.migrate``).
+
+    ``synchronous``: None reads ``RUNRECORD_SYNCHRONOUS`` (default FULL); see the module docstring."""
     path = Path(path)
+    level = sqlite.check_synchronous(synchronous) if synchronous is not None else synchronous_from_env()
     conn = sqlite.connect(path, busy_timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
     mode = sqlite.use_wal(conn)
     if mode.lower() != "wal":
         raise SchemaError(f"cannot put {path} in WAL mode (got {mode!r}); is it on a network file system?")
-    sqlite.configure(conn, synchronous="FULL", foreign_keys=True)
+    sqlite.configure(conn, synchronous=level, foreign_keys=True)
     sqlite.migrate(conn, version=SCHEMA_VERSION, create=_create, upgrades=_UPGRADES,
                    refuse=lambda found: _newer(path, found))
     return conn
@@ -358,9 +383,9 @@ class RunRecord:
     lease cannot overwrite the new holder's progress.
     """
 
-    def __init__(self, path: str | os.PathLike, clock=time.time) -> None:
+    def __init__(self, path: str | os.PathLike, clock=time.time, synchronous: str | None = None) -> None:
         self.path = Path(path)
-        self.conn = connect(self.path)
+        self.conn = connect(self.path, synchronous)
         self.clock = clock
 
     def close(self) -> None:

@@ -4,7 +4,11 @@ lab's demonstrations.
 Set ``CRASH_AT`` to one name, or several separated by commas, before the
 process starts, e.g. ``CRASH_AT=send_confirmation:after_effect``. When the
 code reaches a named point the process sends itself SIGKILL: no exception is
-raised, no ``finally`` runs, nothing is flushed, exactly as if the power went.
+raised, no ``finally`` runs, nothing is flushed, no connection is closed. That
+is a process crash, not a power cut: what the process wrote is in the kernel's
+page cache and reaches the disk anyway, synced or not. ``lab/powercut.py``
+makes the power cut (writes never synced are lost); a crash point is how its
+tests stop a process at an exact place before cutting the power under it.
 
 Off unless set. When ``CRASH_AT`` is unset, ``crash_point`` is one lookup in an
 empty frozenset, read once at import.
@@ -21,6 +25,10 @@ Points reached by the step functions (both engines):
 ``record_outcome:after_effect``        the provider created the ticket; the
                                        step's completion is not yet recorded
 =====================================  ============================================
+
+After the run, every engine: ``memory:after_append``: the run's exchange is
+committed to conversation memory, the process has not closed memory (not in
+``POINTS``: the crash matrix does not run it; the power-cut tests do).
 
 Points reached by one engine only, for each step S (``ENGINE_POINTS``):
 

@@ -203,4 +203,7 @@ async def remember_exchange(req: RememberRequest, deps: StepDeps) -> int:
     were new (0 on a repeat, or if memory is unavailable)."""
     task_id, reply_id = exchange_message_ids(req.run_id)
     messages: list[Remembered] = [(task_id, "user", req.task), (reply_id, "assistant", req.reply)]
-    return await asyncio.to_thread(deps.remember, req.conversation_id, messages)
+    added = await asyncio.to_thread(deps.remember, req.conversation_id, messages)
+    # Memory has committed the exchange (at its own synchronous level); its process still holds it open.
+    crash_point("memory:after_append")
+    return added

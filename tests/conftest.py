@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
+from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
 
@@ -137,3 +138,42 @@ def dbos_procs(provider, tmp_path):
     finally:
         for proc in started:
             proc.kill()
+
+
+# ---------------------------------------------------------------- the power cut (lab/powercut.py)
+
+
+@pytest.fixture
+def power_cut(tmp_path):
+    """A factory: ``power_cut(dirs="lenient"|"strict")`` mounts a ``lab.powercut.PowerCut`` in this
+    test's tmp_path (backing ``disk/``, mount ``mnt/``). Every mount is unmounted after the test,
+    pass or fail: a mount left behind would break pytest's clean-up of its temporary directories.
+    Fails, saying what to install, where FUSE is not available (``make test`` installs fuse3)."""
+    why = unavailable()
+    if why:
+        pytest.fail(f"the power-cut tests need FUSE: {why}")
+    mounted: list[PowerCut] = []
+
+    def mount(dirs: str = "lenient", name: str = "") -> PowerCut:
+        where = tmp_path / (name or f"cut{len(mounted) + 1}")
+        disk = PowerCut(where / "disk", where / "mnt", dirs=dirs)
+        mounted.append(disk)
+        return disk.mount()
+
+    try:
+        yield mount
+    finally:
+        for disk in mounted:
+            disk.close()
+        unmount_all_under(tmp_path)
+
+
+@pytest.fixture
+def powercut_dir(tmp_path):
+    """A directory for ``lab.powercut_matrix.run_case``, which mounts and unmounts by itself; whatever
+    is still mounted under it after the test (a case stopped midway) is unmounted."""
+    work = tmp_path / "powercut"
+    try:
+        yield work
+    finally:
+        unmount_all_under(tmp_path)

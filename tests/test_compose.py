@@ -82,6 +82,16 @@ def test_every_image_is_pinned_to_an_explicit_tag(compose):
     assert dockerfile_from and all(re.search(r":\d+\.\d+\.\d+", f) for f in dockerfile_from), dockerfile_from
 
 
+def test_postgres_flushes_every_commit_before_acknowledging_it(compose):
+    """A power cut of the compose stack loses no acknowledged history: fsync and synchronous_commit
+    are on, written out in the file (README, "Kill it anywhere")."""
+    command = compose["services"]["postgresql"].get("command") or []
+    settings = dict(arg.split("=", 1) for flag, arg in zip(command, command[1:], strict=False) if flag == "-c")
+    for name in ("fsync", "synchronous_commit", "full_page_writes"):
+        assert settings.get(name) == "on", f"postgresql must run with -c {name}=on; its command is {command}"
+    assert command[0] == "postgres", command
+
+
 def test_server_runs_on_postgres_after_the_schema_job(compose):
     svc = compose["services"]
     assert svc["temporal"]["environment"]["DB"] == "postgres12"

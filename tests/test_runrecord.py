@@ -337,3 +337,20 @@ async def test_crash_after_the_last_commit_resume_only_remembers_the_exchange(ru
     assert all(executions(second, s) == 0 for s in ("draft", "send_confirmation", "record_outcome"))
     assert [m.id for m in read_window(str(db.parent / "memory.db"), run_id)] == list(exchange_message_ids(run_id))
     assert counts(provider.url, run_id, "record_outcome") == (1, 1)
+
+
+def test_the_sync_level_is_full_unless_set_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+    """RUNRECORD_SYNCHRONOUS (for tests and benchmarks) sets the connection's level; FULL when unset."""
+    def level() -> int:
+        with RunRecord(tmp_path / "r.db") as record:
+            return record.conn.execute("PRAGMA synchronous").fetchone()[0]
+
+    monkeypatch.delenv("RUNRECORD_SYNCHRONOUS", raising=False)
+    assert level() == 2  # SQLite's number for FULL
+    monkeypatch.setenv("RUNRECORD_SYNCHRONOUS", "normal")
+    assert level() == 1  # NORMAL
+    monkeypatch.setenv("RUNRECORD_SYNCHRONOUS", "sometimes")
+    done = subprocess.run([sys.executable, "-m", "runrecord", "status", "r-1", "--db", str(tmp_path / "r.db")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "RUNRECORD_SYNCHRONOUS='sometimes' is not a synchronous level: use FULL" in done.stderr, done.stderr
