@@ -37,6 +37,8 @@ from grader.evidence import KIND_OF_STEP, WORDS, Record, Witnesses
 from grader.harness import CouldNotRun, Failed, Harness, Outcome, Run
 from grader.temporal import check_temporal
 
+# The exercises' flow, as their files spell it (exercises/*/flow.py, STEPS): the grader judges that flow,
+# so it names it itself rather than taking the lab's plan (steps/plan.py), which may grow steps.
 STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 

@@ -34,7 +34,7 @@ from grader.harness import Failed, Harness, Outcome, Run
 from grader.model import MODEL_NAME
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
 
-STEPS = ("draft", "send_confirmation", "record_outcome")
+STEPS = ("draft", "send_confirmation", "record_outcome")  # exercise 6's workflow, as its files spell it
 WORKER_START_SECONDS = 60.0
 STAGE_SECONDS = 40.0  # a kill, the attempt's 5 s timeout, a retry, a new worker: well within this
 
