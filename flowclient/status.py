@@ -45,10 +45,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError, RPCStatusCode
 
-from steps.models import STEP_NAMES
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
 
 

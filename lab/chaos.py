@@ -56,7 +56,7 @@ from lab.provider_process import start_provider
 from providerclient import ProviderClient, fetch_effects
 from steps.controls import printable
 from steps.keys import idempotency_key
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 
 TASKS = [
     "Confirm the refund for order {n}",

@@ -43,7 +43,7 @@ from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"

@@ -33,17 +33,15 @@ from lab.processes import Proc
 from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
-from steps.crashpoints import ENGINE_POINTS, POINTS
+from steps.crashpoints import engine_points, step_points
 from steps.keys import idempotency_key
+from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
-
-STEPS = ("draft", "send_confirmation", "record_outcome")
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
 @dataclass(frozen=True)
 class Case:
-    engine: str  # "temporal" | "runrecord"
+    engine: str  # "temporal" | "runrecord" | "dbos"
     point: str
     model: str = "deterministic"  # | "varying"
 
@@ -58,11 +56,11 @@ class Case:
     @property
     def step(self) -> str:
         """The step during (or after) which the process dies."""
-        return next(s for s in STEPS if f"{s}:" in self.point)
+        return next(s for s in STEP_NAMES if f"{s}:" in self.point)
 
     @property
     def index(self) -> int:
-        return STEPS.index(self.step)
+        return STEP_NAMES.index(self.step)
 
     @property
     def recorded(self) -> bool:
@@ -81,7 +79,7 @@ class Case:
         return not (self.point.endswith(":after_start") or self.point.endswith(":after_intent"))
 
     def expected_first(self, step: str) -> int:
-        i = STEPS.index(step)
+        i = STEP_NAMES.index(step)
         if i < self.index:
             return 1
         if i == self.index:
@@ -89,7 +87,7 @@ class Case:
         return 0
 
     def expected_second(self, step: str) -> int:
-        i = STEPS.index(step)
+        i = STEP_NAMES.index(step)
         if i < self.index:
             return 0
         if i == self.index:
@@ -97,14 +95,16 @@ class Case:
         return 1
 
 
-# DBOS's own points (dbosflow/engine.py): its step output is recorded, the next step not started. DBOS
-# records nothing when a step starts, so the steps' points are the rest of its matrix.
-DBOS_POINTS = tuple(f"dbos:{s}:after_record" for s in STEPS)
+# The steps' points, then each engine's own (steps.crashpoints). DBOS records nothing when a step starts,
+# so its only own point is after it recorded a step's output; the steps' points are the rest of its matrix.
+POINTS = step_points(FLOW)
+ENGINE_POINTS = engine_points(FLOW)
 HAVE_DBOS = importlib.util.find_spec("dbos") is not None
 
 CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for model in ("deterministic", "varying")
          for point in (*POINTS, *ENGINE_POINTS[engine])]
-DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying") for point in (*POINTS, *DBOS_POINTS)]
+DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying")
+              for point in (*POINTS, *ENGINE_POINTS["dbos"])]
 
 
 def new_run_id(case: Case) -> str:
@@ -115,13 +115,13 @@ def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_u
     where = f"{case.engine} at {case.point} ({case.model} model)"
     assert status["status"] == "completed", (where, status, second.output())
     assert status["steps"][0]["result"]["model"] == ("offline-varying" if case.model == "varying" else "offline")
-    for step in STEPS:
+    for step in STEP_NAMES:
         assert executions(first, step) == case.expected_first(step), (where, step, first.output())
         assert executions(second, step) == case.expected_second(step), (where, step, second.output())
     # The dying step's crashed attempt counts; a recorded step keeps its attempt 1.
     attempts = {s["name"]: s["attempts"] for s in status["steps"]}
     assert attempts[case.step] == (1 if case.recorded else 2), (where, status)
-    for step in STEPS[: case.index]:
+    for step in STEP_NAMES[: case.index]:
         assert attempts[step] == 1, (where, status)
     effects = {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
     assert len(effects) == 2, (where, effects)
@@ -146,7 +146,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
     before = await run_status(client, run_id)
     assert before["status"] == "running", before
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
     second = workers(extra_env=case.env)
 
@@ -199,7 +199,7 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, pro
     with RunRecord(runner_procs.db) as record:
         before = record_status(record, run_id)
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
     second = runner_procs("resume", run_id, env=case.env)
     assert wait_exit(second, timeout=120) == 0, second.output()
@@ -225,7 +225,7 @@ async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
     before = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
     assert before["status"] == "running", before
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
     second = dbos_procs("resume", run_id, env=case.env)
     assert wait_exit(second, timeout=120) == 0, second.output()

@@ -61,7 +61,8 @@ with workflow.unsafe.imports_passed_through():
     from activities import FlowActivities
     from steps.crashpoints import crash_point
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import STEP_NAMES, to_jsonable
+    from steps.models import to_jsonable
+    from steps.plan import STEP_NAMES
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso, run_entry, step_entry
