@@ -66,8 +66,8 @@ PACKAGES = ("activities", "flowclient", "payloadcodec", "lab", "lesson", "drafti
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).
-SEND = "        sent = await self._attempts(\n"
-RECORD = "        await self._attempts(\n            2, FlowActivities.record_outcome,\n"
+SEND = "        sent = await self._attempts("
+RECORD = "        await self._attempts(\n            FlowActivities.record_outcome,\n"
 PAUSE_STEP = ("async def _pause(request: Any, deps: Any) -> dict:\n    return {}\n\n\n"
               "def _no_request(inputs: Any, results: Any) -> None:\n    return None\n\n\n")
 

@@ -17,7 +17,9 @@ Everything else that names the steps reads them from here:
 - the Temporal workflow (``workflows.agent_flow``) spells the same calls in
   workflow code, since each run's history records them by name and position:
   a step added here reaches Temporal only by a versioned change there
-  (``workflow.patched``).
+  (``workflow.patched``). It takes each step's position and effect flag from
+  here, and ``tests/test_workflow_bounds.py`` checks that it calls this
+  plan's steps in this plan's order.
 
 The flow is a plain tuple, injectable into ``runrecord.runner.Runner``, so a
 test can hand it a changed one and see the change caught on resume.

@@ -222,6 +222,7 @@ class StepLedger:
     error_attempts: int = 0
     error_seconds: float = 0.0
     crashes: int = 0
+    crashes_kept: int = 0  # of ``crashes``: kept from before a reset (``kept_from_reset``)
     in_doubt: bool = False
     last_error: str | None = None
     failure: str | None = None  # set when the step gave up: the run's error
@@ -255,14 +256,23 @@ class StepLedger:
         self.crashes += 1
         self.last_error = message
         self.in_doubt = self.in_doubt or self.effect
-        if self.crashes > self.rule.max_worker_deaths:
+        deaths = self.crashes - self.crashes_kept
+        if deaths > self.rule.max_worker_deaths:
             self.failure = (
-                f"step {self.name} failed after {self.attempts} attempt(s): worker died {self.crashes} times "
+                f"step {self.name} failed after {self.attempts} attempt(s): worker died {deaths} times "
                 f"during {self.name} (the limit is {self.rule.max_worker_deaths}; {DEATHS_ENV}): "
                 f"a step that kills its worker every time is a poison pill, not bad luck; last: {message}"
             )
             return False
         return True
+
+    def kept_from_reset(self, *, crashed: bool) -> None:
+        """Temporal: a failed attempt kept from the run a reset started from. It is
+        history: counted in ``attempts`` (and ``crashes`` if it crashed), but it
+        spends nothing, since a reset gives the step a fresh budget and death count."""
+        if crashed:
+            self.crashes += 1
+            self.crashes_kept += 1
 
     def after_permanent(self, message: str, *, in_doubt: bool = False) -> None:
         self.last_error = message
