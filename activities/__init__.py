@@ -205,8 +205,8 @@ class FlowActivities:
         """Not a step: appends the finished run's exchange to conversation memory.
 
         Scheduled only by runs whose history predates the memory write moving
-        into ``record_outcome`` (see the patch in workflows/agent_flow.py);
-        registered so that such runs can still finish."""
+        into ``record_outcome`` (``MEMORY_IN_RECORD_PATCH`` in
+        workflows/before_live.py); registered so that such runs can still finish."""
         return await flow.remember_exchange(req, self.deps)
 
     def all(self) -> list:

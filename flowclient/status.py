@@ -55,14 +55,6 @@ class RunNotFound(LookupError):
     pass
 
 
-_CLOSED_AS_FAILED = {
-    WorkflowExecutionStatus.FAILED: "failed",
-    WorkflowExecutionStatus.TIMED_OUT: "timed out",
-    WorkflowExecutionStatus.TERMINATED: "terminated",
-    WorkflowExecutionStatus.CANCELED: "canceled",
-}
-
-
 @dataclass
 class ActivityTrace:
     """One activity execution (all its server-side attempts) as history recorded it."""

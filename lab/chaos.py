@@ -181,11 +181,6 @@ async def _wait(check, timeout: float, what: str, interval: float = 0.1):
     return await wait_until(check, timeout, f"chaos: {what}", interval)
 
 
-async def _faults(pc: ProviderClient) -> dict:
-    response = await pc._request("GET", "/admin/faults", action="read faults")
-    return response.json()["faults"]
-
-
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
     from flowclient.runs import start_run  # the starter's own start: id policies, timeouts
 
@@ -249,12 +244,12 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
                 # A new countdown replaces what is left of the old one: count only what fired.
                 if rng.random() < 0.6:
                     n = rng.randint(1, 3)
-                    report.faults_503 -= (await _faults(pc))["fail"]["remaining"]
+                    report.faults_503 -= (await pc.faults())["fail"]["remaining"]
                     await pc.set_faults(fail_next=n, status=503)
                     report.faults_503 += n
                 elif rng.random() < 0.6:
                     n = rng.randint(1, 2)
-                    report.faults_lost -= (await _faults(pc))["lose_response"]["remaining"]
+                    report.faults_lost -= (await pc.faults())["lose_response"]["remaining"]
                     await pc.set_faults(lose_response_next=n)
                     report.faults_lost += n
                 if "B" not in workers.slots and rng.random() < 0.6:
@@ -279,7 +274,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
                     del workers.slots[slot]
             report.kill_phase = time.monotonic() - began
             # ------------------------------------------------------------ drain
-            left = await _faults(pc)
+            left = await pc.faults()
             report.faults_503 -= left["fail"]["remaining"]
             report.faults_lost -= left["lose_response"]["remaining"]
             await pc.clear_faults()

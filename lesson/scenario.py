@@ -221,7 +221,7 @@ class Scenario:
         obs.keys = [{"key": e.key, "kind": e.kind, "requests": e.requests, "applied": e.effects_applied}
                     for e in effects]
 
-    # -- the three engines ---------------------------------------------------
+    # -- the four engines ----------------------------------------------------
 
     def in_memory(self) -> Observed:
         obs = Observed("in_memory", self.run_id("in_memory"))

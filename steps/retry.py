@@ -1,4 +1,7 @@
-"""The retry rules of a step: one definition, used by both engines.
+"""The retry rules of a step: one definition, which every engine takes its
+numbers from. Temporal's workflow and the run record decide by it attempt by
+attempt (``StepLedger``); DBOS maps it onto its own step retries, which count
+attempts instead of spending a time budget (``dbosflow.engine``).
 
 An attempt of a step ends in one of four ways, and each has its own rule:
 
@@ -157,9 +160,6 @@ class RetryRule:
         return cls(**known)
 
 
-DEFAULT_RULE = RetryRule()
-
-
 def _env_number(env: Mapping[str, str], name: str, parse: Callable[[str], Any], ok: Callable[[Any], bool],
                 what: str, default: Any) -> Any:
     """``name`` from ``env`` read with ``parse`` when set, else ``default``;
@@ -207,8 +207,8 @@ def run_timeout_floor(rule: RetryRule, steps: int) -> float:
 
 @dataclass
 class StepLedger:
-    """What one step's attempts have cost so far; both engines keep one per step
-    and ask it what to do after each failed attempt.
+    """What one step's attempts have cost so far: Temporal's workflow and the run
+    record keep one per step and ask it what to do after each failed attempt.
 
     ``effect``: the step sends a keyed request, so an attempt whose outcome is
     unknown (a timeout, a lost answer, a crash) may have applied it: the step

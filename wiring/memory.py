@@ -46,12 +46,13 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[MemoryContext, MemoryWriter
     after the run's cut-off (``as_of``), and turns any store problem into an
     empty context with a warning. Both block (SQLite, with a busy timeout);
     the steps call them in a thread, and the writer takes a lock so that two
-    steps finishing at once in one worker never share its connection's state. The writer keeps one connection open
-    (opening and closing a WAL database checkpoints it: 3.7 ms an exchange
-    against 0.4 ms kept open), reopens it if the file was replaced or removed
-    (a learner wiping memory) or after an error, appends idempotently by
-    message id (evicting by the memory's rule), and turns any store problem
-    into a warning. Memory never stops a run.
+    steps finishing at once in one worker never share its connection's state.
+    The writer keeps one connection open (opening and closing a WAL database
+    checkpoints it, which costs each exchange several times more:
+    docs/benchmarks.md), reopens it if the file was replaced or removed (a
+    learner wiping memory) or after an error, appends idempotently by message
+    id (evicting by the memory's rule), and turns any store problem into a
+    warning. Memory never stops a run.
     """
     path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
     if path == "off":

@@ -72,8 +72,8 @@ with workflow.unsafe.imports_passed_through():
 
     # The run's input and status types live in their own module: this module
     # is executed afresh whenever a worker builds the run again (every
-    # workflow task with --cache 0), and building dataclasses was ~60% of
-    # that (bench/bench_overhead.py).
+    # workflow task with --cache 0), and building dataclasses was most of
+    # that (docs/benchmarks.md, bench/bench_overhead.py).
     from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
