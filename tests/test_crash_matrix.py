@@ -23,7 +23,6 @@ does; a re-run draft then differs from the first, and nothing may change.
 from __future__ import annotations
 
 import importlib.util
-import sys
 import uuid
 from dataclasses import dataclass
 
@@ -158,52 +157,24 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
             assert after_step["result"] == before_step["result"]
 
 
-@pytest.fixture
-def runner_procs(provider, tmp_path):
-    """``python -m runrecord`` processes on this test's record and provider; all reaped."""
-    db = tmp_path / "runrecord.db"
-    started: list[Proc] = []
-
-    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
-        env = {
-            "RUNRECORD_DB": str(db),
-            "MEMORY_DB": str(tmp_path / "memory.db"),
-            "PROVIDER_URL": provider.url,
-            "PYTHONUNBUFFERED": "1",
-            # The default lease (10 s): the resume below starts at once, so it must take
-            # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
-            "RUNRECORD_LEASE_SECONDS": "10",
-            **(env or {}),
-        }
-        if crash_at:
-            env["CRASH_AT"] = crash_at
-        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=env)
-        started.append(proc)
-        return proc
-
-    start.db = db  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.engine == "runrecord"], ids=lambda c: c.id)
-async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, provider):
+async def test_runrecord_resumes_at_the_right_step(case: Case, runrecord, db, provider):
     run_id = new_run_id(case)
-    first = runner_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env=case.env)
+    # The default lease (10 s): the resume below starts at once, so it must take
+    # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
+    env = {**case.env, "RUNRECORD_LEASE_SECONDS": "10"}
+    first = runrecord("start", run_id, TASK, "--email", EMAIL, env={**env, "CRASH_AT": case.point})
     assert wait_exit(first, timeout=90) == -9, first.output()
     assert f"CRASH_AT={case.point}" in first.output()
 
-    with RunRecord(runner_procs.db) as record:
+    with RunRecord(db) as record:
         before = record_status(record, run_id)
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
     assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
-    second = runner_procs("resume", run_id, env=case.env)
+    second = runrecord("resume", run_id, env=env)
     assert wait_exit(second, timeout=120) == 0, second.output()
-    with RunRecord(runner_procs.db) as record:
+    with RunRecord(db) as record:
         status = record_status(record, run_id)
     check_resume(case, first, second, status, provider.url, run_id)
     for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
