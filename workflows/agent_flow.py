@@ -83,6 +83,7 @@ ResultT = TypeVar("ResultT")
 # A step's activity, as run() spells it: a FlowActivities method named as its step in steps.plan.
 StepActivity = Callable[[FlowActivities, RequestT], Awaitable[StepOutput[ResultT]]]
 
+
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentFlow:
     @workflow.init
