@@ -12,8 +12,8 @@ Everything else that names the steps reads them from here:
   constants of that module, because this module imports the step functions,
   which import ``steps.crashpoints``: it cannot import this one back;
 - the engines that drive the steps themselves walk ``FLOW``: the run record
-  (``runrecord.runner``, as its ``DEFAULT_FLOW``) and DBOS
-  (``dbosflow.engine``);
+  (``runrecord.runner``, as its ``DEFAULT_FLOW``), DBOS (``dbosflow.engine``)
+  and the in-memory "before" (``lesson.in_memory``);
 - the Temporal workflow (``workflows.agent_flow``) spells the same calls in
   workflow code, since each run's history records them by name and position:
   a step added here reaches Temporal only by a versioned change there
