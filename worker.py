@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=int, default=DEFAULT_CACHE, metavar="N",
                         help=f"cache up to N workflows, 100 ms sticky timeout (default {DEFAULT_CACHE}); 0: no cache, "
                              "no sticky queue (resume does not wait on a dead worker's queue, "
-                             "at ~2.3x less throughput)")
+                             "at a cost in throughput: docs/benchmarks.md)")
     parser.add_argument("--identity", default=None,
                         help="the name this worker gives Temporal (history records it on every task it runs); "
                              "default: pid@host")

@@ -1,7 +1,9 @@
 """Temporal activity wrappers around the engine-agnostic steps (``steps.flow``).
 
-One activity per step, one typed dataclass input each. A wrapper adds what
-only Temporal needs:
+One activity per step of ``steps.plan``, one typed dataclass input each,
+registered under the step's name, which is also its method's name: the
+workflow finds a step in the plan by it. A wrapper adds what only Temporal
+needs:
 
 - heartbeats while the step runs, so that a worker killed mid-step is noticed
   after the activity's heartbeat timeout (about a second) instead of its
@@ -34,7 +36,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -53,6 +55,7 @@ from steps.models import (
 )
 
 T = TypeVar("T")
+ResultT = TypeVar("ResultT", covariant=True)
 
 log = logging.getLogger("activities")
 
@@ -69,6 +72,16 @@ def step_attempt() -> int:
     info = activity.info()
     _, sep, number = info.activity_id.rpartition("/")
     return int(number) if sep and number.isdigit() else info.attempt
+
+
+class StepOutput(Protocol[ResultT]):
+    """What every step activity returns: the step's result and this attempt's number."""
+
+    @property
+    def result(self) -> ResultT: ...
+
+    @property
+    def attempt(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -192,8 +205,8 @@ class FlowActivities:
         """Not a step: appends the finished run's exchange to conversation memory.
 
         Scheduled only by runs whose history predates the memory write moving
-        into ``record_outcome`` (see the patch in workflows/agent_flow.py);
-        registered so that such runs can still finish."""
+        into ``record_outcome`` (``MEMORY_IN_RECORD_PATCH`` in
+        workflows/before_live.py); registered so that such runs can still finish."""
         return await flow.remember_exchange(req, self.deps)
 
     def all(self) -> list:

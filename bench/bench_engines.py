@@ -71,6 +71,7 @@ from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
 from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
+from steps.plan import STEP_NAMES  # noqa: E402
 from steps.retry import RetryRule  # noqa: E402
 from wiring import deps_from_env  # noqa: E402
 
@@ -243,7 +244,7 @@ async def dbos_resume(url: str, point: str, work: Path) -> tuple[float, float]:
         # workflow_status.completed_at is whole seconds on SQLite; the last step row's end is in milliseconds.
         done_ms = con.execute("SELECT max(completed_at_epoch_ms) FROM operation_outputs WHERE workflow_uuid = ?",
                               (run_id,)).fetchone()[0]
-        step = next(s for s in ("draft", "send_confirmation", "record_outcome") if point.startswith(s))
+        step = next(s for s in STEP_NAMES if point.startswith(s))
         started_ms = con.execute("SELECT started_at_epoch_ms FROM operation_outputs WHERE workflow_uuid = ? "
                                  "AND function_name = ?", (run_id, step)).fetchone()[0]
     finally:

@@ -50,7 +50,7 @@ from flowclient.connect import exit_now  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from runrecord import RunRecord  # noqa: E402
-from steps.models import STEP_NAMES  # noqa: E402
+from steps.plan import STEP_NAMES  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

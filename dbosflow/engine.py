@@ -63,7 +63,7 @@ from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.flow import StepDeps
 from steps.limits import InputError
-from steps.models import STEP_NAMES, to_jsonable
+from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule
@@ -79,8 +79,6 @@ DB_ENV = "DBOSFLOW_DB"
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
-
-assert tuple(s.name for s in FLOW) == STEP_NAMES
 
 
 class StepFailed(Exception):

@@ -33,11 +33,9 @@ from typing import Any
 
 from dbosflow.engine import WORKFLOW_NAME, StepFailed, app_version, db_url
 from steps.errors import StepError
-from steps.models import STEP_NAMES
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 from steps.runview import render_table
-
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
 class RunNotFound(LookupError):

@@ -39,7 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from flowclient.connect import task_queue
 from flowclient.status import activity_traces, read_history, run_status
 from steps.limits import InputError
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
 from workflows.agent_flow import WORKFLOW_NAME
 from workflows.state import FlowInput

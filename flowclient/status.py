@@ -45,23 +45,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError, RPCStatusCode
 
-from steps.models import STEP_NAMES
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
 
 
 class RunNotFound(LookupError):
     pass
-
-
-_CLOSED_AS_FAILED = {
-    WorkflowExecutionStatus.FAILED: "failed",
-    WorkflowExecutionStatus.TIMED_OUT: "timed out",
-    WorkflowExecutionStatus.TERMINATED: "terminated",
-    WorkflowExecutionStatus.CANCELED: "canceled",
-}
 
 
 @dataclass
@@ -151,34 +142,33 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             t.events.append("ActivityTaskStarted")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             a = ev.activity_task_completed_event_attributes
-            t = traces[a.scheduled_event_id]
-            t.outcome = "completed"
-            t.closed_time = ev.event_time.ToDatetime()
+            t = _closed(traces[a.scheduled_event_id], ev, "completed", "ActivityTaskCompleted")
             t.output = await _decode(converter, a.result)
-            t.events.append("ActivityTaskCompleted")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
             a = ev.activity_task_failed_event_attributes
-            t = traces[a.scheduled_event_id]
-            t.outcome = "failed"
-            t.closed_time = ev.event_time.ToDatetime()
+            t = _closed(traces[a.scheduled_event_id], ev, "failed", "ActivityTaskFailed")
             error = await _decoded_failure(converter, a.failure)
             t.failure = getattr(error, "message", None) or str(error)
             details = getattr(error, "details", None) or ()
             detail = details[0] if details and isinstance(details[0], dict) else {}
             t.in_doubt = bool(detail.get("in_doubt"))
             t.crashed = getattr(error, "type", None) == WORKER_SHUTDOWN_TYPE
-            t.events.append("ActivityTaskFailed")
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             a = ev.activity_task_timed_out_event_attributes
-            t = traces[a.scheduled_event_id]
-            t.outcome = "timed_out"
-            t.closed_time = ev.event_time.ToDatetime()
+            t = _closed(traces[a.scheduled_event_id], ev, "timed_out", "ActivityTaskTimedOut")
             t.failure = await failure_text(converter, a.failure)
             kind = a.failure.timeout_failure_info.timeout_type
             t.crashed = kind == ApiTimeoutType.TIMEOUT_TYPE_HEARTBEAT
             t.in_doubt = kind == ApiTimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
-            t.events.append("ActivityTaskTimedOut")
     return traces
+
+
+def _closed(trace: ActivityTrace, ev: Any, outcome: str, event_name: str) -> ActivityTrace:
+    """``trace`` as the event ``ev`` closed it: its outcome, its time, the event named in its list."""
+    trace.outcome = outcome
+    trace.closed_time = ev.event_time.ToDatetime()
+    trace.events.append(event_name)
+    return trace
 
 
 def _timers(history) -> list[tuple[int, datetime, bool]]:

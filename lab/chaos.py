@@ -49,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio.client import Client
+
 from flowclient.connect import connect
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
@@ -56,7 +58,7 @@ from lab.provider_process import start_provider
 from providerclient import ProviderClient, fetch_effects
 from steps.controls import printable
 from steps.keys import idempotency_key
-from steps.models import STEP_NAMES
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 
 TASKS = [
     "Confirm the refund for order {n}",
@@ -181,19 +183,136 @@ async def _wait(check, timeout: float, what: str, interval: float = 0.1):
     return await wait_until(check, timeout, f"chaos: {what}", interval)
 
 
-async def _faults(pc: ProviderClient) -> dict:
-    response = await pc._request("GET", "/admin/faults", action="read faults")
-    return response.json()["faults"]
+class _Chaos:
+    """One chaos session against a running server, provider and worker A: its
+    waves of runs, the kill phase, the drain. Every random choice is drawn from
+    ``rng``, seeded by ``--seed``."""
+
+    def __init__(self, config: ChaosConfig, report: ChaosReport, client: Client, workers: _Workers,
+                 began: float) -> None:
+        self.config, self.report, self.client, self.workers = config, report, client, workers
+        self.say = config.say
+        self.rng = random.Random(config.seed)
+        self.began = began
+        self.deadline = began + config.max_seconds
+        self.run_ids: list[str] = []
+        self.open_runs: set[str] = set()
+
+    def _left(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+    async def start_wave(self) -> None:
+        """``--runs`` runs started at once, each with its own task and address."""
+        from flowclient.runs import start_run  # the starter's own start: id policies, timeouts
+
+        config, report = self.config, self.report
+        wave = report.waves = report.waves + 1
+        ids = [f"chaos-{config.seed}-w{wave}-{i:03d}-{uuid.uuid4().hex[:6]}" for i in range(config.runs)]
+        await asyncio.gather(*(
+            start_run(self.client, rid, TASKS[i % len(TASKS)].format(n=1000 * wave + i), f"user{i}@example.com",
+                      queue=report.task_queue)
+            for i, rid in enumerate(ids)
+        ))
+        self.run_ids.extend(ids)
+        self.open_runs.update(ids)
+        self.say(f"  {time.monotonic() - self.began:6.1f} s  wave {wave}: {config.runs} runs started at once "
+                 f"on {report.task_queue}")
+
+    async def refresh_open(self) -> None:
+        for rid in list(self.open_runs):
+            desc = await self.client.get_workflow_handle(rid).describe()
+            if desc.status is not None and desc.status.name != "RUNNING":
+                self.open_runs.discard(rid)
+
+    async def kill_phase(self, pc: ProviderClient) -> None:
+        """Kill a ready worker every 0.5-2.5 s, with provider faults on the way, until
+        ``--kills`` kills have landed while runs were in flight (or the deadline)."""
+        report, workers = self.report, self.workers
+        while report.kills_with_runs_in_flight < self.config.kills and time.monotonic() < self.deadline:
+            # A worker lives at least this long after some worker is ready: kills
+            # faster than a step can finish would only prove the retry bound.
+            await _wait(workers.ready, self._left(), "a ready worker")
+            await asyncio.sleep(self.rng.uniform(0.5, 2.5))
+            await self.inject_faults(pc)
+            if "B" not in workers.slots and self.rng.random() < 0.6:
+                workers.spawn("B")
+            ready = workers.ready()
+            if ready:
+                await self.kill_one(ready)
+        report.kill_phase = time.monotonic() - self.began
+
+    async def inject_faults(self, pc: ProviderClient) -> None:
+        """At random: the next 1-3 effect requests answered 503, or the next 1-2 applied
+        and their responses lost. A new countdown replaces what is left of the old one:
+        count only what fired."""
+        report, rng = self.report, self.rng
+        if rng.random() < 0.6:
+            n = rng.randint(1, 3)
+            report.faults_503 -= (await pc.faults())["fail"]["remaining"]
+            await pc.set_faults(fail_next=n, status=503)
+            report.faults_503 += n
+        elif rng.random() < 0.6:
+            n = rng.randint(1, 2)
+            report.faults_lost -= (await pc.faults())["lose_response"]["remaining"]
+            await pc.set_faults(lose_response_next=n)
+            report.faults_lost += n
+
+    async def kill_one(self, ready: dict[str, Proc]) -> None:
+        """SIGKILL one of the ready workers; replace it at once (worker A always, B mostly)."""
+        report, workers = self.report, self.workers
+        slot = self.rng.choice(sorted(ready))
+        await self.refresh_open()
+        if not self.open_runs:  # everything finished before enough kills landed mid-run
+            await self.start_wave()
+        report.kills_with_two_workers += len(ready) >= 2
+        report.kills_with_runs_in_flight += bool(self.open_runs)
+        ready[slot].kill()
+        report.kills += 1
+        self.say(f"  {time.monotonic() - self.began:6.1f} s  SIGKILL worker {slot} (pid {ready[slot].pid}): "
+                 f"kill {report.kills_with_runs_in_flight}/{self.config.kills} mid-run, {len(ready)} worker(s) "
+                 f"ready, {len(self.open_runs)} runs open")
+        if slot == "A" or self.rng.random() < 0.6:
+            workers.spawn(slot)
+        else:
+            del workers.slots[slot]
+
+    async def clear_faults(self, pc: ProviderClient) -> None:
+        """No more faults; what never fired is not counted."""
+        left = await pc.faults()
+        self.report.faults_503 -= left["fail"]["remaining"]
+        self.report.faults_lost -= left["lose_response"]["remaining"]
+        await pc.clear_faults()
+
+    async def drain(self) -> None:
+        """Worker A back if it is gone, then wait for every run to close (or the deadline)."""
+        if "A" not in self.workers.slots or not self.workers.slots["A"].alive():
+            self.workers.spawn("A")
+
+        async def all_closed():
+            await self.refresh_open()
+            return not self.open_runs
+
+        try:
+            await _wait(all_closed, self._left(), "every run to close", interval=0.5)
+        except TimeoutError:
+            pass  # reported by the checks, run by run
+
+    async def collect(self) -> None:
+        """Every run's final status; what is still open is ended (bounded), and the checks say so."""
+        for rid in self.run_ids:
+            self.report.runs[rid] = await run_status(self.client, rid)
+        for rid in self.open_runs:
+            try:
+                await self.client.get_workflow_handle(rid).terminate("chaos: --max-seconds reached")
+            except Exception:  # noqa: BLE001 - already closed between the check and here
+                pass
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
-    from flowclient.runs import start_run  # the starter's own start: id policies, timeouts
-
-    say = config.say
-    rng = random.Random(config.seed)
+    """Start what the session needs, play it (waves, kill phase, drain), check it,
+    and stop every process it started, whatever happens."""
     report = ChaosReport(config=config, task_queue=f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}")
     began = time.monotonic()
-    deadline = began + config.max_seconds
     tmp = tempfile.TemporaryDirectory(prefix="chaos-", dir=config.workdir)
     work = Path(tmp.name)
     server = None
@@ -214,94 +333,14 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         workers.spawn("A")
         await _wait(lambda: workers.ready().get("A"), 60, "worker A to be ready")
 
-        run_ids: list[str] = []
-        open_runs: set[str] = set()
-
-        async def start_wave() -> None:
-            wave = report.waves = report.waves + 1
-            ids = [f"chaos-{config.seed}-w{wave}-{i:03d}-{uuid.uuid4().hex[:6]}" for i in range(config.runs)]
-            await asyncio.gather(*(
-                start_run(client, rid, TASKS[i % len(TASKS)].format(n=1000 * wave + i), f"user{i}@example.com",
-                          queue=report.task_queue)
-                for i, rid in enumerate(ids)
-            ))
-            run_ids.extend(ids)
-            open_runs.update(ids)
-            say(f"  {time.monotonic() - began:6.1f} s  wave {wave}: {config.runs} runs started at once "
-                f"on {report.task_queue}")
-
-        say(f"chaos: seed {config.seed}; {config.kills} SIGKILLs of a worker while runs are in flight")
-        await start_wave()
-
-        async def refresh_open() -> None:
-            for rid in list(open_runs):
-                desc = await client.get_workflow_handle(rid).describe()
-                if desc.status is not None and desc.status.name != "RUNNING":
-                    open_runs.discard(rid)
-
-        # ------------------------------------------------------------ kill phase
+        chaos = _Chaos(config, report, client, workers, began)
+        config.say(f"chaos: seed {config.seed}; {config.kills} SIGKILLs of a worker while runs are in flight")
+        await chaos.start_wave()
         async with ProviderClient(url) as pc:
-            while report.kills_with_runs_in_flight < config.kills and time.monotonic() < deadline:
-                # A worker lives at least this long after some worker is ready: kills
-                # faster than a step can finish would only prove the retry bound.
-                await _wait(workers.ready, max(1.0, deadline - time.monotonic()), "a ready worker")
-                await asyncio.sleep(rng.uniform(0.5, 2.5))
-                # A new countdown replaces what is left of the old one: count only what fired.
-                if rng.random() < 0.6:
-                    n = rng.randint(1, 3)
-                    report.faults_503 -= (await _faults(pc))["fail"]["remaining"]
-                    await pc.set_faults(fail_next=n, status=503)
-                    report.faults_503 += n
-                elif rng.random() < 0.6:
-                    n = rng.randint(1, 2)
-                    report.faults_lost -= (await _faults(pc))["lose_response"]["remaining"]
-                    await pc.set_faults(lose_response_next=n)
-                    report.faults_lost += n
-                if "B" not in workers.slots and rng.random() < 0.6:
-                    workers.spawn("B")
-                ready = workers.ready()
-                if not ready:
-                    continue
-                slot = rng.choice(sorted(ready))
-                await refresh_open()
-                if not open_runs:  # everything finished before enough kills landed mid-run
-                    await start_wave()
-                report.kills_with_two_workers += len(ready) >= 2
-                report.kills_with_runs_in_flight += bool(open_runs)
-                ready[slot].kill()
-                report.kills += 1
-                say(f"  {time.monotonic() - began:6.1f} s  SIGKILL worker {slot} (pid {ready[slot].pid}): "
-                    f"kill {report.kills_with_runs_in_flight}/{config.kills} mid-run, {len(ready)} worker(s) "
-                    f"ready, {len(open_runs)} runs open")
-                if slot == "A" or rng.random() < 0.6:
-                    workers.spawn(slot)
-                else:
-                    del workers.slots[slot]
-            report.kill_phase = time.monotonic() - began
-            # ------------------------------------------------------------ drain
-            left = await _faults(pc)
-            report.faults_503 -= left["fail"]["remaining"]
-            report.faults_lost -= left["lose_response"]["remaining"]
-            await pc.clear_faults()
-        if "A" not in workers.slots or not workers.slots["A"].alive():
-            workers.spawn("A")
-
-        async def all_closed():
-            await refresh_open()
-            return not open_runs
-
-        try:
-            await _wait(all_closed, max(1.0, deadline - time.monotonic()), "every run to close", interval=0.5)
-        except TimeoutError:
-            pass  # reported below, run by run
-
-        for rid in run_ids:
-            report.runs[rid] = await run_status(client, rid)
-        for rid in open_runs:  # bounded: end what is still open, and say so
-            try:
-                await client.get_workflow_handle(rid).terminate("chaos: --max-seconds reached")
-            except Exception:  # noqa: BLE001 - already closed between the check and here
-                pass
+            await chaos.kill_phase(pc)
+            await chaos.clear_faults(pc)
+        await chaos.drain()
+        await chaos.collect()
         _check(report, url)
         report.workers_started = len(workers.all)
     finally:
@@ -356,7 +395,7 @@ def _check(report: ChaosReport, url: str) -> None:
     for rid, s in report.runs.items():
         if s["status"] != "completed":
             continue
-        for step in ("send_confirmation", "record_outcome"):
+        for step in EFFECT_STEPS:
             e = by_key.get(idempotency_key(rid, step))
             if e is None or e.effects_applied != 1:
                 fail(f"no lost effect: completed run {rid} has {step} applied "

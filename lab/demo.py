@@ -45,7 +45,7 @@ from lab.processes import (
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from steps.runview import render_table, step_ticker
 
 console = Console(highlight=False)

@@ -70,7 +70,7 @@ from memory import open_store
 from providerclient import fetch_effects
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
-from steps.models import STEP_NAMES
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 
 ENGINES = ("runrecord", "temporal", "dbos")
 PLACEMENTS = ("worker", "laptop")
@@ -78,7 +78,6 @@ POINTS = ("start", "email", "between", "memory")
 DIR_RULES = ("lenient", "strict")
 SYNC_LEVELS = {"runrecord": ("FULL", "NORMAL"), "temporal": ("FULL", "EXTRA"), "dbos": ("default",)}
 DEFAULT_SYNC = {"runrecord": "FULL", "temporal": "FULL", "dbos": "default"}
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

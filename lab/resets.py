@@ -107,6 +107,15 @@ async def _closed(client, run_id: str, newer_than: str | None = None) -> dict:
     return await wait_until(check, 90, f"run {run_id} to close", interval=0.2)
 
 
+async def _reset_and_wait(client, address: str, run_id: str, point: str) -> tuple[dict, int]:
+    """Reset ``run_id`` to ``point`` as an operator does; the status of the run the reset made,
+    once closed, and the event id it was reset to."""
+    handle = client.get_workflow_handle(run_id)
+    old_run = (await handle.describe()).run_id
+    event_id = reset(address, run_id, point, await handle.fetch_history())
+    return await _closed(client, run_id, newer_than=old_run), event_id
+
+
 async def matrix(say=print) -> list[dict]:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="resets-") as tmp:
@@ -128,10 +137,7 @@ async def matrix(say=print) -> list[dict]:
                 await start_run(client, run_id, TASK, EMAIL, queue=queue)
                 await _closed(client, run_id)
                 for point in POINTS:
-                    handle = client.get_workflow_handle(run_id)
-                    old_run = (await handle.describe()).run_id
-                    event_id = reset(server.address, run_id, point, await handle.fetch_history())
-                    after = await _closed(client, run_id, newer_than=old_run)
+                    after, event_id = await _reset_and_wait(client, server.address, run_id, point)
                     rows.append(await _row(client, mode, "completed", point, run_id, after, url, event_id))
                     say(_line(rows[-1]))
 
@@ -144,10 +150,7 @@ async def matrix(say=print) -> list[dict]:
                         await start_run(client, run_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=2))
                         await _closed(client, run_id)
                         await pc.clear_faults()
-                    handle = client.get_workflow_handle(run_id)
-                    old_run = (await handle.describe()).run_id
-                    event_id = reset(server.address, run_id, point, await handle.fetch_history())
-                    after = await _closed(client, run_id, newer_than=old_run)
+                    after, event_id = await _reset_and_wait(client, server.address, run_id, point)
                     rows.append(await _row(client, mode, "failed", point, run_id, after, url, event_id))
                     say(_line(rows[-1]))
         finally:

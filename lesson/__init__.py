@@ -3,9 +3,13 @@
 - ``lesson.in_memory``: the "before": the three-step flow held only in process
   memory, with a fresh random idempotency key per execution. A restart between
   step 2 and step 3 runs steps 1 and 2 again and sends the email twice.
-- ``lesson.scenario``: the same restart on every engine (in memory, the
+- ``lesson.scenario``: the same restart on all four engines (in memory, the
   SQLite run record, Temporal, DBOS), in one table (``make scenario``), and
   with ``--html`` as one page (``lesson.scenario_page``).
+- ``lesson.deploy``: the restart that is a deploy, or a move, on every engine
+  (``make scenario-deploy``).
+- ``lesson.replay``: replay a recorded history with the current workflow
+  code, as a resuming worker does.
 - ``lesson.pictures``: that page and the provider's inbox, photographed in
   headless Chromium for LAB.md (``make pictures``).
 - ``lesson.memory_vs_record``: falsify or wipe conversation memory between a

@@ -52,8 +52,9 @@ from steps.crashpoints import crash_point
 from steps.errors import StepError
 from steps.keys import idempotency_key
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.plan import FLOW
 from steps.ports import Remembered
-from steps.requests import RunInputs, draft_request, record_request, remember_request, send_request
+from steps.requests import RunInputs, remember_request
 
 KEY_MODES = ("random", "stable")
 
@@ -81,36 +82,22 @@ def in_process_memory(deps: Any) -> InMemoryStore:
 
 async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversation_id: str | None = None,
                    keys: str = "random", say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the three steps in order, holding their results only in ``done``.
+    """Run the steps of ``steps.plan`` in order, holding their results only in ``done``.
 
     The requests are the durable engines' (``steps.requests``), but for the
     keys: ``make_key`` replaces them (``random``: the bug). No start id and no
     memory cut-off: this engine has no record to keep them in."""
     done: dict[str, Any] = {}  # the whole "record": gone when the process is
     inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=conversation_id or run_id)
-
-    def started(step: str) -> None:
+    for step in FLOW:
         # Always attempt 1: nothing tells this process that an earlier one ran the step.
-        say(f"step {step} started: run {run_id} attempt 1")
-
-    def completed(step: str, result: Any) -> None:
-        done[step] = result
-        say(f"step {step} completed: run {run_id}")
-        crash_point(f"in_memory:after_{step}")
-
-    started("draft")
-    drafted = await flow.draft(draft_request(inputs, done), deps)
-    completed("draft", drafted)
-
-    started("send_confirmation")
-    sent = await flow.send_confirmation(
-        replace(send_request(inputs, done), idempotency_key=make_key(run_id, "send_confirmation", keys)), deps)
-    completed("send_confirmation", sent)
-
-    started("record_outcome")
-    recorded = await flow.record_outcome(
-        replace(record_request(inputs, done), idempotency_key=make_key(run_id, "record_outcome", keys)), deps)
-    completed("record_outcome", recorded)
+        say(f"step {step.name} started: run {run_id} attempt 1")
+        request = step.request(inputs, done)
+        if step.effect:
+            request = replace(request, idempotency_key=make_key(run_id, step.name, keys))
+        done[step.name] = await step.run(request, deps)
+        say(f"step {step.name} completed: run {run_id}")
+        crash_point(f"in_memory:after_{step.name}")
 
     await flow.remember_exchange(remember_request(inputs, done), deps)
     return done

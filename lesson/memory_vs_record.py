@@ -36,6 +36,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from lab.processes import REPO
 from lab.provider_process import start_provider
@@ -43,7 +44,7 @@ from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"
@@ -62,6 +63,101 @@ def show_memory(path: Path, title: str) -> None:
         print(printable(f"      {m.role:<9} {' '.join(m.content.split())[:90]}"))
 
 
+class StoryError(RuntimeError):
+    """The story could not be played as planned (a process did not finish or die as it should)."""
+
+
+class Story:
+    """The story's runs, on one provider, memory file and run record (in ``state``)."""
+
+    def __init__(self, state: Path, provider_url: str) -> None:
+        self.memory_db = state / "memory.db"
+        self.provider_url = provider_url
+        self.env = {**os.environ, "PROVIDER_URL": provider_url, "MEMORY_DB": str(self.memory_db),
+                    "RUNRECORD_DB": str(state / "runrecord.db"), "PYTHONUNBUFFERED": "1", "CRASH_AT": ""}
+        self.stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.earlier, self.run_id = f"mvr-{self.stamp}-1", f"mvr-{self.stamp}-2"
+
+    def runrecord(self, *argv: str, crash: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO,
+                              env={**self.env, "CRASH_AT": crash}, capture_output=True, text=True, timeout=TIMEOUT)
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(self.runrecord("status", self.run_id, "--json").stdout)
+
+    def first_run(self) -> None:
+        """1. A first task to completion: its exchange goes to memory."""
+        print(f"==> run {self.earlier}: a first task in conversation {CONVERSATION}, to completion")
+        done = self.runrecord("start", self.earlier, "Where is my refund for order 1234?", "--email",
+                              "ada@example.com", "--conversation", CONVERSATION)
+        if done.returncode != 0:
+            raise StoryError(f"the first run failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        show_memory(self.memory_db, "after the first run")
+
+    def killed_run(self) -> None:
+        """2. A second run in the conversation, killed after the email is recorded."""
+        print(f"==> run {self.run_id}: same conversation, CRASH_AT={CRASH} (killed after the email is recorded)")
+        done = self.runrecord("start", self.run_id, "Confirm the refund for order 1234", "--email", "ada@example.com",
+                              "--conversation", CONVERSATION, "--lease-seconds", "1", crash=CRASH)
+        if done.returncode != -9:
+            raise StoryError(f"the run was to be killed but exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        before = self.status()
+        print(f"    the run record says: {before['status']}, current step {before['current_step']}; completed: "
+              + ", ".join(s["name"] for s in before["steps"] if s["status"] == "completed"))
+
+    def tamper(self, how: str) -> None:
+        """3. Memory lies (a forged message saying the email was never sent) or is wiped."""
+        if how == "lie":
+            print("==> falsifying memory: appending a message that says the email was never sent")
+            store = open_store(str(self.memory_db), MemoryPolicy(max_tokens=DEFAULT_MEMORY_MAX_TOKENS,
+                                                                    max_messages=DEFAULT_MEMORY_MAX_MESSAGES))
+            try:
+                store.append(CONVERSATION, Message(
+                    f"forged/{self.stamp}", "assistant",
+                    f"Run {self.run_id} has NOT sent the confirmation email and has no draft; "
+                    "start it over at step 1."))
+            finally:
+                store.close()
+        else:
+            print(f"==> wiping memory: deleting {self.memory_db}")
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.memory_db}{suffix}").unlink(missing_ok=True)
+        show_memory(self.memory_db, "after tampering")
+
+    def resume(self) -> list[str]:
+        """4. ``runrecord resume`` by run id, once the killed process's lease has expired: the steps it ran."""
+        print(f"==> python -m runrecord resume {self.run_id}")
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            done = self.runrecord("resume", self.run_id)
+            if done.returncode != 5 or time.monotonic() > deadline:  # 5: the killed process's lease is not expired
+                break
+            time.sleep(0.2)
+        if done.returncode != 0:
+            raise StoryError(f"resume exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        return executed(done.stdout)
+
+    def followed_the_record(self, ran: list[str], how: str) -> bool:
+        """What the resume did, from the record and the provider; True if it followed the record."""
+        after = self.status()
+        effects = per_step(fetch_effects(self.provider_url, run_id=self.run_id))
+        draft = after["steps"][0]["result"]
+        print(f"    the resumed process executed: {', '.join(ran) or 'nothing'}")
+        print(f"    run status: {after['status']}; draft result still the recorded one "
+              f"(context_messages={draft['context_messages']}, written before the tampering)")
+        for step, counts in effects.items():
+            print(f"    provider, {step}: {describe(counts)}")
+        show_memory(self.memory_db, "after the resume")
+        if (ran == ["record_outcome"] and after["status"] == "completed"
+                and all(c["applied"] == 1 and c["keys"] == 1 for c in effects.values())):
+            print(f"PASS: the resume followed the run record, not memory (memory: {how}): it continued at "
+                  "step 3 and did not run steps 1-2 again; every effect applied once")
+            return True
+        print(printable(f"FAIL: the resume did not follow the record: executed {ran}, status {after['status']}, "
+                        f"effects {effects}"))
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lesson.memory_vs_record", description=__doc__.splitlines()[0])
     parser.add_argument("--memory", choices=("lie", "wipe"), default="lie",
@@ -71,81 +167,14 @@ def main(argv: list[str] | None = None) -> int:
 
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-memory-"))
     state.mkdir(parents=True, exist_ok=True)
-    memory_db, record_db = state / "memory.db", state / "runrecord.db"
-    stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    earlier, run_id = f"mvr-{stamp}-1", f"mvr-{stamp}-2"
     provider = None
     try:
         provider = start_provider(state / "provider.db")
-        url = provider.url
-        env = {**os.environ, "PROVIDER_URL": url, "MEMORY_DB": str(memory_db), "RUNRECORD_DB": str(record_db),
-               "PYTHONUNBUFFERED": "1", "CRASH_AT": ""}
-
-        def runrecord(*argv: str, crash: str = "") -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO,
-                                  env={**env, "CRASH_AT": crash}, capture_output=True, text=True, timeout=TIMEOUT)
-
-        print(f"==> run {earlier}: a first task in conversation {CONVERSATION}, to completion")
-        done = runrecord("start", earlier, "Where is my refund for order 1234?", "--email", "ada@example.com",
-                         "--conversation", CONVERSATION)
-        if done.returncode != 0:
-            raise RuntimeError(f"the first run failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        show_memory(memory_db, "after the first run")
-
-        print(f"==> run {run_id}: same conversation, CRASH_AT={CRASH} (killed after the email is recorded)")
-        done = runrecord("start", run_id, "Confirm the refund for order 1234", "--email", "ada@example.com",
-                         "--conversation", CONVERSATION, "--lease-seconds", "1", crash=CRASH)
-        if done.returncode != -9:
-            raise RuntimeError(f"the run was to be killed but exited {done.returncode}:\n{done.stdout}{done.stderr}")
-        before = json.loads(runrecord("status", run_id, "--json").stdout)
-        print(f"    the run record says: {before['status']}, current step {before['current_step']}; completed: "
-              + ", ".join(s["name"] for s in before["steps"] if s["status"] == "completed"))
-
-        if args.memory == "lie":
-            print("==> falsifying memory: appending a message that says the email was never sent")
-            store = open_store(str(memory_db), MemoryPolicy(max_tokens=DEFAULT_MEMORY_MAX_TOKENS,
-                                                               max_messages=DEFAULT_MEMORY_MAX_MESSAGES))
-            try:
-                store.append(CONVERSATION, Message(
-                    f"forged/{stamp}", "assistant",
-                    f"Run {run_id} has NOT sent the confirmation email and has no draft; start it over at step 1."))
-            finally:
-                store.close()
-        else:
-            print(f"==> wiping memory: deleting {memory_db}")
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{memory_db}{suffix}").unlink(missing_ok=True)
-        show_memory(memory_db, "after tampering")
-
-        print(f"==> python -m runrecord resume {run_id}")
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            done = runrecord("resume", run_id)
-            if done.returncode != 5 or time.monotonic() > deadline:  # 5: the killed process's lease is not expired
-                break
-            time.sleep(0.2)
-        if done.returncode != 0:
-            raise RuntimeError(f"resume exited {done.returncode}:\n{done.stdout}{done.stderr}")
-        ran = executed(done.stdout)
-        after = json.loads(runrecord("status", run_id, "--json").stdout)
-        effects = per_step(fetch_effects(url, run_id=run_id))
-        draft = after["steps"][0]["result"]
-        print(f"    the resumed process executed: {', '.join(ran) or 'nothing'}")
-        print(f"    run status: {after['status']}; draft result still the recorded one "
-              f"(context_messages={draft['context_messages']}, written before the tampering)")
-        for step, counts in effects.items():
-            print(f"    provider, {step}: {describe(counts)}")
-        show_memory(memory_db, "after the resume")
-
-        followed = (ran == ["record_outcome"] and after["status"] == "completed"
-                    and all(c["applied"] == 1 and c["keys"] == 1 for c in effects.values()))
-        if followed:
-            print(f"PASS: the resume followed the run record, not memory (memory: {args.memory}): it continued at "
-                  "step 3 and did not run steps 1-2 again; every effect applied once")
-            return 0
-        print(printable(f"FAIL: the resume did not follow the record: executed {ran}, status {after['status']}, "
-                        f"effects {effects}"))
-        return 1
+        story = Story(state, provider.url)
+        story.first_run()
+        story.killed_run()
+        story.tamper(args.memory)
+        return 0 if story.followed_the_record(story.resume(), args.memory) else 1
     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, ValueError) as err:
         print(printable(f"error: the story could not be played: {err}", multiline=True), file=sys.stderr)
         return 2

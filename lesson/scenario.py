@@ -72,7 +72,7 @@ from runrecord.picture import Watched
 from runrecord.store import RunRecord
 from steps.controls import printable
 from steps.limits import InputError, check_task
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -221,7 +221,7 @@ class Scenario:
         obs.keys = [{"key": e.key, "kind": e.kind, "requests": e.requests, "applied": e.effects_applied}
                     for e in effects]
 
-    # -- the three engines ---------------------------------------------------
+    # -- the four engines ----------------------------------------------------
 
     def in_memory(self) -> Observed:
         obs = Observed("in_memory", self.run_id("in_memory"))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from lesson.effects import describe
 from runrecord.picture import dbos_lane, effects_of, record_lane, temporal_lane, watched_parts
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from timeline import OBSERVED, Lane, Span, render_page
 from timeline.model import AGAIN, EXECUTED
 

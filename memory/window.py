@@ -263,79 +263,23 @@ class Conversation:
     # ---- changing ----------------------------------------------------------------
 
     def append(self, message: Message, digest: Any) -> Outcome:
-        """Store a non-pinned message and evict down to the bounds."""
-        policy = self.policy
-        tokens = policy.token_counter(message)
-        if tokens.__class__ is not int or tokens < 0:
-            tokens = count_tokens(policy.token_counter, message)  # raises with the explanation
-        room = policy.max_tokens - self.pinned_tokens
-        if room <= 0 or len(self.pinned) >= policy.max_messages:
-            raise PinnedTooLargeError(
-                f"conversation {self.conversation_id!r}: the pinned messages ({len(self.pinned)} messages, "
-                f"{self.pinned_tokens} tokens) leave no room under max_tokens={policy.max_tokens}, "
-                f"max_messages={policy.max_messages}; unpin some or raise the limits"
-            )
-        truncated = False
-        if tokens > room:
-            if policy.oversize is OversizeRule.REJECT:
-                raise OversizeMessageError(
-                    f"message {message.id!r} counts {tokens} tokens, more than the {room} tokens the budget "
-                    f"(max_tokens={policy.max_tokens}) leaves after {self.pinned_tokens} pinned tokens. "
-                    "Shorten or summarise it before appending, or use MemoryPolicy(oversize='truncate')."
-                )
-            message, tokens = truncate_to_fit(message, room, policy.token_counter)
-            truncated = True
+        """Store a non-pinned message and evict down to the bounds.
 
+        The message is fitted to the budget first (``_fit``: counted, cut or
+        refused). A tool result then joins the round awaiting it
+        (``_round_for``), or is dropped on arrival when that round was evicted;
+        any other message closes an unfinished round and starts a block of its
+        own (``_new_block``). Then it is stored, and the oldest go (``_evict``)."""
+        message, tokens, truncated = self._fit(message)
         abandoned = _NOTHING
         if message.role == "tool":
-            call_id = message.tool_call_id
-            block = self.open_block
-            if block is not None and block.pending and call_id in block.pending:
-                block.pending.discard(call_id)
-                if not block.pending:
-                    self.open_block = None
-            elif call_id in self.orphaned_calls:
-                # Its call was evicted with its unfinished round: keeping the result
-                # would orphan it, so it is evicted on arrival.
-                self.orphaned_calls.discard(call_id)
-                dropped = _Entry(self._take_seq(), message, tokens, digest, None)
-                self.appended += 1
-                self.truncated += truncated
-                self.evicted_messages += 1
-                self.evicted_tokens += tokens
-                self.evictions += 1
-                return Outcome(None, dropped, _NOTHING, _NOTHING, truncated, tokens)
-            else:
-                awaiting = sorted(block.pending or ()) if block is not None else []
-                raise UnknownToolCallError(
-                    f"conversation {self.conversation_id!r}: tool result {message.id!r} answers tool call "
-                    f"{call_id!r}, which no stored assistant message is awaiting "
-                    f"(awaiting: {', '.join(map(repr, awaiting)) or 'none'}). Append the assistant message "
-                    "that makes the call first, and each result once."
-                )
+            block = self._round_for(message)
+            if block is None:
+                return self._drop_on_arrival(message, tokens, digest, truncated)
         else:
             if self.open_block is not None:
                 abandoned = self._abandon_open_block()
-            if self.orphaned_calls:
-                self.orphaned_calls = set()
-            exchanges = self.exchanges
-            if message.role == "user":
-                self.exchange_number += 1
-                exchange = _Exchange(self.exchange_number)
-                exchanges.append(exchange)
-            else:
-                if self.exchange_number == 0:
-                    self.exchange_number = 1  # the conversation opens without a user turn
-                if exchanges and exchanges[-1].number == self.exchange_number:
-                    exchange = exchanges[-1]
-                else:
-                    exchange = _Exchange(self.exchange_number)
-                    exchanges.append(exchange)
-            block = _Block(self.next_seq, exchange.number, message.role == "user")
-            if message.tool_calls:
-                block.pending = {call.id for call in message.tool_calls}
-                self.open_block = block
-            exchange.blocks.append(block)
+            block = self._new_block(message)
 
         seq = self.next_seq
         self.next_seq = seq + 1
@@ -347,10 +291,98 @@ class Conversation:
         self.appended += 1
         if truncated:
             self.truncated += 1
+        policy = self.policy
         if (self.tokens + self.pinned_tokens <= policy.max_tokens
                 and self.count + len(self.pinned) <= policy.max_messages):
             return _new_tuple(Outcome, (entry, None, _NOTHING, abandoned, truncated, tokens))
         return _new_tuple(Outcome, (entry, None, self._evict(), abandoned, truncated, tokens))
+
+    def _fit(self, message: Message) -> tuple[Message, int, bool]:
+        """The message as it will be stored, its tokens, and whether it was cut to
+        fit the room the pinned messages leave (``OversizeRule.TRUNCATE``).
+        Refuses, changing nothing, a message over the room under
+        ``OversizeRule.REJECT``, and any message when the pinned leave no room."""
+        policy = self.policy
+        tokens = policy.token_counter(message)
+        if tokens.__class__ is not int or tokens < 0:
+            tokens = count_tokens(policy.token_counter, message)  # raises with the explanation
+        room = policy.max_tokens - self.pinned_tokens
+        if room <= 0 or len(self.pinned) >= policy.max_messages:
+            raise PinnedTooLargeError(
+                f"conversation {self.conversation_id!r}: the pinned messages ({len(self.pinned)} messages, "
+                f"{self.pinned_tokens} tokens) leave no room under max_tokens={policy.max_tokens}, "
+                f"max_messages={policy.max_messages}; unpin some or raise the limits"
+            )
+        if tokens <= room:
+            return message, tokens, False
+        if policy.oversize is OversizeRule.REJECT:
+            raise OversizeMessageError(
+                f"message {message.id!r} counts {tokens} tokens, more than the {room} tokens the budget "
+                f"(max_tokens={policy.max_tokens}) leaves after {self.pinned_tokens} pinned tokens. "
+                "Shorten or summarise it before appending, or use MemoryPolicy(oversize='truncate')."
+            )
+        message, tokens = truncate_to_fit(message, room, policy.token_counter)
+        return message, tokens, True
+
+    def _round_for(self, result: Message) -> _Block | None:
+        """The open round awaiting this tool result (which then no longer awaits it),
+        or None when its call was evicted with its unfinished round. Refuses,
+        changing nothing, a result that no stored message awaits."""
+        call_id = result.tool_call_id
+        block = self.open_block
+        if block is not None and block.pending and call_id in block.pending:
+            block.pending.discard(call_id)
+            if not block.pending:
+                self.open_block = None
+            return block
+        if call_id in self.orphaned_calls:
+            self.orphaned_calls.discard(call_id)
+            return None
+        awaiting = sorted(block.pending or ()) if block is not None else []
+        raise UnknownToolCallError(
+            f"conversation {self.conversation_id!r}: tool result {result.id!r} answers tool call "
+            f"{call_id!r}, which no stored assistant message is awaiting "
+            f"(awaiting: {', '.join(map(repr, awaiting)) or 'none'}). Append the assistant message "
+            "that makes the call first, and each result once."
+        )
+
+    def _drop_on_arrival(self, result: Message, tokens: int, digest: Any, truncated: bool) -> Outcome:
+        """A tool result whose call was evicted: keeping it would orphan it, so it
+        is counted as appended and evicted at once, and never stored."""
+        dropped = _Entry(self._take_seq(), result, tokens, digest, None)
+        self.appended += 1
+        self.truncated += truncated
+        self.evicted_messages += 1
+        self.evicted_tokens += tokens
+        self.evictions += 1
+        return Outcome(None, dropped, _NOTHING, _NOTHING, truncated, tokens)
+
+    def _new_block(self, message: Message) -> _Block:
+        """The block a message that is not a tool result starts: in a new exchange
+        for a user turn, else in the current one. A message with tool calls
+        opens a round that awaits their results. Results of an evicted round
+        are no longer awaited once the conversation moves on."""
+        if self.orphaned_calls:
+            self.orphaned_calls = set()
+        exchanges = self.exchanges
+        if message.role == "user":
+            self.exchange_number += 1
+            exchange = _Exchange(self.exchange_number)
+            exchanges.append(exchange)
+        else:
+            if self.exchange_number == 0:
+                self.exchange_number = 1  # the conversation opens without a user turn
+            if exchanges and exchanges[-1].number == self.exchange_number:
+                exchange = exchanges[-1]
+            else:
+                exchange = _Exchange(self.exchange_number)
+                exchanges.append(exchange)
+        block = _Block(self.next_seq, exchange.number, message.role == "user")
+        if message.tool_calls:
+            block.pending = {call.id for call in message.tool_calls}
+            self.open_block = block
+        exchange.blocks.append(block)
+        return block
 
     def pin(self, message: Message, digest: Any) -> Outcome:
         """Store a pinned message (never evicted) and evict the rest down to the bounds."""

@@ -328,6 +328,11 @@ class ProviderClient:
         response = await self._request("GET", "/v1/tickets", action="list tickets", params=_run_filter(run_id))
         return list(_field(_json_object(response, "list tickets"), "tickets", "list tickets"))
 
+    async def faults(self) -> dict[str, Any]:
+        """The provider's current faults: what each still has to do (``remaining``). See ``provider.faults``."""
+        response = await self._request("GET", "/admin/faults", action="read faults")
+        return dict(_json_object(response, "read faults").get("faults", {}))
+
     async def set_faults(self, **fields: Any) -> dict[str, Any]:
         """Inject faults, e.g. ``set_faults(fail_next=2, status=503, retry_after=0.2)``.
 

@@ -52,8 +52,7 @@ from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
 from steps.controls import printable
 from steps.keys import idempotency_key
-
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
+from steps.plan import EFFECT_STEPS
 
 
 def _camel(event_type: EventType.ValueType) -> str:

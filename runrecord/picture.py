@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from steps.runview import short_result
 from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span, render_page
 from timeline.model import EXECUTED, KILL, READ, REPLAY, REPLAYED, RESTART, UNRECORDED, WAITING

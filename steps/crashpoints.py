@@ -13,7 +13,7 @@ tests stop a process at an exact place before cutting the power under it.
 Off unless set. When ``CRASH_AT`` is unset, ``crash_point`` is one lookup in an
 empty frozenset, read once at import.
 
-Points reached by the step functions (both engines):
+Points reached by the step functions (every engine):
 
 =====================================  ============================================
 ``draft:before``                       the draft step has started, nothing done
@@ -28,22 +28,29 @@ Points reached by the step functions (both engines):
 
 After the run, every engine: ``memory:after_append``: the run's exchange is
 committed to conversation memory, the process has not closed memory (not in
-``POINTS``: the crash matrix does not run it; the power-cut tests do).
+``step_points``: the crash matrix does not run it; the power-cut tests do).
 
-Points reached by one engine only, for each step S (``ENGINE_POINTS``):
+Points reached by one engine only, for each step S (``engine_points``):
 
 ==========================================  =======================================
 ``temporal:S:after_record``                 workflow code, never on replay: S's
                                             ActivityTaskCompleted is in history,
                                             the next activity not yet scheduled
-``runrecord:draft:after_start``             the draft attempt is committed as
-                                            started, the step not yet called
+``runrecord:S:after_start`` (S no effect)   the attempt is committed as started,
+                                            the step not yet called (``draft``)
 ``runrecord:S:after_intent`` (S an effect)  the attempt and its intent are
                                             committed, no request sent
 ``runrecord:S:after_record``                S's result and the advance committed
+``dbos:S:after_record``                     DBOS has written S's output, the next
+                                            step not started
 ==========================================  =======================================
 
-docs/crashpoints.md has the full table: every point on both engines and what
+Both lists are derived from the flow, ``step_points(FLOW)`` and
+``engine_points(FLOW)`` (``steps.plan``): a step declares the points its
+function reaches (``FlowStep.crash_points``); each engine's own points follow
+from the step's name and effect flag, as that engine's code builds them.
+
+docs/crashpoints.md has the full table: every point on every engine and what
 resume must do at each. tests/test_crash_matrix.py kills a run at each one.
 """
 
@@ -52,29 +59,30 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from steps.models import STEP_NAMES
+if TYPE_CHECKING:
+    from steps.plan import FlowStep
 
-POINTS = (
-    "draft:before",
-    "draft:during_llm",
-    "send_confirmation:before",
-    "send_confirmation:after_effect",
-    "record_outcome:before",
-    "record_outcome:after_effect",
-)
 
-ENGINE_POINTS = {
-    "temporal": tuple(f"temporal:{s}:after_record" for s in STEP_NAMES),
-    "runrecord": (
-        "runrecord:draft:after_start",
-        "runrecord:draft:after_record",
-        "runrecord:send_confirmation:after_intent",
-        "runrecord:send_confirmation:after_record",
-        "runrecord:record_outcome:after_intent",
-        "runrecord:record_outcome:after_record",
-    ),
-}
+def step_points(flow: Iterable[FlowStep]) -> tuple[str, ...]:
+    """The points the step functions of ``flow`` reach, on every engine, in flow order."""
+    return tuple(f"{step.name}:{point}" for step in flow for point in step.crash_points)
+
+
+def engine_points(flow: Iterable[FlowStep]) -> dict[str, tuple[str, ...]]:
+    """Each engine's own points for ``flow``, in flow order, named as the engine's code names them
+    (``workflows.agent_flow``, ``runrecord.runner``, ``dbosflow.engine``)."""
+    steps = tuple(flow)
+    return {
+        "temporal": tuple(f"temporal:{s.name}:after_record" for s in steps),
+        "runrecord": tuple(point for s in steps for point in (
+            f"runrecord:{s.name}:{'after_intent' if s.effect else 'after_start'}",
+            f"runrecord:{s.name}:after_record",
+        )),
+        "dbos": tuple(f"dbos:{s.name}:after_record" for s in steps),
+    }
 
 
 def _parse(value: str | None) -> frozenset[str]:

@@ -1,5 +1,5 @@
 """The error vocabulary shared by the step functions, the LLM clients and the
-provider client, and understood by both engines.
+provider client, and understood by every engine.
 
 Only two kinds matter to a durable engine:
 
@@ -24,8 +24,6 @@ from __future__ import annotations
 class StepError(Exception):
     """Base class: a step failed in a way the engine should know how to treat."""
 
-    retryable: bool = False
-
     def __init__(self, message: str, *, retry_after: float | None = None, in_doubt: bool = False) -> None:
         super().__init__(message)
         self.message = message
@@ -36,13 +34,9 @@ class StepError(Exception):
 class TransientError(StepError):
     """Worth retrying; ``retry_after`` (seconds) is a lower bound when known."""
 
-    retryable = True
-
 
 class PermanentError(StepError):
     """Not worth retrying: the run must end FAILED with this message."""
-
-    retryable = False
 
 
 class IdempotencyConflict(PermanentError):

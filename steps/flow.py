@@ -164,30 +164,38 @@ async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
 
 async def _adopt_email(req: SendRequest, deps: StepDeps, conflict: IdempotencyConflict) -> EmailSent:
     ours: dict[str, Any] = {"run_id": req.run_id, "to": req.to, "subject": req.subject, "body": req.body}
-    if req.start_id:
-        ours["metadata"] = start_metadata(req.start_id)
-    applied = await deps.provider.lookup(req.idempotency_key)
-    adopted = adopt(conflict, applied, kind="email", endpoint="POST /v1/emails", ours=ours,
-                    start_id=req.start_id, key=req.idempotency_key)
-    assert applied is not None and applied.request is not None and applied.response is not None  # adopt checked
-    adopted.update(subject=applied.request["subject"], body=applied.request["body"])
+    applied, response, adopted = await _adopt_applied(req, deps, conflict, kind="email",
+                                                      endpoint="POST /v1/emails", ours=ours)
+    adopted.update(subject=applied["subject"], body=applied["body"])
     log.info("email for %s adopted: %s", req.run_id, adopted["reason"])
-    return EmailSent(message_id=applied.response["message_id"], to=req.to, idempotency_key=req.idempotency_key,
+    return EmailSent(message_id=response["message_id"], to=req.to, idempotency_key=req.idempotency_key,
                      replayed=True, adopted=adopted)
 
 
 async def _adopt_ticket(req: RecordRequest, deps: StepDeps, conflict: IdempotencyConflict) -> OutcomeRecorded:
     ours: dict[str, Any] = {"run_id": req.run_id, "summary": req.summary, "email_message_id": req.email_message_id}
+    applied, response, adopted = await _adopt_applied(req, deps, conflict, kind="ticket",
+                                                      endpoint="POST /v1/tickets", ours=ours)
+    adopted.update(summary=applied["summary"])
+    log.info("ticket for %s adopted: %s", req.run_id, adopted["reason"])
+    return OutcomeRecorded(ticket_id=response["ticket_id"], idempotency_key=req.idempotency_key,
+                           replayed=True, adopted=adopted)
+
+
+async def _adopt_applied(req: SendRequest | RecordRequest, deps: StepDeps, conflict: IdempotencyConflict, *,
+                         kind: str, endpoint: str, ours: dict[str, Any]
+                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What the provider applied under the request's key, if this run may adopt it
+    (``steps.adoption``): the applied request, its response and the result's
+    ``adopted`` field; ``PermanentError`` otherwise. ``ours`` is the request this
+    attempt would have sent (its start id metadata added here)."""
     if req.start_id:
         ours["metadata"] = start_metadata(req.start_id)
     applied = await deps.provider.lookup(req.idempotency_key)
-    adopted = adopt(conflict, applied, kind="ticket", endpoint="POST /v1/tickets", ours=ours,
+    adopted = adopt(conflict, applied, kind=kind, endpoint=endpoint, ours=ours,
                     start_id=req.start_id, key=req.idempotency_key)
     assert applied is not None and applied.request is not None and applied.response is not None  # adopt checked
-    adopted.update(summary=applied.request["summary"])
-    log.info("ticket for %s adopted: %s", req.run_id, adopted["reason"])
-    return OutcomeRecorded(ticket_id=applied.response["ticket_id"], idempotency_key=req.idempotency_key,
-                           replayed=True, adopted=adopted)
+    return applied.request, applied.response, adopted
 
 
 def exchange_message_ids(run_id: str) -> tuple[str, str]:

@@ -1,14 +1,13 @@
-"""Inputs and results of the three steps: plain dataclasses that both engines
-serialise (Temporal through its JSON data converter, the run record as JSON
-rows). Fields may be added later with defaults; never renamed."""
+"""Inputs and results of the three steps: plain dataclasses that every engine
+serialises (Temporal through its JSON data converter, the run record as JSON
+rows, DBOS as plain JSON values in its step outputs). Fields may be added later
+with defaults; never renamed. The steps themselves, in order, are
+``steps.plan``'s."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
-
-STEP_NAMES: tuple[str, ...] = ("draft", "send_confirmation", "record_outcome")
-"""The flow, in order. Both engines check a run against this list on resume."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,7 @@
-"""The retry rules of a step: one definition, used by both engines.
+"""The retry rules of a step: one definition, which every engine takes its
+numbers from. Temporal's workflow and the run record decide by it attempt by
+attempt (``StepLedger``); DBOS maps it onto its own step retries, which count
+attempts instead of spending a time budget (``dbosflow.engine``).
 
 An attempt of a step ends in one of four ways, and each has its own rule:
 
@@ -157,9 +160,6 @@ class RetryRule:
         return cls(**known)
 
 
-DEFAULT_RULE = RetryRule()
-
-
 def _env_number(env: Mapping[str, str], name: str, parse: Callable[[str], Any], ok: Callable[[Any], bool],
                 what: str, default: Any) -> Any:
     """``name`` from ``env`` read with ``parse`` when set, else ``default``;
@@ -207,8 +207,8 @@ def run_timeout_floor(rule: RetryRule, steps: int) -> float:
 
 @dataclass
 class StepLedger:
-    """What one step's attempts have cost so far; both engines keep one per step
-    and ask it what to do after each failed attempt.
+    """What one step's attempts have cost so far: Temporal's workflow and the run
+    record keep one per step and ask it what to do after each failed attempt.
 
     ``effect``: the step sends a keyed request, so an attempt whose outcome is
     unknown (a timeout, a lost answer, a crash) may have applied it: the step
@@ -222,6 +222,7 @@ class StepLedger:
     error_attempts: int = 0
     error_seconds: float = 0.0
     crashes: int = 0
+    crashes_kept: int = 0  # of ``crashes``: kept from before a reset (``kept_from_reset``)
     in_doubt: bool = False
     last_error: str | None = None
     failure: str | None = None  # set when the step gave up: the run's error
@@ -255,14 +256,23 @@ class StepLedger:
         self.crashes += 1
         self.last_error = message
         self.in_doubt = self.in_doubt or self.effect
-        if self.crashes > self.rule.max_worker_deaths:
+        deaths = self.crashes - self.crashes_kept
+        if deaths > self.rule.max_worker_deaths:
             self.failure = (
-                f"step {self.name} failed after {self.attempts} attempt(s): worker died {self.crashes} times "
+                f"step {self.name} failed after {self.attempts} attempt(s): worker died {deaths} times "
                 f"during {self.name} (the limit is {self.rule.max_worker_deaths}; {DEATHS_ENV}): "
                 f"a step that kills its worker every time is a poison pill, not bad luck; last: {message}"
             )
             return False
         return True
+
+    def kept_from_reset(self, *, crashed: bool) -> None:
+        """Temporal: a failed attempt kept from the run a reset started from. It is
+        history: counted in ``attempts`` (and ``crashes`` if it crashed), but it
+        spends nothing, since a reset gives the step a fresh budget and death count."""
+        if crashed:
+            self.crashes += 1
+            self.crashes_kept += 1
 
     def after_permanent(self, message: str, *, in_doubt: bool = False) -> None:
         self.last_error = message

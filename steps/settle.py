@@ -30,9 +30,8 @@ from typing import Any
 
 from steps.controls import printable
 from steps.keys import idempotency_key
+from steps.plan import EFFECT_STEPS
 from steps.ports import EffectApi
-
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
 async def settle(provider: EffectApi, run_id: str) -> list[dict[str, Any]]:

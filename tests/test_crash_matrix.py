@@ -23,7 +23,6 @@ does; a re-run draft then differs from the first, and nothing may change.
 from __future__ import annotations
 
 import importlib.util
-import sys
 import uuid
 from dataclasses import dataclass
 
@@ -33,17 +32,15 @@ from lab.processes import Proc
 from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
-from steps.crashpoints import ENGINE_POINTS, POINTS
+from steps.crashpoints import engine_points, step_points
 from steps.keys import idempotency_key
+from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
-
-STEPS = ("draft", "send_confirmation", "record_outcome")
-EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
 @dataclass(frozen=True)
 class Case:
-    engine: str  # "temporal" | "runrecord"
+    engine: str  # "temporal" | "runrecord" | "dbos"
     point: str
     model: str = "deterministic"  # | "varying"
 
@@ -58,11 +55,11 @@ class Case:
     @property
     def step(self) -> str:
         """The step during (or after) which the process dies."""
-        return next(s for s in STEPS if f"{s}:" in self.point)
+        return next(s for s in STEP_NAMES if f"{s}:" in self.point)
 
     @property
     def index(self) -> int:
-        return STEPS.index(self.step)
+        return STEP_NAMES.index(self.step)
 
     @property
     def recorded(self) -> bool:
@@ -81,7 +78,7 @@ class Case:
         return not (self.point.endswith(":after_start") or self.point.endswith(":after_intent"))
 
     def expected_first(self, step: str) -> int:
-        i = STEPS.index(step)
+        i = STEP_NAMES.index(step)
         if i < self.index:
             return 1
         if i == self.index:
@@ -89,7 +86,7 @@ class Case:
         return 0
 
     def expected_second(self, step: str) -> int:
-        i = STEPS.index(step)
+        i = STEP_NAMES.index(step)
         if i < self.index:
             return 0
         if i == self.index:
@@ -97,14 +94,16 @@ class Case:
         return 1
 
 
-# DBOS's own points (dbosflow/engine.py): its step output is recorded, the next step not started. DBOS
-# records nothing when a step starts, so the steps' points are the rest of its matrix.
-DBOS_POINTS = tuple(f"dbos:{s}:after_record" for s in STEPS)
+# The steps' points, then each engine's own (steps.crashpoints). DBOS records nothing when a step starts,
+# so its only own point is after it recorded a step's output; the steps' points are the rest of its matrix.
+POINTS = step_points(FLOW)
+ENGINE_POINTS = engine_points(FLOW)
 HAVE_DBOS = importlib.util.find_spec("dbos") is not None
 
 CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for model in ("deterministic", "varying")
          for point in (*POINTS, *ENGINE_POINTS[engine])]
-DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying") for point in (*POINTS, *DBOS_POINTS)]
+DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying")
+              for point in (*POINTS, *ENGINE_POINTS["dbos"])]
 
 
 def new_run_id(case: Case) -> str:
@@ -115,13 +114,13 @@ def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_u
     where = f"{case.engine} at {case.point} ({case.model} model)"
     assert status["status"] == "completed", (where, status, second.output())
     assert status["steps"][0]["result"]["model"] == ("offline-varying" if case.model == "varying" else "offline")
-    for step in STEPS:
+    for step in STEP_NAMES:
         assert executions(first, step) == case.expected_first(step), (where, step, first.output())
         assert executions(second, step) == case.expected_second(step), (where, step, second.output())
     # The dying step's crashed attempt counts; a recorded step keeps its attempt 1.
     attempts = {s["name"]: s["attempts"] for s in status["steps"]}
     assert attempts[case.step] == (1 if case.recorded else 2), (where, status)
-    for step in STEPS[: case.index]:
+    for step in STEP_NAMES[: case.index]:
         assert attempts[step] == 1, (where, status)
     effects = {e.key: e for e in fetch_effects(provider_url, run_id=run_id)}
     assert len(effects) == 2, (where, effects)
@@ -146,7 +145,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
     before = await run_status(client, run_id)
     assert before["status"] == "running", before
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
     second = workers(extra_env=case.env)
 
@@ -158,52 +157,24 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
             assert after_step["result"] == before_step["result"]
 
 
-@pytest.fixture
-def runner_procs(provider, tmp_path):
-    """``python -m runrecord`` processes on this test's record and provider; all reaped."""
-    db = tmp_path / "runrecord.db"
-    started: list[Proc] = []
-
-    def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
-        env = {
-            "RUNRECORD_DB": str(db),
-            "MEMORY_DB": str(tmp_path / "memory.db"),
-            "PROVIDER_URL": provider.url,
-            "PYTHONUNBUFFERED": "1",
-            # The default lease (10 s): the resume below starts at once, so it must take
-            # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
-            "RUNRECORD_LEASE_SECONDS": "10",
-            **(env or {}),
-        }
-        if crash_at:
-            env["CRASH_AT"] = crash_at
-        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=env)
-        started.append(proc)
-        return proc
-
-    start.db = db  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.kill()
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.engine == "runrecord"], ids=lambda c: c.id)
-async def test_runrecord_resumes_at_the_right_step(case: Case, runner_procs, provider):
+async def test_runrecord_resumes_at_the_right_step(case: Case, runrecord, db, provider):
     run_id = new_run_id(case)
-    first = runner_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env=case.env)
+    # The default lease (10 s): the resume below starts at once, so it must take
+    # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
+    env = {**case.env, "RUNRECORD_LEASE_SECONDS": "10"}
+    first = runrecord("start", run_id, TASK, "--email", EMAIL, env={**env, "CRASH_AT": case.point})
     assert wait_exit(first, timeout=90) == -9, first.output()
     assert f"CRASH_AT={case.point}" in first.output()
 
-    with RunRecord(runner_procs.db) as record:
+    with RunRecord(db) as record:
         before = record_status(record, run_id)
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
-    second = runner_procs("resume", run_id, env=case.env)
+    second = runrecord("resume", run_id, env=env)
     assert wait_exit(second, timeout=120) == 0, second.output()
-    with RunRecord(runner_procs.db) as record:
+    with RunRecord(db) as record:
         status = record_status(record, run_id)
     check_resume(case, first, second, status, provider.url, run_id)
     for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
@@ -225,7 +196,7 @@ async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
     before = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
     assert before["status"] == "running", before
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
-    assert completed_before == list(STEPS[: case.index + case.recorded]), (case.point, before)
+    assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
     second = dbos_procs("resume", run_id, env=case.env)
     assert wait_exit(second, timeout=120) == 0, second.output()

@@ -30,7 +30,7 @@ from tests.support import EMAIL, TASK, poll_until, wait_exit
 
 # What the incompatible deploy changes: a new timer before the email, where
 # every run already past the draft has the email's activity in its history.
-ORIGINAL = "        sent = await self._attempts(\n"
+ORIGINAL = "        sent = await self._attempts("
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
 PACKAGES = ("activities", "flowclient", "payloadcodec", "drafting", "memory", "provider", "providerclient", "steps",
             "storage", "wiring", "workflows")

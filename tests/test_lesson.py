@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lab.processes import REPO
 from lesson.scenario import EXPECTED, HAVE_DBOS, Observed
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from tests.support import parse_page
 
 LAB = REPO / "LAB.md"

@@ -34,7 +34,7 @@ from provider.validation import (
     MAX_SUMMARY_CHARS,
 )
 from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
-from steps.errors import PermanentError, TransientError
+from steps.errors import IdempotencyConflict, PermanentError, TransientError
 from tests.support import Node, parse_page, poll_until_sync
 
 # -- fixtures and helpers --------------------------------------------------------
@@ -512,6 +512,7 @@ async def test_fail_next_with_429_and_no_retry_after(url: str, run_id: str, prov
 
 async def test_faults_can_target_one_kind(url: str, run_id: str, provider_client: ProviderClient) -> None:
     await provider_client.set_faults(fail_next=1, kinds=["ticket"])
+    assert (await provider_client.faults())["fail"]["remaining"] == 1
     email = await provider_client.send_email(idempotency_key=new_key(), run_id=run_id,
                                              to="ada@example.com", subject="s", body="b")
     with pytest.raises(TransientError):
@@ -601,7 +602,12 @@ async def test_client_maps_400_409_and_422_to_permanent_errors(
                                          to="ada@example.com", subject="other", body="b")
     assert conflict.value.message.startswith("idempotency conflict: ")
     assert "different body" in conflict.value.message
-    assert not conflict.value.retryable
+    # Not worth retrying: the same request gets the same answer again.
+    assert isinstance(conflict.value, IdempotencyConflict)
+    with pytest.raises(IdempotencyConflict) as again:
+        await provider_client.send_email(idempotency_key=key, run_id=run_id,
+                                         to="ada@example.com", subject="other", body="b")
+    assert again.value.message == conflict.value.message
 
 
 async def test_client_receipts_and_ticket_replay(url: str, run_id: str, provider_client: ProviderClient) -> None:

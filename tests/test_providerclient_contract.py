@@ -18,7 +18,7 @@ from steps import limits
 from steps.adoption import START_ID_METADATA, start_metadata
 from steps.keys import idempotency_key
 from steps.limits import InputError, check_email, check_run_id
-from steps.models import STEP_NAMES
+from steps.plan import STEP_NAMES
 from tests.support import (
     ADDRESSES_MALFORMED,
     ADDRESSES_OK,

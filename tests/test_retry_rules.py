@@ -104,6 +104,23 @@ def test_crashes_spend_no_budget_and_a_poison_pill_still_ends():
     assert "worker died 11 times during draft" in ledger.failure
 
 
+def test_crashes_kept_from_before_a_reset_are_counted_but_not_held_against_the_limit():
+    """A Temporal reset gives the step a fresh death count: the crashes it keeps are
+    shown (``crashes``), and the limit counts only those after the reset."""
+    ledger = StepLedger("draft", RetryRule(max_worker_deaths=1))
+    for _ in range(3):
+        ledger.attempts += 1
+        ledger.kept_from_reset(crashed=True)
+    ledger.attempts += 1
+    ledger.kept_from_reset(crashed=False)  # an error kept from before: no crash, nothing spent
+    assert (ledger.crashes, ledger.error_attempts, ledger.failure) == (3, 0, None)
+    ledger.attempts += 1
+    assert ledger.after_crash("heartbeat timeout")  # the first death since the reset
+    ledger.attempts += 1
+    assert not ledger.after_crash("heartbeat timeout")
+    assert ledger.crashes == 5 and "worker died 2 times during draft" in ledger.failure
+
+
 def test_doubt_is_for_effects_and_sticks_until_success():
     effect = StepLedger("record_outcome", effect=True)
     effect.after_error("read timeout", 5, in_doubt=True)

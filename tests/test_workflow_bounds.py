@@ -4,9 +4,12 @@ parks the run (visibly, within its execution timeout) instead of failing it."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import subprocess
 import sys
+import textwrap
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,8 +19,11 @@ from temporalio.worker import Replayer
 from flowclient.runs import start_run
 from flowclient.status import run_status
 from lab.processes import REPO
+from steps.plan import STEP_NAMES
 from tests.support import poll_until
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
+from workflows.attempts import COUNTED_PATCH, LIVE_PATCH
+from workflows.before_live import MEMORY_IN_RECORD_PATCH
 
 
 async def test_recorded_history_replays_under_current_code(client, workers, provider, run_id, task_queue):
@@ -29,6 +35,29 @@ async def test_recorded_history_replays_under_current_code(client, workers, prov
     await handle.result()
     history = await handle.fetch_history()
     await Replayer(workflows=[AgentFlow]).replay_workflow(history)
+
+
+def test_the_workflow_calls_the_plans_steps_in_the_plans_order():
+    """steps.plan is the flow's one definition. The workflow spells its calls out
+    (each run's history records them), so the spelling is checked against the
+    plan here, without a server: run() attempts each step of the plan once, in
+    the plan's order, through the activity method named as the step."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(AgentFlow.run)))
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute) and node.func.attr == "_attempts"),
+                   key=lambda node: (node.lineno, node.col_offset))
+    called = [ast.unparse(call.args[0]) for call in calls]
+    assert called == [f"FlowActivities.{name}" for name in STEP_NAMES], (
+        f"workflows/agent_flow.py runs {called}; steps/plan.py has {list(STEP_NAMES)}: a step added to the plan "
+        "needs its call in AgentFlow.run, behind workflow.patched (docs/architecture.md, 'add a step')")
+
+
+def test_patch_ids_keep_their_recorded_values():
+    """Histories carry the patch ids; a changed value would strand the runs that recorded it.
+    (The committed fixtures replay the first two; no fixture is a reset run, so the third is pinned here.)"""
+    assert LIVE_PATCH == "live-and-honest"
+    assert MEMORY_IN_RECORD_PATCH == "memory-in-record-outcome"
+    assert COUNTED_PATCH.format(run_id="r-1", step="draft", attempt=2) == "counted-r-1-draft-2"
 
 
 def scheduled_activities(history: WorkflowHistory) -> list[str]:
@@ -55,7 +84,7 @@ async def test_new_runs_write_memory_inside_record_outcome(client, workers, prov
     await handle.result()
     history = await handle.fetch_history()
     scheduled = scheduled_activities(history)
-    assert scheduled == ["draft", "send_confirmation", "record_outcome"]
+    assert scheduled == list(STEP_NAMES), "a run schedules the plan's steps (steps.plan), in its order"
     markers = [e.marker_recorded_event_attributes for e in history.events
                if e.HasField("marker_recorded_event_attributes")]
     assert len(markers) == 1 and markers[0].marker_name == "core_patch"

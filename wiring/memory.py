@@ -40,19 +40,9 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def memory_from_env(env: Mapping[str, str]) -> tuple[MemoryContext, MemoryWriter]:
-    """(context reader, exchange writer) over the SQLite memory store.
-
-    The reader opens the file read-only per call, leaves out what was appended
-    after the run's cut-off (``as_of``), and turns any store problem into an
-    empty context with a warning. Both block (SQLite, with a busy timeout);
-    the steps call them in a thread, and the writer takes a lock so that two
-    steps finishing at once in one worker never share its connection's state. The writer keeps one connection open
-    (opening and closing a WAL database checkpoints it: 3.7 ms an exchange
-    against 0.4 ms kept open), reopens it if the file was replaced or removed
-    (a learner wiping memory) or after an error, appends idempotently by
-    message id (evicting by the memory's rule), and turns any store problem
-    into a warning. Memory never stops a run.
-    """
+    """(context reader, exchange writer) over the SQLite memory store, or two
+    that do nothing when ``MEMORY_DB=off``. Memory never stops a run: each
+    turns any store problem into a warning (``_ContextReader``, ``_ExchangeWriter``)."""
     path = env.get("MEMORY_DB") or DEFAULT_MEMORY_DB
     if path == "off":
         return _nothing_remembered, _nothing_written
@@ -60,60 +50,84 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[MemoryContext, MemoryWriter
         max_tokens=_positive_int(env, "MEMORY_MAX_TOKENS", DEFAULT_MEMORY_MAX_TOKENS),
         max_messages=_positive_int(env, "MEMORY_MAX_MESSAGES", DEFAULT_MEMORY_MAX_MESSAGES),
     )
+    return _ContextReader(path), _ExchangeWriter(path, policy)
 
-    def context(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
-        if not Path(path).exists():
+
+class _ContextReader:
+    """Opens the file read-only per call, leaves out what was appended after the
+    run's cut-off (``as_of``), and turns any store problem into an empty context
+    with a warning. Blocking (SQLite, with a busy timeout): the steps call it in
+    a thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:
+        if not Path(self.path).exists():
             return []  # nothing remembered yet: the first run creates the file; not worth a warning
         # Pinned messages left out: the draft step puts its own system prompt first.
-        return read_context(path, conversation_id, include_pinned=False, as_of=as_of)
+        return read_context(self.path, conversation_id, include_pinned=False, as_of=as_of)
 
-    store: Store | None = None  # the writer's open store, and the file (device, inode) it was opened on
-    opened_on: tuple[int, int] | None = None
 
-    def _file_id() -> tuple[int, int] | None:
+class _ExchangeWriter:
+    """Appends idempotently by message id (evicting by the memory's rule) and
+    turns any store problem into a warning.
+
+    Keeps one connection open, since opening and closing a WAL database
+    checkpoints it, which costs each exchange several times more
+    (docs/benchmarks.md); reopens it if the file was replaced or removed (a
+    learner wiping memory) or after an error. Blocking (SQLite): the steps call
+    it in a thread, and it takes a lock so that two steps finishing at once in
+    one worker never share its connection's state."""
+
+    def __init__(self, path: str, policy: MemoryPolicy) -> None:
+        self.path, self.policy = path, policy
+        self.store: Store | None = None
+        self.opened_on: tuple[int, int] | None = None  # the file (device, inode) the store was opened on
+        self.writing = threading.Lock()
+
+    def __call__(self, conversation_id: str, messages: list[Remembered]) -> int:
+        with self.writing:
+            store = self._open()
+            if store is None:
+                return 0
+            added = 0
+            for message_id, role, content in messages:
+                result = append_or_warn(store, conversation_id, Message(id=message_id, role=role, content=content))
+                if result is None:
+                    self._drop()  # warned already; start afresh next time
+                    break
+                added += bool(result.added)
+            return added
+
+    def _open(self) -> Store | None:
+        """The open store, opened afresh if the file changed under it; None (warned) when it cannot be."""
+        if self.store is not None and self.opened_on != self._file_id():
+            self._drop()  # the file was removed or replaced under us: write to the new one
+        if self.store is None:
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self.store = open_store(self.path, self.policy)
+                self.opened_on = self._file_id()
+            except Exception as err:  # noqa: BLE001 - memory must never stop a run
+                log.warning("conversation memory unavailable (%s); exchange not remembered", err)
+                return None
+        return self.store
+
+    def _file_id(self) -> tuple[int, int] | None:
         try:
-            st = os.stat(path)
+            st = os.stat(self.path)
         except OSError:
             return None
         return st.st_dev, st.st_ino
 
-    def _drop_writer() -> None:
-        nonlocal store
-        if store is not None:
+    def _drop(self) -> None:
+        if self.store is not None:
             try:
-                store.close()
+                self.store.close()
             except Exception:  # noqa: BLE001 - closing a broken store must not raise here
                 pass
-            store = None
-
-    writing = threading.Lock()
-
-    def remember(conversation_id: str, messages: list[Remembered]) -> int:
-        with writing:
-            return _remember(conversation_id, messages)
-
-    def _remember(conversation_id: str, messages: list[Remembered]) -> int:
-        nonlocal store, opened_on
-        if store is not None and opened_on != _file_id():
-            _drop_writer()  # the file was removed or replaced under us: write to the new one
-        if store is None:
-            try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                store = open_store(path, policy)
-                opened_on = _file_id()
-            except Exception as err:  # noqa: BLE001 - memory must never stop a run
-                log.warning("conversation memory unavailable (%s); exchange not remembered", err)
-                return 0
-        added = 0
-        for message_id, role, content in messages:
-            result = append_or_warn(store, conversation_id, Message(id=message_id, role=role, content=content))
-            if result is None:
-                _drop_writer()  # warned already; start afresh next time
-                break
-            added += bool(result.added)
-        return added
-
-    return context, remember
+            self.store = None
 
 
 def _nothing_remembered(conversation_id: str, as_of: float | None = None) -> list[dict[str, Any]]:

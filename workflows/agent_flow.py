@@ -51,30 +51,38 @@ builds a run afresh (a restart, a cache eviction; every workflow task with
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import FlowActivities
+    from activities import FlowActivities, StepOutput
     from steps.crashpoints import crash_point
     from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-    from steps.models import STEP_NAMES, to_jsonable
+    from steps.models import to_jsonable
+    from steps.plan import FLOW, STEP_NAMES
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso, run_entry, step_entry
-    from workflows.attempts import HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, ending_of
+    from workflows.attempts import COUNTED_PATCH, HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, Ending, ending_of
     from workflows.before_live import run_recorded_before_live
 
     # The run's input and status types live in their own module: this module
     # is executed afresh whenever a worker builds the run again (every
-    # workflow task with --cache 0), and building dataclasses was ~60% of
-    # that (bench/bench_overhead.py).
+    # workflow task with --cache 0), and building dataclasses was most of
+    # that (docs/benchmarks.md, bench/bench_overhead.py).
     from workflows.state import FlowInput, RunStatus, StepState
 
 WORKFLOW_NAME = "AgentFlow"
+
+RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT")
+# A step's activity, as run() spells it: a FlowActivities method named as its step in steps.plan.
+StepActivity = Callable[[FlowActivities, RequestT], Awaitable[StepOutput[ResultT]]]
+
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentFlow:
@@ -140,19 +148,19 @@ class AgentFlow:
             start_id=info.original_execution_run_id, created_at=info.workflow_start_time.timestamp(),
         )
 
-        drafted = await self._attempts(0, FlowActivities.draft, draft_request(inputs, {}), rule, effect=False)
-        sent = await self._attempts(
-            1, FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}), rule, effect=True,
-        )
+        # steps.plan's steps in its order (tests/test_workflow_bounds.py checks), spelled out:
+        # each run's history records these calls, so a change here must be versioned.
+        drafted = await self._attempts(FlowActivities.draft, draft_request(inputs, {}), rule)
+        sent = await self._attempts(FlowActivities.send_confirmation, send_request(inputs, {"draft": drafted}), rule)
         # Conversation memory is written after the last effect and never read
         # here: what happened is the history above, not memory. The
         # record_outcome activity writes it once the ticket is recorded (best
         # effort), which saves a round trip. It remembers the reply that was
         # really sent, the adopted one if the email step adopted.
         await self._attempts(
-            2, FlowActivities.record_outcome,
+            FlowActivities.record_outcome,
             record_request(inputs, {"draft": drafted, "send_confirmation": sent}, remember=True),
-            rule, effect=True,
+            rule,
         )
         self._status = "completed"
         workflow.set_current_details("completed: every step done")
@@ -177,10 +185,16 @@ class AgentFlow:
         to measure what these buy. Workflow code: it must stay deterministic."""
         return timedelta(seconds=rule.attempt_timeout_for(step)), HEARTBEAT_TIMEOUT
 
-    async def _attempts(self, index: int, activity: Any, request: Any, rule: RetryRule, *, effect: bool) -> Any:
-        """Attempts of one step until it succeeds or the retry rules give up (steps.retry)."""
+    async def _attempts(self, activity: StepActivity[RequestT, ResultT], request: RequestT,
+                        rule: RetryRule) -> ResultT:
+        """Attempts of one step until it succeeds or the retry rules give up (steps.retry).
+
+        The step is the plan's step named as ``activity`` (``steps.plan``; an
+        activity's method is named as its step): the plan gives its position
+        and whether it has an effect."""
+        index = STEP_NAMES.index(activity.__name__)
         state = self._steps[index]
-        ledger = StepLedger(state.name, rule, effect=effect)
+        ledger = StepLedger(state.name, rule, effect=FLOW[index].effect)
         attempt_timeout, heartbeat_timeout = self.attempt_timeouts(state.name, rule)
         while True:
             ledger.attempts += 1
@@ -188,7 +202,7 @@ class AgentFlow:
             self._show(index)
             began = workflow.now()
             try:
-                output = await workflow.execute_activity(
+                output = await workflow.execute_activity_method(
                     activity,
                     request,
                     activity_id=f"{state.name}/{ledger.attempts}",
@@ -199,49 +213,57 @@ class AgentFlow:
                 )
             except ActivityError as err:
                 self._replay_seen(f"{state.name} attempt {ledger.attempts} (failed)")
-                ending = ending_of(err, attempt_timeout)
-                state.last_error = ending.message
-                if ending.kind != "permanent" and not self._counts(state.name, ledger.attempts):
-                    # An attempt the run this one was reset from made: its failure is history, and
-                    # the retry that followed it is in history too. A reset (an operator's "try
-                    # again from here") gives the step a fresh budget and death count, so it is
-                    # not counted: the same rule then decides again, from the reset on.
-                    state.crashes += ending.kind == "crash"
-                    if ending.kind == "transient":
-                        await workflow.sleep(ledger.rule.backoff(1, 0.0), summary=f"retry {state.name}")
+                if await self._try_again(index, ledger, ending_of(err, attempt_timeout), began):
                     continue
-                if ending.kind == "crash":
-                    if ledger.after_crash(ending.message):
-                        state.crashes += 1
-                        continue
-                    state.crashes += 1
-                elif ending.kind == "transient":
-                    seconds = ending.seconds
-                    if seconds is None:
-                        seconds = (workflow.now() - began).total_seconds()
-                    delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
-                                               in_doubt=ending.in_doubt, u=workflow.random().random())
-                    if delay is not None:
-                        state.status = "retrying"
-                        state.next_try_at = iso(workflow.now().timestamp() + delay)
-                        self._show(index)
-                        await workflow.sleep(delay, summary=f"retry {state.name} (attempt {ledger.attempts + 1})")
-                        self._replay_seen(f"{state.name} backoff timer")
-                        continue
-                else:
-                    ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
                 self._fail(state, ledger, err)
             self._replay_seen(f"{state.name} attempt {ledger.attempts}")
             result = output.result
-            state.status = "adopted" if getattr(result, "adopted", None) else "completed"
+            adopted = getattr(result, "adopted", None)  # the effects' results have it (steps.adoption)
+            state.status = "adopted" if adopted else "completed"
             state.result = to_jsonable(result)
-            state.note = result.adopted["reason"] if getattr(result, "adopted", None) else None
+            state.note = adopted["reason"] if adopted else None
             # Crash point (tests only, docs/crashpoints.md): the completion is in history, the next
             # activity not yet scheduled. Never on replay, so a resuming worker passes through.
             if not workflow.unsafe.is_replaying():
                 with workflow.unsafe.sandbox_unrestricted():
                     crash_point(f"temporal:{state.name}:after_record")
             return result
+
+    async def _try_again(self, index: int, ledger: StepLedger, ending: Ending, began: datetime) -> bool:
+        """After a failed attempt of step ``index``: True once it may be tried again
+        (any backoff waited out on a durable timer); False when the rules give up,
+        and then ``ledger.failure`` says why. The ledger counts the step's
+        attempts and crashes; its status shows the ledger's counts."""
+        state = self._steps[index]
+        state.last_error = ending.message
+        if ending.kind != "permanent" and not self._counts(state.name, ledger.attempts):
+            # An attempt the run this one was reset from made: its failure is history, and
+            # the retry that followed it is in history too. A reset (an operator's "try
+            # again from here") gives the step a fresh budget and death count, so it is
+            # not held against them: the same rule then decides again, from the reset on.
+            ledger.kept_from_reset(crashed=ending.kind == "crash")
+            state.crashes = ledger.crashes
+            if ending.kind == "transient":
+                await workflow.sleep(ledger.rule.backoff(1, 0.0), summary=f"retry {state.name}")
+            return True
+        if ending.kind == "crash":
+            again = ledger.after_crash(ending.message)
+            state.crashes = ledger.crashes
+            return again
+        if ending.kind == "permanent":
+            ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
+            return False
+        seconds = ending.seconds if ending.seconds is not None else (workflow.now() - began).total_seconds()
+        delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
+                                   in_doubt=ending.in_doubt, u=workflow.random().random())
+        if delay is None:
+            return False
+        state.status = "retrying"
+        state.next_try_at = iso(workflow.now().timestamp() + delay)
+        self._show(index)
+        await workflow.sleep(delay, summary=f"retry {state.name} (attempt {ledger.attempts + 1})")
+        self._replay_seen(f"{state.name} backoff timer")
+        return True
 
     def _counts(self, step: str, attempt: int) -> bool:
         """Whether a failed attempt counts toward the step's budget and death limit.
@@ -257,7 +279,7 @@ class AgentFlow:
         info = workflow.info()
         if info.run_id == info.original_execution_run_id:
             return True
-        return workflow.patched(f"counted-{info.run_id}-{step}-{attempt}")
+        return workflow.patched(COUNTED_PATCH.format(run_id=info.run_id, step=step, attempt=attempt))
 
     def _replay_seen(self, what: str) -> None:
         """Make the replay visible. Called where the code gets an activity's outcome
@@ -276,7 +298,8 @@ class AgentFlow:
             )
             self._replayed = []
 
-    def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> None:
+    def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> NoReturn:
+        """End the run FAILED (or in doubt) at ``state``'s step, as ``ledger`` explains: always raises."""
         state.status = "in_doubt" if ledger.in_doubt else "failed"
         if ledger.in_doubt:
             state.note = ("an attempt's outcome is unknown: the effect may have been applied; "

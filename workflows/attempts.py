@@ -28,9 +28,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 from activities import WORKER_SHUTDOWN_TYPE
 
+# Patch ids: histories record them, so their values never change.
+#
 # Runs whose history carries this patch marker retry in workflow code by
 # steps.retry, send their start id and adopt; runs recorded before it do not.
 LIVE_PATCH = "live-and-honest"
+# A run made by a reset marks each failure it decides on itself, so that a
+# replay tells those from the failures kept from before the reset
+# (``AgentFlow._counts``). One id per run, step and attempt: ``workflow.patched``
+# answers once per id for a run's whole life, so one constant id would mark
+# only the first. (The frozen path's marker is ``before_live.MEMORY_IN_RECORD_PATCH``.)
+COUNTED_PATCH = "counted-{run_id}-{step}-{attempt}"
 
 # A killed worker's attempt is noticed within about a second: the activity
 # wrapper heartbeats every 0.3 s, and the SDK sends at most one heartbeat per
