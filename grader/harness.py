@@ -15,12 +15,13 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,6 +91,11 @@ class Harness:
         self.work = work
         self.record_db = work / "record.db"
         self.memory_file = work / "memory.json"
+        # An empty database in WAL mode before any learner process opens it: two processes switching a
+        # brand-new file to WAL at the same instant can make SQLite refuse one of them at once ("database is
+        # locked", without waiting), a race of SQLite's, not of the lesson, and the checks run two at a time.
+        with closing(sqlite3.connect(self.record_db)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
         self.provider_url = provider_url
         self.model = model
         self.deadline = float("inf")  # of the check being run
