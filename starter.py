@@ -234,12 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     basic_config(logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
     try:
         return asyncio.run(args.func(args))
-    # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
-    # InputError is a ValueError too).
     except BrokenPipeError:
         # The reader went away (`| head`): nothing more to say, and no traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE_CLOSED
+    # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
+    # InputError is a ValueError too).
     except (RunNotFound, ConnectionError, ValueError) as err:
         return _error(args, str(err), EXIT_INPUT)
     except NoWorker as err:
