@@ -100,9 +100,11 @@ def _pending(db: Path, version: str) -> list[str]:
 async def _finish(run_id: str) -> None:
     from dbos import DBOS, WorkflowHandleAsync
 
+    from dbosflow.engine import RESULT_POLL_SECONDS
+
     handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(run_id)
     try:
-        await handle.get_result(polling_interval_sec=0.05)
+        await handle.get_result(polling_interval_sec=RESULT_POLL_SECONDS)
     except Exception:  # noqa: BLE001 - the run failed; its status says how, in the lab's words
         pass
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
-from dbos._error import DBOSMaxStepRetriesExceeded
+from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
 
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
@@ -237,7 +237,7 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
         try:
             recorded = await DBOS.run_step_async(step_options(step.name, rule), _attempt, step, request, run_id,
                                                  dispatch, previous_dispatch, ran)
-        except (PermanentError, InputError, DBOSMaxStepRetriesExceeded) as err:
+        except (PermanentError, InputError, dbos_errors.DBOSMaxStepRetriesExceeded) as err:
             # The step's own failure, recorded by DBOS in the step's row. DBOS's errors about the
             # workflow itself (a step name that differs from the recorded one, a cancellation) pass.
             raise StepFailed(_failure(step.name, err, ran["attempts"] + dispatch - previous_dispatch)) from None
@@ -273,7 +273,7 @@ async def _attempt(step: FlowStep, request: Any, run_id: str, dispatch: int, pre
 
 def _failure(step: str, err: BaseException, attempts: int) -> str:
     """The run's error in the other engines' words, with DBOS's reason."""
-    if isinstance(err, DBOSMaxStepRetriesExceeded):
+    if isinstance(err, dbos_errors.DBOSMaxStepRetriesExceeded):
         last = err.errors[-1] if err.errors else err
         return (f"step {step} failed after {attempts} attempt(s): DBOS's step retries spent ({err.max_retries} "
                 f"attempts: the count whose backoff fits the retry budget); last error: {_reason(last)}")
