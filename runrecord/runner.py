@@ -49,12 +49,24 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
 from runrecord.status import attempts_text, why_in_doubt
-from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
+from runrecord.store import (
+    Intent,
+    LeaseHeld,
+    LeaseLost,
+    NextAttempt,
+    RecordError,
+    RunEnded,
+    RunNotFound,
+    RunRecord,
+    RunRow,
+    StepRow,
+)
 from steps import flow
 from steps.controls import printable
 from steps.crashpoints import crash_point
@@ -104,6 +116,23 @@ class RunTerminal(RecordError):
             "(same keys, nothing completed runs again)."
         )
         self.error = error
+
+
+@dataclass(frozen=True)
+class StartedAhead:
+    """An attempt the previous commit already recorded as started, intent and all:
+    the happy path's one commit per step (``RunRecord.complete_step`` starts the
+    next step's first attempt), or ``start``'s creation of the run. The loop runs
+    it as it is, with the very request its intent holds: no second start, no
+    request built again."""
+
+    position: int
+    attempt: int
+    request: Any
+
+    def is_next(self, position: int, row: StepRow) -> bool:
+        """True while the record still says this attempt is the step's current one."""
+        return self.position == position and self.attempt == row.attempts and row.status == "running"
 
 
 def lease_seconds_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -235,7 +264,7 @@ class Runner:
         )
         request = first.request(self._inputs(self.record.load(run_id)), {})
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
-        return await self._drive(run_id, armed=(0, 1, request))
+        return await self._drive(run_id, ahead=StartedAhead(0, 1, request))
 
     async def resume(self, run_id: str, *, wait: bool = False, wait_limit: float = DEFAULT_WAIT_LIMIT) -> RunRow:
         """Continue a run at its recorded step. A completed run is returned as is.
@@ -307,7 +336,7 @@ class Runner:
             self.say(f"settled by `settle`: {answered[-1].step} {attempts_text([i.attempt for i in answered])} "
                      f"(Idempotency-Key {answered[-1].idempotency_key}): the provider said {answer_text(answer)}; "
                      f"{what_retry_does(answer)}")
-        return await self._drive(run_id, armed=None)
+        return await self._drive(run_id, ahead=None)
 
     async def _take_lease(self, run_id: str, wait: bool, wait_limit: float) -> None:
         """Take the lease; with ``wait``, poll until it can be taken, for at most ``wait_limit`` seconds.
@@ -363,10 +392,10 @@ class Runner:
         await flow.remember_exchange(remember_request(self._inputs(run), run.results()), self.deps)
 
     @staticmethod
-    def _intent(step: FlowStep, request: Any) -> tuple[str, Any] | None:
-        return (request.idempotency_key, to_jsonable(request)) if step.effect else None
+    def _intent(step: FlowStep, request: Any) -> Intent | None:
+        return Intent(request.idempotency_key, to_jsonable(request)) if step.effect else None
 
-    async def _drive(self, run_id: str, armed: tuple[int, int, Any] | None) -> RunRow:
+    async def _drive(self, run_id: str, ahead: StartedAhead | None) -> RunRow:
         beat = _Heartbeat(self.path, run_id, self.holder, self.lease_seconds) if self.heartbeat else None
         if beat:
             beat.start()
@@ -377,7 +406,7 @@ class Runner:
                     await self._remember(run)
                 if run.status != "running":
                     return run
-                armed = await self._one_step(run, armed, beat)
+                ahead = await self._one_step(run, ahead, beat)
         except BaseException as err:
             # Graceful exits (Ctrl-C, SIGTERM, a bug) hand the lease back at once;
             # SIGKILL cannot, and the lease then frees itself at expiry.
@@ -396,7 +425,7 @@ class Runner:
         return RunInputs(run.run_id, run.task, run.email, run.conversation_id,
                          start_id=run.start_id or "", created_at=run.created_at if run.start_id else None)
 
-    async def _one_step(self, run: RunRow, armed, beat: _Heartbeat | None):
+    async def _one_step(self, run: RunRow, ahead: StartedAhead | None, beat: _Heartbeat | None) -> StartedAhead | None:
         rec, run_id, pos = self.record, run.run_id, run.position
         step, row = self.flow[pos], run.steps[pos]
         inputs = self._inputs(run)
@@ -405,8 +434,8 @@ class Runner:
             error_attempts=row.error_attempts, error_seconds=row.error_seconds, crashes=row.crashes,
             in_doubt=row.in_doubt, last_error=row.last_error,
         )
-        if armed is not None and armed[0] == pos and armed[1] == row.attempts and row.status == "running":
-            attempt, request = armed[1], armed[2]
+        if ahead is not None and ahead.is_next(pos, row):
+            attempt, request = ahead.attempt, ahead.request
         else:
             request = step.request(inputs, run.results())
             crashes = None
@@ -454,13 +483,13 @@ class Runner:
             await self.sleep(delay)
             return None
         value = to_jsonable(result)
-        nxt, next_name, armed_next = None, None, None
+        nxt, next_name, started_ahead = None, None, None
         if pos + 1 < len(self.flow):
             following = self.flow[pos + 1]
             next_request = following.request(inputs, {**run.results(), step.name: value})
             next_attempt = run.steps[pos + 1].attempts + 1
             nxt = NextAttempt(pos + 1, next_attempt, self._intent(following, next_request))
-            next_name, armed_next = following.name, (pos + 1, next_attempt, next_request)
+            next_name, started_ahead = following.name, StartedAhead(pos + 1, next_attempt, next_request)
         rec.complete_step(run_id, pos, attempt, value, self.holder, self.lease_seconds,
                           effect=step.effect, next_name=next_name, nxt=nxt)
         if isinstance(value, dict) and value.get("adopted"):
@@ -468,7 +497,7 @@ class Runner:
         else:
             self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
         crash_point(f"runrecord:{step.name}:after_record")
-        return armed_next
+        return started_ahead
 
     def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True,
               doubtful: bool = False) -> None:
