@@ -85,11 +85,11 @@ async def _launch(db: Path):
 
 def _pending(db: Path, version: str) -> list[str]:
     """The runs DBOS will recover when this process launches: PENDING, of this version."""
-    from dbosflow.status import RunNotFound, client
+    from dbosflow.status import DbosRunNotFound, client
 
     try:
         c = client(db)
-    except RunNotFound:
+    except DbosRunNotFound:
         return []
     try:
         return [wf.workflow_id for wf in c.list_workflows(status="PENDING", app_version=version)]
@@ -126,7 +126,7 @@ async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
 
 async def _cmd_start(args) -> int:
     from dbosflow import engine
-    from dbosflow.status import RunNotFound, read
+    from dbosflow.status import DbosRunNotFound, read
     from steps.retry import rule_from_env
 
     run_id = check_run_id(args.run_id)
@@ -139,7 +139,7 @@ async def _cmd_start(args) -> int:
     db = _db(args)
     try:
         read(db, run_id)
-    except RunNotFound:
+    except DbosRunNotFound:
         pass
     else:
         print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
@@ -224,12 +224,12 @@ def _cmd_steps(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from dbosflow.status import RunNotFound, client
+    from dbosflow.status import DbosRunNotFound, client
 
     db = _db(args)
     try:
         c = client(db)
-    except RunNotFound:
+    except DbosRunNotFound:
         print(f"no runs in {db}")
         return EXIT_OK
     try:
@@ -269,14 +269,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dbosflow.status import RunNotFound
+    from dbosflow.status import DbosRunNotFound
 
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound) as err:
+    except (InputError, DbosRunNotFound) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_INPUT
     except KeyboardInterrupt:

@@ -40,15 +40,16 @@ from steps.runview import render_table
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
-class RunNotFound(LookupError):
-    pass
+class DbosRunNotFound(LookupError):
+    """No such run in DBOS's system database, or no database yet (``TemporalRunNotFound`` and
+    ``RecordRunNotFound`` are the other engines' answers)."""
 
 
 def client(db):
     from dbos import DBOSClient
 
     if not db.exists():
-        raise RunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
+        raise DbosRunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
     return DBOSClient(system_database_url=db_url(db))
 
 
@@ -58,7 +59,7 @@ def read(db, run_id: str) -> dict[str, Any]:
     try:
         found = c.list_workflows(workflow_ids=[run_id])
         if not found:
-            raise RunNotFound(f"no run {run_id!r} in {db}: check the id, or start it with python -m dbosflow start")
+            raise DbosRunNotFound(f"no run {run_id!r} in {db}: check the id, or start it with python -m dbosflow start")
         return {"workflow": found[0], "steps": c.list_workflow_steps(run_id)}
     finally:
         c.destroy()

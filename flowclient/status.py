@@ -52,8 +52,12 @@ EFFECT_STEPS = ("send_confirmation", "record_outcome")
 WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
 
 
-class RunNotFound(LookupError):
-    pass
+class TemporalRunNotFound(LookupError):
+    """No workflow with that id in the namespace (``RecordRunNotFound`` and ``DbosRunNotFound`` are the
+    other engines' answers)."""
+
+
+RunNotFound = TemporalRunNotFound  # the old name, for lab/powercut_matrix.py until it says TemporalRunNotFound
 
 
 _CLOSED_AS_FAILED = {
@@ -116,14 +120,14 @@ async def failure_text(client: Client | DataConverter, failure) -> str:
 
 
 async def read_history(client: Client, run_id: str):
-    """(description, history) for a run, or RunNotFound with a useful message."""
+    """(description, history) for a run, or TemporalRunNotFound with a useful message."""
     handle = client.get_workflow_handle(run_id)
     try:
         description = await handle.describe()
         history = await handle.fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(
+            raise TemporalRunNotFound(
                 f"no run with id {run_id!r} in namespace {client.namespace!r}. "
                 f"Start one with: python starter.py start {run_id} \"TASK\" --email ADDR"
             ) from err

@@ -60,9 +60,9 @@ from runrecord.runner import (
 from runrecord.store import (
     LeaseHeld,
     LeaseLost,
+    RecordRunNotFound,
     RunExists,
     RunNotFailed,
-    RunNotFound,
     RunRecord,
     SchemaError,
     SettingError,
@@ -153,7 +153,7 @@ async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
     runner = _runner(args)
     try:
-        return _finish(await runner.retry(run_id), runner.record)
+        return _finish(await runner.restart_failed(run_id), runner.record)
     finally:
         await runner.deps.provider.aclose()
         runner.close()
@@ -246,14 +246,14 @@ def _dbos_side(args) -> dict[str, Any] | None:
     if done.returncode == 0:
         return json.loads(done.stdout)
     said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    if done.returncode == 2 and said:  # dbosflow's own refusal: no such run, or bad input
-        raise RunNotFound(said[-1].removeprefix("error: "))
+    if done.returncode == 2 and said:  # dbosflow's own refusal (no such run, or bad input): this command's input
+        raise InputError(said[-1].removeprefix("error: "))
     raise RuntimeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 async def _cmd_compare(args) -> int:
     from flowclient.connect import connect
-    from flowclient.status import RunNotFound as TemporalRunNotFound
+    from flowclient.status import TemporalRunNotFound
     from providerclient import provider_url_from_env
     from runrecord.compare import compare, render
 
@@ -265,8 +265,8 @@ async def _cmd_compare(args) -> int:
         try:
             report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ),
                                    dbos=_dbos_side(args))
-        except TemporalRunNotFound as err:
-            raise RunNotFound(str(err)) from err
+        except TemporalRunNotFound as err:  # --temporal names no run: this command's input
+            raise InputError(str(err)) from err
     print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
     if args.html:
         from runrecord.picture import compare_page
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound, SchemaError, SettingError, ConnectionError, RunNotFailed) as err:
+    except (InputError, RecordRunNotFound, SchemaError, SettingError, ConnectionError, RunNotFailed) as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     except tuple(_REFUSALS) as err:

@@ -61,8 +61,8 @@ from runrecord.store import (
     LeaseLost,
     NextAttempt,
     RecordError,
+    RecordRunNotFound,
     RunEnded,
-    RunNotFound,
     RunRecord,
     RunRow,
     StepRow,
@@ -273,7 +273,7 @@ class Runner:
         A dead holder of this host is taken over at once (``runrecord.lease``).
         With ``wait``, any other holder is waited out: until it releases the
         lease, lets it expire or dies, for at most ``wait_limit`` seconds.
-        Raises ``RunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
+        Raises ``RecordRunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
         ``LeaseHeld`` (another process that may be alive runs it; with
         ``wait``, ``LeaseWaitTimedOut``) or ``LeaseLost``.
         """
@@ -310,10 +310,11 @@ class Runner:
         return (f"read the record of run {run.run_id}: the run row (position {run.position}) and its step rows: "
                 + "; ".join(rows))
 
-    async def retry(self, run_id: str) -> RunRow:
-        """Restart a failed run at its failed step: fresh error budget and crash
-        count, the same keys (what was applied is replayed or adopted), nothing
-        completed run again. ``RunNotFailed`` if the run did not fail."""
+    async def restart_failed(self, run_id: str) -> RunRow:
+        """Restart a failed run at its failed step (``python -m runrecord retry``):
+        fresh error budget and crash count, the same keys (what was applied is
+        replayed or adopted), nothing completed run again. ``RunNotFailed`` if
+        the run did not fail."""
         run = self.record.load(check_run_id(run_id))
         check_flow(run, self.flow)
         position = self.record.reopen_failed(run_id, self.holder, self.lease_seconds)
@@ -550,8 +551,8 @@ __all__ = [
     "DEFAULT_WAIT_LIMIT",
     "FlowChanged",
     "LeaseWaitTimedOut",
+    "RecordRunNotFound",
     "Runner",
-    "RunNotFound",
     "RunTerminal",
     "check_flow",
     "lease_seconds_from_env",

@@ -163,8 +163,9 @@ class RecordError(Exception):
     """Base class for run-record refusals; the message says what to do."""
 
 
-class RunNotFound(RecordError, LookupError):
-    pass
+class RecordRunNotFound(RecordError, LookupError):
+    """No run with that id in this record file (``TemporalRunNotFound`` and ``DbosRunNotFound`` are the other
+    engines' answers)."""
 
 
 class RunExists(RecordError):
@@ -458,7 +459,7 @@ class RunRecord:
     def load(self, run_id: str) -> RunRow:
         row = self.conn.execute(f"SELECT {_columns(RunRow)} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
-            raise RunNotFound(
+            raise RecordRunNotFound(
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
                 f'python -m runrecord start {run_id} "TASK" --email ADDR'
             )
@@ -551,7 +552,7 @@ class RunRecord:
                 "SELECT status, lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
             current, expires = row["lease_holder"], row["lease_expires_at"]
             if row["status"] != "running":
                 raise RunEnded(run_id, row["status"])
@@ -707,7 +708,7 @@ class RunRecord:
         with self._write() as c:
             row = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
             if row["status"] != "failed":
                 return settled
             for position, (attempts, answer) in answers.items():
@@ -740,7 +741,7 @@ class RunRecord:
         with self._write() as c:
             row = c.execute("SELECT status, position FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
             if row["status"] != "failed":
                 raise RunNotFailed(run_id, row["status"])
             position: int = row["position"]
