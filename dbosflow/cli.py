@@ -42,6 +42,8 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,10 @@ def _print_status(db: Path, run_id: str) -> int:
     return exit_code(status)
 
 
-async def _launch(db: Path):
+@asynccontextmanager
+async def _launched(db: Path) -> AsyncIterator[None]:
+    """DBOS launched in this process on ``db`` (recovering its version's pending runs) for
+    the body; the steps' clients closed and DBOS destroyed when it ends, however it ends."""
     from dbos import DBOS
 
     from dbosflow import engine
@@ -80,7 +85,11 @@ async def _launch(db: Path):
     engine.set_environment(lambda: deps_from_env(env), db)
     engine.configure(db)
     await asyncio.to_thread(DBOS.launch)
-    return DBOS
+    try:
+        yield
+    finally:
+        await engine.close_deps()
+        await asyncio.to_thread(DBOS.destroy)
 
 
 def _pending(db: Path, version: str) -> list[str]:
@@ -146,16 +155,12 @@ async def _cmd_start(args) -> int:
               f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
         return EXIT_EXISTS
     recovered = _pending(db, engine.app_version())
-    DBOS = await _launch(db)
-    try:
+    async with _launched(db):
         await engine.start_run(run_id, engine.new_inputs(run_id, task, email, conversation,
                                                          secrets.token_hex(8), rule))
         print(f"run {run_id} started in {db} (DBOS workflow id {run_id}, application version "
               f"{engine.app_version()})", flush=True)
         return await _wait(db, run_id, recovered)
-    finally:
-        await engine.close_deps()
-        await asyncio.to_thread(DBOS.destroy)
 
 
 async def _cmd_resume(args) -> int:
@@ -182,14 +187,10 @@ async def _cmd_resume(args) -> int:
               file=sys.stderr, flush=True)
         return EXIT_VERSION
     recovered = _pending(db, version)
-    DBOS = await _launch(db)
-    try:
+    async with _launched(db):
         print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
               f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
         return await _wait(db, run_id, recovered)
-    finally:
-        await engine.close_deps()
-        await asyncio.to_thread(DBOS.destroy)
 
 
 def _cmd_status(args) -> int:

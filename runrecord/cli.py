@@ -42,6 +42,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +111,22 @@ def _flow_changed(run) -> str | None:
     return None
 
 
-def _runner(args) -> Runner:
+@asynccontextmanager
+async def _runner(args) -> AsyncIterator[Runner]:
+    """The runner of one command, its steps' parts from the environment; its provider
+    client and its record closed when the command ends, however it ends."""
     from wiring import deps_from_env
 
     try:
         deps = deps_from_env()
     except ValueError as err:  # a model setting the environment got wrong
         raise InputError(str(err)) from err
-    return Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+    runner = Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+    try:
+        yield runner
+    finally:
+        await runner.deps.provider.aclose()
+        runner.close()
 
 
 async def _cmd_start(args) -> int:
@@ -124,39 +134,24 @@ async def _cmd_start(args) -> int:
     task = check_task(args.task)
     email = check_email(args.email)
     conversation = check_conversation_id(args.conversation) if args.conversation else None
-    runner = _runner(args)
-    try:
-        run = await runner.start(run_id, task, email, conversation)
-        return _finish(run, runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
+    async with _runner(args) as runner:
+        return _finish(await runner.start(run_id, task, email, conversation), runner.record)
 
 
 async def _cmd_resume(args) -> int:
     run_id = check_run_id(args.run_id)
     wait_limit = _wait_limit(args)
-    runner = _runner(args)
-    try:
-        before = runner.record.load(run_id)
-        if before.status == "completed":
+    async with _runner(args) as runner:
+        if runner.record.load(run_id).status == "completed":
             print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
             return _finish(await runner.resume(run_id), runner.record)  # resume only remembers the exchange
-        run = await runner.resume(run_id, wait=args.wait, wait_limit=wait_limit)
-        return _finish(run, runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
+        return _finish(await runner.resume(run_id, wait=args.wait, wait_limit=wait_limit), runner.record)
 
 
 async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
-    runner = _runner(args)
-    try:
+    async with _runner(args) as runner:
         return _finish(await runner.restart_failed(run_id), runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
 
 
 def _cmd_status(args) -> int:
