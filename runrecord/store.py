@@ -387,6 +387,9 @@ def _newer(path: Path, found: int) -> SchemaError:
     )
 
 
+_SQL_RUN = f"SELECT {_columns(RunRow)} FROM runs WHERE run_id = ?"
+_SQL_STEPS = f"SELECT {_columns(StepRow)} FROM steps WHERE run_id = ? ORDER BY position"
+_SQL_INTENTS = f"SELECT {_columns(IntentRow)} FROM intents WHERE run_id = ? ORDER BY position, attempt"
 _SQL_ADVANCE = (
     "UPDATE runs SET position = ?, updated_at = ?, lease_expires_at = ? WHERE run_id = ? AND lease_holder = ?"
 )
@@ -457,20 +460,18 @@ class RunRecord:
     # ------------------------------------------------------------ reads
 
     def load(self, run_id: str) -> RunRow:
-        row = self.conn.execute(f"SELECT {_columns(RunRow)} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row = self.conn.execute(_SQL_RUN, (run_id,)).fetchone()
         if row is None:
             raise RecordRunNotFound(
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
                 f'python -m runrecord start {run_id} "TASK" --email ADDR'
             )
         run = _from_row(RunRow, row)
-        run.steps = [_from_row(StepRow, step) for step in self.conn.execute(
-            f"SELECT {_columns(StepRow)} FROM steps WHERE run_id = ? ORDER BY position", (run_id,))]
+        run.steps = [_from_row(StepRow, step) for step in self.conn.execute(_SQL_STEPS, (run_id,))]
         return run
 
     def intents(self, run_id: str) -> list[IntentRow]:
-        return [_from_row(IntentRow, row) for row in self.conn.execute(
-            f"SELECT {_columns(IntentRow)} FROM intents WHERE run_id = ? ORDER BY position, attempt", (run_id,))]
+        return [_from_row(IntentRow, row) for row in self.conn.execute(_SQL_INTENTS, (run_id,))]
 
     def list_runs(self) -> list[RunRow]:
         """Every run, oldest first, without its steps (``load`` reads those)."""
