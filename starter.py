@@ -53,8 +53,8 @@ from temporalio.client import Client
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
 from flowclient.logs import basic_config
-from flowclient.runs import NoWorker, RetryRefused, live_status, retry_run, start_run, wait_for_close
-from flowclient.status import RunNotFound, run_status
+from flowclient.runs import NoWorker, RestartRefused, live_status, restart_failed_run, start_run, wait_for_close
+from flowclient.status import TemporalRunNotFound, run_status
 from steps.controls import printable
 from steps.limits import check_conversation_id, check_email, check_run_id, check_task
 from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, exit_code
@@ -164,8 +164,8 @@ async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
     try:
-        step, point, new_run = await retry_run(client, run_id)
-    except RetryRefused as err:
+        step, point, new_run = await restart_failed_run(client, run_id)
+    except RestartRefused as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     if not args.json:
@@ -234,13 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     basic_config(logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING)
     try:
         return asyncio.run(args.func(args))
-    # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
-    # InputError is a ValueError too).
     except BrokenPipeError:
         # The reader went away (`| head`): nothing more to say, and no traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE_CLOSED
-    except (RunNotFound, ConnectionError, ValueError) as err:
+    # Bad input, unknown run, unreachable server, bad configuration (e.g. LAB_CODEC_KEY;
+    # InputError is a ValueError too).
+    except (TemporalRunNotFound, ConnectionError, ValueError) as err:
         return _error(args, str(err), EXIT_INPUT)
     except NoWorker as err:
         return _error(args, str(err), EXIT_NO_WORKER)

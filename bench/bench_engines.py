@@ -66,7 +66,7 @@ from dbosflow import engine as dbos_engine  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
-from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
+from runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
 from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
@@ -114,7 +114,7 @@ def record_step(record: RunRecord, run_id: str) -> float:
         if pos < 2:
             nname = names[pos + 1]
             key = idempotency_key(run_id, nname)
-            nxt = NextAttempt(pos + 1, 1, (key, {"run_id": run_id, "idempotency_key": key, "body": "x" * 300}))
+            nxt = NextAttempt(pos + 1, 1, Intent(key, {"run_id": run_id, "idempotency_key": key, "body": "x" * 300}))
         record.complete_step(run_id, pos, 1, RESULTS[pos], "bench:0:x", 30, effect=pos > 0, next_name=nname, nxt=nxt)
     return (time.perf_counter() - start) / 3
 

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runrecord.runner import Runner  # noqa: E402
-from runrecord.store import NextAttempt, RunRecord, _dump  # noqa: E402
+from runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
 from steps.flow import StepDeps  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
@@ -78,7 +78,7 @@ def one_record_run(record: RunRecord, run_id: str) -> float:
         if pos < 2:
             nname = names[pos + 1]
             key = idempotency_key(run_id, nname)
-            nxt = NextAttempt(pos + 1, 1, (key, {"run_id": run_id, "idempotency_key": key, "body": "x" * 300}))
+            nxt = NextAttempt(pos + 1, 1, Intent(key, {"run_id": run_id, "idempotency_key": key, "body": "x" * 300}))
         record.complete_step(run_id, pos, 1, RESULTS[pos], holder, 30, effect=pos > 0, next_name=nname, nxt=nxt)
     return (time.perf_counter() - start) / 3
 

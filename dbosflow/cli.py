@@ -42,6 +42,8 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,10 @@ def _print_status(db: Path, run_id: str) -> int:
     return exit_code(status)
 
 
-async def _launch(db: Path):
+@asynccontextmanager
+async def _launched(db: Path) -> AsyncIterator[None]:
+    """DBOS launched in this process on ``db`` (recovering its version's pending runs) for
+    the body; the steps' clients closed and DBOS destroyed when it ends, however it ends."""
     from dbos import DBOS
 
     from dbosflow import engine
@@ -80,16 +85,20 @@ async def _launch(db: Path):
     engine.set_environment(lambda: deps_from_env(env), db)
     engine.configure(db)
     await asyncio.to_thread(DBOS.launch)
-    return DBOS
+    try:
+        yield
+    finally:
+        await engine.close_deps()
+        await asyncio.to_thread(DBOS.destroy)
 
 
 def _pending(db: Path, version: str) -> list[str]:
     """The runs DBOS will recover when this process launches: PENDING, of this version."""
-    from dbosflow.status import RunNotFound, client
+    from dbosflow.status import DbosRunNotFound, client
 
     try:
         c = client(db)
-    except RunNotFound:
+    except DbosRunNotFound:
         return []
     try:
         return [wf.workflow_id for wf in c.list_workflows(status="PENDING", app_version=version)]
@@ -100,9 +109,11 @@ def _pending(db: Path, version: str) -> list[str]:
 async def _finish(run_id: str) -> None:
     from dbos import DBOS, WorkflowHandleAsync
 
+    from dbosflow.engine import RESULT_POLL_SECONDS
+
     handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(run_id)
     try:
-        await handle.get_result(polling_interval_sec=0.05)
+        await handle.get_result(polling_interval_sec=RESULT_POLL_SECONDS)
     except Exception:  # noqa: BLE001 - the run failed; its status says how, in the lab's words
         pass
 
@@ -124,7 +135,7 @@ async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
 
 async def _cmd_start(args) -> int:
     from dbosflow import engine
-    from dbosflow.status import RunNotFound, read
+    from dbosflow.status import DbosRunNotFound, read
     from steps.retry import rule_from_env
 
     run_id = check_run_id(args.run_id)
@@ -137,23 +148,19 @@ async def _cmd_start(args) -> int:
     db = _db(args)
     try:
         read(db, run_id)
-    except RunNotFound:
+    except DbosRunNotFound:
         pass
     else:
         print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
               f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
         return EXIT_EXISTS
     recovered = _pending(db, engine.app_version())
-    DBOS = await _launch(db)
-    try:
+    async with _launched(db):
         await engine.start_run(run_id, engine.new_inputs(run_id, task, email, conversation,
                                                          secrets.token_hex(8), rule))
         print(f"run {run_id} started in {db} (DBOS workflow id {run_id}, application version "
               f"{engine.app_version()})", flush=True)
         return await _wait(db, run_id, recovered)
-    finally:
-        await engine.close_deps()
-        await asyncio.to_thread(DBOS.destroy)
 
 
 async def _cmd_resume(args) -> int:
@@ -180,14 +187,10 @@ async def _cmd_resume(args) -> int:
               file=sys.stderr, flush=True)
         return EXIT_VERSION
     recovered = _pending(db, version)
-    DBOS = await _launch(db)
-    try:
+    async with _launched(db):
         print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
               f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
         return await _wait(db, run_id, recovered)
-    finally:
-        await engine.close_deps()
-        await asyncio.to_thread(DBOS.destroy)
 
 
 def _cmd_status(args) -> int:
@@ -222,12 +225,12 @@ def _cmd_steps(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from dbosflow.status import RunNotFound, client
+    from dbosflow.status import DbosRunNotFound, client
 
     db = _db(args)
     try:
         c = client(db)
-    except RunNotFound:
+    except DbosRunNotFound:
         print(f"no runs in {db}")
         return EXIT_OK
     try:
@@ -267,14 +270,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dbosflow.status import RunNotFound
+    from dbosflow.status import DbosRunNotFound
 
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound) as err:
+    except (InputError, DbosRunNotFound) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_INPUT
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from dbosflow.status import RunNotFound, read, status_of
+from dbosflow.status import DbosRunNotFound, read, status_of
 from steps.runstate import iso
 from steps.runview import short_result
 
@@ -94,4 +94,4 @@ def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["RunNotFound", "dbos_side"]
+__all__ = ["DbosRunNotFound", "dbos_side"]

@@ -33,10 +33,19 @@ What DBOS does here, and what the lab adds:
   with jitter, a 30 s cap and Retry-After; DBOS's is an attempt count, no
   jitter, a 1 h cap, no Retry-After. ``dbos_max_attempts`` picks the count
   whose backoff fits the lab's budget.
-- **Crashes** are counted by DBOS per *workflow* (``recovery_attempts``,
-  one per dispatch): ``max_recovery_attempts`` = the lab's worker-death
-  limit, after which DBOS moves the run to ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``
-  (its dead letter). The lab's limit is per step.
+- **Crashes**: DBOS counts dispatches per *workflow* (``recovery_attempts``),
+  and its limit, ``max_recovery_attempts``, is an argument of the workflow's
+  decorator: fixed when a process imports this module, the same for every run
+  it recovers, so it cannot be a run's rule. The run's rule decides, as on the
+  other engines: the worker-death limit recorded with the run's inputs
+  (``LAB_MAX_WORKER_DEATHS`` at ``start``), per step. Every dispatch since the
+  previous step's output was recorded died while the step was next; one death
+  more than the run allows and the next dispatch fails the step before running
+  it (``WorkerDeaths``, in ``steps.retry.StepLedger``'s words), whatever the
+  recovering process's environment says. DBOS's own limit stays a backstop
+  (``RECOVERY_BACKSTOP``) above any count a rule allows, for deaths no step
+  sees (while DBOS replays, after the last step): past it DBOS moves the run to
+  ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, its dead letter.
 - What DBOS does not record, the lab puts in the step's output: the dispatch
   (``recovery_attempts`` when the step ran) and the attempt within it, so
   ``status`` can count attempts and crashes per step (``dbosflow.status``).
@@ -56,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
-from dbos._error import DBOSMaxStepRetriesExceeded
+from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
 
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
@@ -66,7 +75,7 @@ from steps.limits import InputError
 from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
-from steps.retry import RetryRule
+from steps.retry import RetryRule, StepLedger
 
 APP_NAME = "agentlab"
 APP_VERSION = "agentlab-flow-1"
@@ -79,6 +88,22 @@ DB_ENV = "DBOSFLOW_DB"
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
+MOST_WORKER_DEATHS = 1000
+"""The highest worker-death limit a run can record (``steps.retry.rule_from_env`` accepts 0 to 1000)."""
+RECOVERY_BACKSTOP = len(FLOW) * MOST_WORKER_DEATHS + 1
+"""DBOS's own ``max_recovery_attempts``, fixed per process. Above the most dispatches any recorded rule
+lets a run reach (every step at its limit, then one death more): the run's rule always decides first."""
+
+
+class WorkerDeaths(PermanentError):
+    """A step whose dispatches died more often than the run's recorded rule allows: a poison pill.
+
+    ``failure`` is the run's error. Pickled by DBOS into the step's row: the
+    message is the only positional argument, the rest comes back as attributes."""
+
+    def __init__(self, message: str, failure: str = "", *, in_doubt: bool = False) -> None:
+        super().__init__(message, in_doubt=in_doubt)
+        self.failure = failure
 
 
 class StepFailed(Exception):
@@ -220,7 +245,7 @@ def _reason(err: BaseException) -> str:
 # ------------------------------------------------------------------ the workflow
 
 
-@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=int(os.environ.get("LAB_MAX_WORKER_DEATHS") or 10))
+@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=RECOVERY_BACKSTOP)
 async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
     """Run the three steps; returns ``{step: result}``. See the module docstring."""
     run_id = raw["run_id"]
@@ -234,8 +259,8 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
         ran = {"attempts": 0}
         try:
             recorded = await DBOS.run_step_async(step_options(step.name, rule), _attempt, step, request, run_id,
-                                                 dispatch, previous_dispatch, ran)
-        except (PermanentError, InputError, DBOSMaxStepRetriesExceeded) as err:
+                                                 rule, dispatch, previous_dispatch, ran)
+        except (PermanentError, InputError, dbos_errors.DBOSMaxStepRetriesExceeded) as err:
             # The step's own failure, recorded by DBOS in the step's row. DBOS's errors about the
             # workflow itself (a step name that differs from the recorded one, a cancellation) pass.
             raise StepFailed(_failure(step.name, err, ran["attempts"] + dispatch - previous_dispatch)) from None
@@ -255,13 +280,16 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
-async def _attempt(step: FlowStep, request: Any, run_id: str, dispatch: int, previous_dispatch: int,
-                   ran: dict[str, int]) -> dict[str, Any]:
+async def _attempt(step: FlowStep, request: Any, run_id: str, rule: RetryRule, dispatch: int,
+                   previous_dispatch: int, ran: dict[str, int]) -> dict[str, Any]:
     """One attempt of a step, as DBOS runs it (again on each of its retries).
 
     The number printed counts the dispatches since the previous step's output
     was recorded (each of them reached this step, or died before it) and the
-    attempts of this dispatch."""
+    attempts of this dispatch. The first attempt of a dispatch is refused when
+    those dispatches are more deaths than the run's rule allows."""
+    if not ran["attempts"]:
+        _refuse_a_death_too_many(step, rule, dispatch, previous_dispatch)
     ran["attempts"] += 1
     attempt = dispatch - previous_dispatch + ran["attempts"]
     _SAY[0](f"step {step.name} started: run {run_id} attempt {attempt}")
@@ -269,9 +297,22 @@ async def _attempt(step: FlowStep, request: Any, run_id: str, dispatch: int, pre
     return {"result": to_jsonable(result), "dispatch": dispatch, "attempt": attempt}
 
 
+def _refuse_a_death_too_many(step: FlowStep, rule: RetryRule, dispatch: int, previous_dispatch: int) -> None:
+    """Raise ``WorkerDeaths`` when the dispatches that died while ``step`` was next
+    exceed the run's recorded limit; the ledger words it as on the other engines."""
+    deaths = dispatch - previous_dispatch
+    if deaths <= rule.max_worker_deaths:
+        return
+    ledger = StepLedger(step.name, rule, effect=step.effect, attempts=deaths, crashes=deaths - 1)
+    ledger.after_crash(f"the process of dispatch {dispatch - 1} died before DBOS recorded {step.name}'s output")
+    raise WorkerDeaths(ledger.last_error or "", ledger.failure or "", in_doubt=ledger.in_doubt)
+
+
 def _failure(step: str, err: BaseException, attempts: int) -> str:
     """The run's error in the other engines' words, with DBOS's reason."""
-    if isinstance(err, DBOSMaxStepRetriesExceeded):
+    if isinstance(err, WorkerDeaths):
+        return err.failure
+    if isinstance(err, dbos_errors.DBOSMaxStepRetriesExceeded):
         last = err.errors[-1] if err.errors else err
         return (f"step {step} failed after {attempts} attempt(s): DBOS's step retries spent ({err.max_retries} "
                 f"attempts: the count whose backoff fits the retry budget); last error: {_reason(last)}")

@@ -7,14 +7,16 @@ How DBOS's record maps onto the words:
 - workflow ``SUCCESS`` -> run **completed**; ``ERROR`` -> **failed** (the
   error is the lab's ``step <name> failed after <n> attempt(s): ...``, or
   DBOS's own, e.g. a step name that differs from the recorded one);
-  ``MAX_RECOVERY_ATTEMPTS_EXCEEDED`` (DBOS's dead letter) -> **failed**,
-  naming the step the run was at; ``CANCELLED`` -> **failed**;
+  ``MAX_RECOVERY_ATTEMPTS_EXCEEDED`` (DBOS's dead letter, its backstop
+  behind the run's own worker-death limit) -> **failed**, naming the step the
+  run was at; ``CANCELLED`` -> **failed**;
   ``PENDING``/``ENQUEUED`` -> **running**, or **parked** when the run was
   started under another application version than this code's (DBOS recovers
   it only in a process of its own version).
 - a step with an output row -> **completed** (or **adopted**); with an error
   row -> **failed**, or **in_doubt** for an effect step whose last error
-  may have been applied.
+  may have been applied (a death too many, ``WorkerDeaths``, is one: the
+  process may have died mid-request).
 - the first step without a row in a pending run -> **running**: DBOS records
   neither that an attempt started nor which process is alive, so "running"
   and "waiting for a process to recover it" look the same (the note says so).
@@ -31,22 +33,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dbosflow.engine import WORKFLOW_NAME, StepFailed, app_version, db_url
+from dbosflow.engine import RECOVERY_BACKSTOP, WORKFLOW_NAME, StepFailed, WorkerDeaths, app_version, db_url
 from steps.errors import StepError
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 from steps.runview import render_table
 
 
-class RunNotFound(LookupError):
-    pass
+class DbosRunNotFound(LookupError):
+    """No such run in DBOS's system database, or no database yet (``TemporalRunNotFound`` and
+    ``RecordRunNotFound`` are the other engines' answers)."""
 
 
 def client(db):
     from dbos import DBOSClient
 
     if not db.exists():
-        raise RunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
+        raise DbosRunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
     return DBOSClient(system_database_url=db_url(db))
 
 
@@ -56,7 +59,7 @@ def read(db, run_id: str) -> dict[str, Any]:
     try:
         found = c.list_workflows(workflow_ids=[run_id])
         if not found:
-            raise RunNotFound(f"no run {run_id!r} in {db}: check the id, or start it with python -m dbosflow start")
+            raise DbosRunNotFound(f"no run {run_id!r} in {db}: check the id, or start it with python -m dbosflow start")
         return {"workflow": found[0], "steps": c.list_workflow_steps(run_id)}
     finally:
         c.destroy()
@@ -92,8 +95,8 @@ def status_of(raw: dict[str, Any], version: str | None = None) -> dict[str, Any]
             if row is not None:  # the step's error, recorded by DBOS
                 err = row["error"]
                 doubt = name in EFFECT_STEPS and bool(getattr(_last(err), "in_doubt", False))
-                steps.append(step_entry(name, "in_doubt" if doubt else "failed", crashes + 1, crashes=crashes,
-                                        last_error=_text(err)))
+                steps.append(step_entry(name, "in_doubt" if doubt else "failed", _attempts(err, crashes),
+                                        crashes=crashes, last_error=_text(err)))
             else:
                 steps.append(step_entry(name, "running", crashes + 1, crashes=crashes))
             continue
@@ -122,6 +125,12 @@ def _last(err: Any) -> Any:
     return errors[-1] if errors else err
 
 
+def _attempts(err: Any, crashes: int) -> int:
+    """A step whose error DBOS recorded: the dispatches that died in it, plus the
+    one that recorded the error, unless that one refused to run it (``WorkerDeaths``)."""
+    return crashes if isinstance(_last(err), WorkerDeaths) else crashes + 1
+
+
 def _text(err: Any) -> str:
     last = _last(err)
     return last.message if isinstance(last, StepError) else f"{type(last).__name__}: {last}"
@@ -135,8 +144,9 @@ def _run_error(wf, current: str | None, dispatches: int, steps: list[dict[str, A
                 s["status"] = "in_doubt" if step in EFFECT_STEPS else "failed"
                 s["last_error"] = "the process running it died"
         return (f"step {step} failed after {dispatches - 1} dispatch(es) died: worker died {dispatches - 1} times "
-                f"(DBOS counts recoveries per run, not per step; it moved the run to MAX_RECOVERY_ATTEMPTS_EXCEEDED, "
-                f"its dead letter; DBOS.resume_workflow would run it again from there)")
+                f"(DBOS's own limit, {RECOVERY_BACKSTOP} recoveries per run, the backstop behind the run's "
+                f"per-step rule; it moved the run to MAX_RECOVERY_ATTEMPTS_EXCEEDED, its dead letter; "
+                f"DBOS.resume_workflow would run it again from there)")
     if wf.status == "CANCELLED":
         return f"canceled at step {current or '?'} (DBOS: CANCELLED)"
     err = wf.error

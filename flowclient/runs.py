@@ -1,6 +1,6 @@
 """Runs of the agent flow on Temporal, from the client side: starting (or
-attaching to) a run, waiting for it, asking the workflow itself, retrying a
-failed run at its failed step. ``starter.py`` is the command line over these;
+attaching to) a run, waiting for it, asking the workflow itself, restarting a
+failed run at its failed step (``starter.py retry``). ``starter.py`` is the command line over these;
 the demo, the lessons, the benches and the tests call them directly.
 
 - ``start_run``: one run per RUN_ID, ever (the idempotency keys derive from
@@ -10,7 +10,7 @@ the demo, the lessons, the benches and the tests call them directly.
   the numbers a run runs under are in its history. The workflow task timeout
   is 2 s (a worker that dies mid workflow task is noticed then, not after
   Temporal's 10 s); the execution timeout is ``execution_timeout``.
-- ``retry_run``: a Temporal reset to the workflow task that first scheduled
+- ``restart_failed_run``: a Temporal reset to the workflow task that first scheduled
   the failed step, so the completed steps are not run again and the step gets
   a fresh retry budget. The run id, and so every idempotency key, stays the
   same: what was applied is replayed or adopted, never applied twice.
@@ -149,24 +149,24 @@ async def live_status(client: Client, run_id: str) -> dict:
         raise
 
 
-class RetryRefused(ValueError):
-    """A run that cannot be retried; the message says why and what to do."""
+class RestartRefused(ValueError):
+    """A run that cannot be restarted at its failed step; the message says why and what to do."""
 
 
-async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
+async def restart_failed_run(client: Client, run_id: str) -> tuple[str, int, str]:
     """Reset a failed or timed-out run to the workflow task that first scheduled
     its failed step. Returns (step, reset event id, new Temporal run id)."""
     description, history = await read_history(client, run_id)
     state = description.status
     if state == WorkflowExecutionStatus.COMPLETED:
-        raise RetryRefused(f"run {run_id} completed; a completed run cannot be retried. "
+        raise RestartRefused(f"run {run_id} completed; a completed run cannot be retried. "
                            "Start a new RUN_ID to do the task again.")
     if state == WorkflowExecutionStatus.RUNNING:
-        raise RetryRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
+        raise RestartRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
                            "retry is for a run that failed or timed out")
     status = await run_status(client, run_id)
     if (status.get("error") or "").startswith("input refused"):
-        raise RetryRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
+        raise RestartRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
                            "again. Start a new RUN_ID with corrected input.")
     step = status["current_step"]
     traces = [t for t in (await activity_traces(client, history)).values() if t.step == step]
@@ -176,7 +176,7 @@ async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
         completed = [e.event_id for e in history.events
                      if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
         if not completed:
-            raise RetryRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
+            raise RestartRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
         point = completed[-1]
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
@@ -188,3 +188,6 @@ async def retry_run(client: Client, run_id: str) -> tuple[str, int, str]:
         )
     )
     return step or "?", point, response.run_id
+
+
+retry_run = restart_failed_run  # the old name, for lab/outage.py until it says restart_failed_run

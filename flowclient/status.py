@@ -51,8 +51,12 @@ from steps.runstate import describe_step, iso, run_entry, step_entry
 WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
 
 
-class RunNotFound(LookupError):
-    pass
+class TemporalRunNotFound(LookupError):
+    """No workflow with that id in the namespace (``RecordRunNotFound`` and ``DbosRunNotFound`` are the
+    other engines' answers)."""
+
+
+RunNotFound = TemporalRunNotFound  # the old name, for lab/powercut_matrix.py until it says TemporalRunNotFound
 
 
 @dataclass
@@ -107,14 +111,14 @@ async def failure_text(client: Client | DataConverter, failure) -> str:
 
 
 async def read_history(client: Client, run_id: str):
-    """(description, history) for a run, or RunNotFound with a useful message."""
+    """(description, history) for a run, or TemporalRunNotFound with a useful message."""
     handle = client.get_workflow_handle(run_id)
     try:
         description = await handle.describe()
         history = await handle.fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(
+            raise TemporalRunNotFound(
                 f"no run with id {run_id!r} in namespace {client.namespace!r}. "
                 f"Start one with: python starter.py start {run_id} \"TASK\" --email ADDR"
             ) from err

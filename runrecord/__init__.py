@@ -54,7 +54,7 @@ out, its intent is in doubt; resume repeats it, the provider replays.
 """
 
 from runrecord.runner import DEFAULT_FLOW, FlowChanged, Runner, RunTerminal
-from runrecord.store import LeaseHeld, LeaseLost, RunExists, RunNotFound, RunRecord
+from runrecord.store import LeaseHeld, LeaseLost, RecordRunNotFound, RunExists, RunRecord
 from steps.plan import FlowStep
 from steps.requests import RunInputs
 
@@ -64,9 +64,9 @@ __all__ = [
     "FlowStep",
     "LeaseHeld",
     "LeaseLost",
+    "RecordRunNotFound",
     "RunExists",
     "RunInputs",
-    "RunNotFound",
     "RunRecord",
     "RunTerminal",
     "Runner",

@@ -42,6 +42,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +62,9 @@ from runrecord.runner import (
 from runrecord.store import (
     LeaseHeld,
     LeaseLost,
+    RecordRunNotFound,
     RunExists,
     RunNotFailed,
-    RunNotFound,
     RunRecord,
     SchemaError,
     SettingError,
@@ -109,14 +111,22 @@ def _flow_changed(run) -> str | None:
     return None
 
 
-def _runner(args) -> Runner:
+@asynccontextmanager
+async def _runner(args) -> AsyncIterator[Runner]:
+    """The runner of one command, its steps' parts from the environment; its provider
+    client and its record closed when the command ends, however it ends."""
     from wiring import deps_from_env
 
     try:
         deps = deps_from_env()
     except ValueError as err:  # a model setting the environment got wrong
         raise InputError(str(err)) from err
-    return Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+    runner = Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+    try:
+        yield runner
+    finally:
+        await runner.deps.provider.aclose()
+        runner.close()
 
 
 async def _cmd_start(args) -> int:
@@ -124,39 +134,24 @@ async def _cmd_start(args) -> int:
     task = check_task(args.task)
     email = check_email(args.email)
     conversation = check_conversation_id(args.conversation) if args.conversation else None
-    runner = _runner(args)
-    try:
-        run = await runner.start(run_id, task, email, conversation)
-        return _finish(run, runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
+    async with _runner(args) as runner:
+        return _finish(await runner.start(run_id, task, email, conversation), runner.record)
 
 
 async def _cmd_resume(args) -> int:
     run_id = check_run_id(args.run_id)
     wait_limit = _wait_limit(args)
-    runner = _runner(args)
-    try:
-        before = runner.record.load(run_id)
-        if before.status == "completed":
+    async with _runner(args) as runner:
+        if runner.record.load(run_id).status == "completed":
             print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
             return _finish(await runner.resume(run_id), runner.record)  # resume only remembers the exchange
-        run = await runner.resume(run_id, wait=args.wait, wait_limit=wait_limit)
-        return _finish(run, runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
+        return _finish(await runner.resume(run_id, wait=args.wait, wait_limit=wait_limit), runner.record)
 
 
 async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
-    runner = _runner(args)
-    try:
-        return _finish(await runner.retry(run_id), runner.record)
-    finally:
-        await runner.deps.provider.aclose()
-        runner.close()
+    async with _runner(args) as runner:
+        return _finish(await runner.restart_failed(run_id), runner.record)
 
 
 def _cmd_status(args) -> int:
@@ -246,14 +241,14 @@ def _dbos_side(args) -> dict[str, Any] | None:
     if done.returncode == 0:
         return json.loads(done.stdout)
     said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    if done.returncode == 2 and said:  # dbosflow's own refusal: no such run, or bad input
-        raise RunNotFound(said[-1].removeprefix("error: "))
+    if done.returncode == 2 and said:  # dbosflow's own refusal (no such run, or bad input): this command's input
+        raise InputError(said[-1].removeprefix("error: "))
     raise RuntimeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 async def _cmd_compare(args) -> int:
     from flowclient.connect import connect
-    from flowclient.status import RunNotFound as TemporalRunNotFound
+    from flowclient.status import TemporalRunNotFound
     from providerclient import provider_url_from_env
     from runrecord.compare import compare, render
 
@@ -265,8 +260,8 @@ async def _cmd_compare(args) -> int:
         try:
             report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ),
                                    dbos=_dbos_side(args))
-        except TemporalRunNotFound as err:
-            raise RunNotFound(str(err)) from err
+        except TemporalRunNotFound as err:  # --temporal names no run: this command's input
+            raise InputError(str(err)) from err
     print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
     if args.html:
         from runrecord.picture import compare_page
@@ -357,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, RunNotFound, SchemaError, SettingError, ConnectionError, RunNotFailed) as err:
+    except (InputError, RecordRunNotFound, SchemaError, SettingError, ConnectionError, RunNotFailed) as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     except tuple(_REFUSALS) as err:

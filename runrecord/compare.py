@@ -291,78 +291,102 @@ def _short(value: Any) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
+    """The comparison as text: per step a row per engine, each followed by the
+    provider's count for its key; then the totals, what only one engine keeps,
+    and the checks against the provider."""
     rec, tmp = report["record"], report["temporal"]
-    prov = report.get("provider") or {}
     lines = [
         f"Temporal run {tmp['run_id']}: {tmp['status']}    run record run {rec['run_id']}: {rec['status']}",
         "",
         f"  {'step':<18} {'engine':<9} {'status':<10} {'att':>3} {'rows/ev':>7} {'secs':>6}  recorded",
-    ]
-    dbs = report.get("dbos")
-    for i, (t, r) in enumerate(zip(tmp["steps"], rec["steps"], strict=True)):
-        key_t = idempotency_key(tmp["run_id"], t["name"])
-        key_r = idempotency_key(rec["run_id"], r["name"])
-        pt = prov.get("temporal", {}).get(key_t)
-        pr = prov.get("record", {}).get(key_r)
-        lines.append(
-            f"  {t['name']:<18} {'temporal':<9} {t['status']:<10} {t['attempts']:>3} {len(t['events']):>7} "
-            f"{'' if t['seconds'] is None else t['seconds']:>6}  {', '.join(t['events'])}  {_short(t['result'])}"
-        )
-        if pt:
-            lines.append(f"  {'':<18} {'provider':<9} requests {pt['requests']}, "
-                         f"effects applied {pt['effects_applied']}")
-        intents = ", ".join(f"#{i['attempt']} {i['state']}" for i in r["intents"]) or "no intents (no effect)"
-        lines.append(
-            f"  {'':<18} {'record':<9} {r['status']:<10} {r['attempts']:>3} {r['rows']:>7} "
-            f"{'' if r['seconds'] is None else r['seconds']:>6}  step row; intents: {intents}  {_short(r['result'])}"
-        )
-        if pr:
-            lines.append(f"  {'':<18} {'provider':<9} requests {pr['requests']}, "
-                         f"effects applied {pr['effects_applied']}")
-        if dbs:
-            d = dbs["steps"][i]
-            pd = prov.get("dbos", {}).get(idempotency_key(dbs["run_id"], d["name"]))
-            what = "operation_outputs row (written when the step returned)" if d["rows"] else "no row (not recorded)"
-            lines.append(
-                f"  {'':<18} {'dbos':<9} {d['status']:<10} {d['attempts']:>3} {d['rows']:>7} "
-                f"{'' if d['seconds'] is None else d['seconds']:>6}  {what}  {_short(d['result'])}"
-            )
-            if pd:
-                lines.append(f"  {'':<18} {'provider':<9} requests {pd['requests']}, "
-                             f"effects applied {pd['effects_applied']}")
-    tt, rt = tmp["totals"], rec["totals"]
-    lines += [
+        *_step_rows(report),
         "",
+        *_totals(report),
+        "",
+        *_only_here(report),
+        *_checks_against_the_provider(report.get("checks") or []),
+    ]
+    # Results, identities and the provider's values are data: escaped for the terminal.
+    return "\n".join(printable(line) for line in lines)
+
+
+def _engine_row(name: str, engine: str, step: dict[str, Any], rows: int, recorded: str) -> str:
+    seconds = "" if step["seconds"] is None else step["seconds"]
+    return (f"  {name:<18} {engine:<9} {step['status']:<10} {step['attempts']:>3} {rows:>7} {seconds:>6}  "
+            f"{recorded}  {_short(step['result'])}")
+
+
+def _provider_row(counted: dict[str, Any] | None) -> list[str]:
+    """The provider's count for one engine's key of a step; nothing when it holds no such key."""
+    if not counted:
+        return []
+    return [f"  {'':<18} {'provider':<9} requests {counted['requests']}, effects applied {counted['effects_applied']}"]
+
+
+def _step_rows(report: dict[str, Any]) -> list[str]:
+    rec, tmp, dbs = report["record"], report["temporal"], report.get("dbos")
+    prov = report.get("provider") or {}
+
+    def counted(engine: str, run_id: str, step: str) -> dict[str, Any] | None:
+        return prov.get(engine, {}).get(idempotency_key(run_id, step))
+
+    lines: list[str] = []
+    for n, (t, r) in enumerate(zip(tmp["steps"], rec["steps"], strict=True)):
+        lines.append(_engine_row(t["name"], "temporal", t, len(t["events"]), ", ".join(t["events"])))
+        lines += _provider_row(counted("temporal", tmp["run_id"], t["name"]))
+        intents = ", ".join(f"#{i['attempt']} {i['state']}" for i in r["intents"]) or "no intents (no effect)"
+        lines.append(_engine_row("", "record", r, r["rows"], f"step row; intents: {intents}"))
+        lines += _provider_row(counted("record", rec["run_id"], r["name"]))
+        if dbs:
+            d = dbs["steps"][n]
+            kept = "operation_outputs row (written when the step returned)" if d["rows"] else "no row (not recorded)"
+            lines.append(_engine_row("", "dbos", d, d["rows"], kept))
+            lines += _provider_row(counted("dbos", dbs["run_id"], d["name"]))
+    return lines
+
+
+def _totals(report: dict[str, Any]) -> list[str]:
+    tt, rt, dbs = report["temporal"]["totals"], report["record"]["totals"], report.get("dbos")
+    lines = [
         f"  totals   temporal: {tt['events']} events, {tt['bytes']} bytes of history "
         f"({tt['activity_events']} activity, {tt['workflow_task_events']} workflow-task, "
         f"{tt['timer_events']} timer, {tt['other_events']} other)",
         f"           record:   {rt['rows']} rows, {rt['bytes']} bytes "
         f"(runs {rt['runs_rows']}, steps {rt['steps_rows']}, intents {rt['intents_rows']})",
-        "",
-        "  only in Temporal's history:",
-        f"    workflow-task events: {tmp['only_here']['workflow_task_events']}; timer events: "
-        f"{tmp['only_here']['timer_events']}",
-        f"    identities (starter client, workers): {', '.join(tmp['only_here']['worker_identities']) or 'none'}",
-        "  only in the run record:",
-        f"    intents: {rec['only_here']['intents']} ({rec['only_here']['in_doubt']} in doubt now, "
-        f"{rec['only_here']['settled_after_doubt']} settled after a crash left them in doubt)",
-        f"    lease: {rec['only_here']['lease']['holder'] or 'free'}",
     ]
     if dbs:
-        dt, only = dbs["totals"], dbs["only_here"]
-        at = lines.index("  only in Temporal's history:")
-        lines[at - 1:at - 1] = [f"           dbos:     {dt['rows']} rows, {dt['bytes']} bytes ({dt['detail']})"]
+        dt = dbs["totals"]
+        lines.append(f"           dbos:     {dt['rows']} rows, {dt['bytes']} bytes ({dt['detail']})")
+    return lines
+
+
+def _only_here(report: dict[str, Any]) -> list[str]:
+    """What each engine records that the others do not."""
+    tmp, rec, dbs = report["temporal"]["only_here"], report["record"]["only_here"], report.get("dbos")
+    lines = [
+        "  only in Temporal's history:",
+        f"    workflow-task events: {tmp['workflow_task_events']}; timer events: {tmp['timer_events']}",
+        f"    identities (starter client, workers): {', '.join(tmp['worker_identities']) or 'none'}",
+        "  only in the run record:",
+        f"    intents: {rec['intents']} ({rec['in_doubt']} in doubt now, "
+        f"{rec['settled_after_doubt']} settled after a crash left them in doubt)",
+        f"    lease: {rec['lease']['holder'] or 'free'}",
+    ]
+    if dbs:
+        only = dbs["only_here"]
         lines += [
             "  only in DBOS's record:",
             f"    application version {only['application_version']}, executor {only['executor_id']}, dispatches "
             f"(recovery_attempts) {only['recovery_attempts']}; no attempt starts, no intents, no lease",
         ]
-    if report.get("checks"):
-        lines += ["", "  checks against the provider:"]
-        for c in report["checks"]:
-            lines.append(
-                f"    {'ok  ' if c['ok'] else 'DIFF'} {c['engine']:<8} {c['step']:<18} {c['what']}: "
-                f"{c['engine_value']} vs {c['provider_value']}"
-            )
-    # Results, identities and the provider's values are data: escaped for the terminal.
-    return "\n".join(printable(line) for line in lines)
+    return lines
+
+
+def _checks_against_the_provider(checks: list[dict[str, Any]]) -> list[str]:
+    if not checks:
+        return []
+    return ["", "  checks against the provider:", *(
+        f"    {'ok  ' if c['ok'] else 'DIFF'} {c['engine']:<8} {c['step']:<18} {c['what']}: "
+        f"{c['engine_value']} vs {c['provider_value']}"
+        for c in checks
+    )]

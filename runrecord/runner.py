@@ -49,12 +49,24 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
 from runrecord.status import attempts_text, why_in_doubt
-from runrecord.store import LeaseHeld, LeaseLost, NextAttempt, RecordError, RunEnded, RunNotFound, RunRecord, RunRow
+from runrecord.store import (
+    Intent,
+    LeaseHeld,
+    LeaseLost,
+    NextAttempt,
+    RecordError,
+    RecordRunNotFound,
+    RunEnded,
+    RunRecord,
+    RunRow,
+    StepRow,
+)
 from steps import flow
 from steps.controls import printable
 from steps.crashpoints import crash_point
@@ -104,6 +116,24 @@ class RunTerminal(RecordError):
             "(same keys, nothing completed runs again)."
         )
         self.error = error
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    """An attempt the record holds as started (intent and all), with the request to send.
+
+    The commit that completes a step starts the next step's first attempt
+    (``RunRecord.complete_step``: one commit per step), as ``start``'s creation
+    of the run starts the first; the loop then runs that attempt as it is, with
+    the very request its intent holds: no second start, no request built again."""
+
+    position: int
+    attempt: int
+    request: Any
+
+    def is_current(self, position: int, row: StepRow) -> bool:
+        """True while the record still says this is the step's current attempt."""
+        return self.position == position and self.attempt == row.attempts and row.status == "running"
 
 
 def lease_seconds_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -235,7 +265,7 @@ class Runner:
         )
         request = first.request(self._inputs(self.record.load(run_id)), {})
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
-        return await self._drive(run_id, armed=(0, 1, request))
+        return await self._drive(run_id, ahead=StartedAttempt(0, 1, request))
 
     async def resume(self, run_id: str, *, wait: bool = False, wait_limit: float = DEFAULT_WAIT_LIMIT) -> RunRow:
         """Continue a run at its recorded step. A completed run is returned as is.
@@ -243,7 +273,7 @@ class Runner:
         A dead holder of this host is taken over at once (``runrecord.lease``).
         With ``wait``, any other holder is waited out: until it releases the
         lease, lets it expire or dies, for at most ``wait_limit`` seconds.
-        Raises ``RunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
+        Raises ``RecordRunNotFound``, ``RunTerminal`` (failed run), ``FlowChanged``,
         ``LeaseHeld`` (another process that may be alive runs it; with
         ``wait``, ``LeaseWaitTimedOut``) or ``LeaseLost``.
         """
@@ -280,10 +310,11 @@ class Runner:
         return (f"read the record of run {run.run_id}: the run row (position {run.position}) and its step rows: "
                 + "; ".join(rows))
 
-    async def retry(self, run_id: str) -> RunRow:
-        """Restart a failed run at its failed step: fresh error budget and crash
-        count, the same keys (what was applied is replayed or adopted), nothing
-        completed run again. ``RunNotFailed`` if the run did not fail."""
+    async def restart_failed(self, run_id: str) -> RunRow:
+        """Restart a failed run at its failed step (``python -m runrecord retry``):
+        fresh error budget and crash count, the same keys (what was applied is
+        replayed or adopted), nothing completed run again. ``RunNotFailed`` if
+        the run did not fail."""
         run = self.record.load(check_run_id(run_id))
         check_flow(run, self.flow)
         position = self.record.reopen_failed(run_id, self.holder, self.lease_seconds)
@@ -307,7 +338,7 @@ class Runner:
             self.say(f"settled by `settle`: {answered[-1].step} {attempts_text([i.attempt for i in answered])} "
                      f"(Idempotency-Key {answered[-1].idempotency_key}): the provider said {answer_text(answer)}; "
                      f"{what_retry_does(answer)}")
-        return await self._drive(run_id, armed=None)
+        return await self._drive(run_id, ahead=None)
 
     async def _take_lease(self, run_id: str, wait: bool, wait_limit: float) -> None:
         """Take the lease; with ``wait``, poll until it can be taken, for at most ``wait_limit`` seconds.
@@ -363,10 +394,10 @@ class Runner:
         await flow.remember_exchange(remember_request(self._inputs(run), run.results()), self.deps)
 
     @staticmethod
-    def _intent(step: FlowStep, request: Any) -> tuple[str, Any] | None:
-        return (request.idempotency_key, to_jsonable(request)) if step.effect else None
+    def _intent(step: FlowStep, request: Any) -> Intent | None:
+        return Intent(request.idempotency_key, to_jsonable(request)) if step.effect else None
 
-    async def _drive(self, run_id: str, armed: tuple[int, int, Any] | None) -> RunRow:
+    async def _drive(self, run_id: str, ahead: StartedAttempt | None) -> RunRow:
         beat = _Heartbeat(self.path, run_id, self.holder, self.lease_seconds) if self.heartbeat else None
         if beat:
             beat.start()
@@ -377,7 +408,7 @@ class Runner:
                     await self._remember(run)
                 if run.status != "running":
                     return run
-                armed = await self._one_step(run, armed, beat)
+                ahead = await self._one_step(run, ahead, beat)
         except BaseException as err:
             # Graceful exits (Ctrl-C, SIGTERM, a bug) hand the lease back at once;
             # SIGKILL cannot, and the lease then frees itself at expiry.
@@ -396,79 +427,114 @@ class Runner:
         return RunInputs(run.run_id, run.task, run.email, run.conversation_id,
                          start_id=run.start_id or "", created_at=run.created_at if run.start_id else None)
 
-    async def _one_step(self, run: RunRow, armed, beat: _Heartbeat | None):
-        rec, run_id, pos = self.record, run.run_id, run.position
-        step, row = self.flow[pos], run.steps[pos]
-        inputs = self._inputs(run)
-        ledger = StepLedger(
+    async def _one_step(self, run: RunRow, ahead: StartedAttempt | None,
+                        beat: _Heartbeat | None) -> StartedAttempt | None:
+        """One attempt of the run's current step, to its recorded outcome. Returns the next
+        step's first attempt when this one's commit started it, else None (the loop reads
+        the record again)."""
+        step, row = self.flow[run.position], run.steps[run.position]
+        ledger = self._ledger(run, step, row)
+        attempt = ahead if ahead is not None and ahead.is_current(run.position, row) else None
+        if attempt is None:
+            attempt = await self._open_attempt(run, step, row, ledger)
+            if attempt is None:
+                return None  # a death too many: the run failed
+        ledger.attempts = attempt.attempt
+        if beat is not None and beat.lost:
+            raise LeaseLost(run.run_id, self.holder)
+        crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
+        self.say(f"step {step.name} started: run {run.run_id} attempt {attempt.attempt}")
+        began = time.monotonic()
+        try:
+            result = await self._call(step, attempt.request, ledger.rule.attempt_timeout_for(step.name))
+        except (PermanentError, InputError) as err:
+            ledger.after_permanent(str(err))
+            self._fail(run.run_id, step, run.position, ledger)
+            return None
+        except Exception as err:  # TransientError, and anything unexpected: retried within the budget
+            await self._after_error(run, step, ledger, err, time.monotonic() - began)
+            return None
+        return self._complete(run, step, attempt.attempt, to_jsonable(result))
+
+    @staticmethod
+    def _ledger(run: RunRow, step: FlowStep, row: StepRow) -> StepLedger:
+        """The step's ledger as the record holds it, under the rule the run recorded at start."""
+        return StepLedger(
             step.name, RetryRule.from_dict(run.retry_rule), effect=step.effect, attempts=row.attempts,
             error_attempts=row.error_attempts, error_seconds=row.error_seconds, crashes=row.crashes,
             in_doubt=row.in_doubt, last_error=row.last_error,
         )
-        if armed is not None and armed[0] == pos and armed[1] == row.attempts and row.status == "running":
-            attempt, request = armed[1], armed[2]
-        else:
-            request = step.request(inputs, run.results())
-            crashes = None
-            if row.attempt_open and row.attempts > 0:
-                died = f"the process running attempt {row.attempts} died before recording its outcome"
-                if not ledger.after_crash(died):
-                    self._fail(run_id, step, pos, ledger, answered=False)
-                    return None
-                crashes = ledger.crashes
-            elif row.next_try_at is not None and row.next_try_at > time.time():
-                # A process died during the backoff: the wait is part of the rule, not skipped.
-                await self.sleep(row.next_try_at - time.time())
-            attempt = ledger.attempts = row.attempts + 1
-            rec.begin_attempt(run_id, step.name, NextAttempt(pos, attempt, self._intent(step, request), crashes),
-                              self.holder, self.lease_seconds)
-        ledger.attempts = attempt
-        if beat is not None and beat.lost:
-            raise LeaseLost(run_id, self.holder)
-        crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
-        self.say(f"step {step.name} started: run {run_id} attempt {attempt}")
-        began = time.monotonic()
-        limit = ledger.rule.attempt_timeout_for(step.name)
-        try:
-            try:
-                result = await asyncio.wait_for(step.run(request, self.deps), limit)
-            except TimeoutError:
-                raise TransientError(f"timed out after {limit:g} s (the attempt timeout)", in_doubt=True) from None
-        except (PermanentError, InputError) as err:
-            ledger.after_permanent(str(err))
-            self._fail(run_id, step, pos, ledger)
-            return None
-        except Exception as err:  # TransientError, and anything unexpected: retried within the budget
-            reason = err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
-            doubtful = bool(getattr(err, "in_doubt", False))
-            delay = ledger.after_error(reason, time.monotonic() - began, retry_after=getattr(err, "retry_after", None),
-                                       in_doubt=doubtful, u=random.random())
-            if delay is None:
-                self._fail(run_id, step, pos, ledger, answered=not doubtful, doubtful=doubtful)
+
+    async def _open_attempt(self, run: RunRow, step: FlowStep, row: StepRow,
+                            ledger: StepLedger) -> StartedAttempt | None:
+        """Commit a new attempt of the step (and its intent) before anything is sent.
+
+        First what the record says of the attempt before: one still open died
+        with its process (a crash: None if it was one too many, and the run
+        failed); a backoff a death interrupted is waited out, as the rule says."""
+        request = step.request(self._inputs(run), run.results())
+        crashes = None
+        if row.attempt_open and row.attempts > 0:
+            died = f"the process running attempt {row.attempts} died before recording its outcome"
+            if not ledger.after_crash(died):
+                self._fail(run.run_id, step, run.position, ledger, answered=False)
                 return None
-            rec.record_attempt_error(run_id, pos, attempt, reason, self.holder, self.lease_seconds,
-                                     error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds,
-                                     in_doubt=ledger.in_doubt, next_try_at=time.time() + delay, doubtful=doubtful)
-            self.say(f"  {_clock()} {step.name}: attempt {attempt} failed ({reason}); retrying in {delay:.2f} s "
-                     f"(budget {ledger.rule.budget_seconds - ledger.error_seconds:.0f} s left)")
-            await self.sleep(delay)
-            return None
-        value = to_jsonable(result)
-        nxt, next_name, armed_next = None, None, None
+            crashes = ledger.crashes
+        elif row.next_try_at is not None and row.next_try_at > time.time():
+            # A process died during the backoff: the wait is part of the rule, not skipped.
+            await self.sleep(row.next_try_at - time.time())
+        started = StartedAttempt(run.position, row.attempts + 1, request)
+        self.record.begin_attempt(run.run_id, step.name,
+                                  NextAttempt(started.position, started.attempt, self._intent(step, request), crashes),
+                                  self.holder, self.lease_seconds)
+        return started
+
+    async def _call(self, step: FlowStep, request: Any, limit: float) -> Any:
+        """The step function, given ``limit`` seconds (the attempt timeout). An attempt
+        still running then may have sent its request: a transient error, in doubt."""
+        try:
+            return await asyncio.wait_for(step.run(request, self.deps), limit)
+        except TimeoutError:
+            raise TransientError(f"timed out after {limit:g} s (the attempt timeout)", in_doubt=True) from None
+
+    async def _after_error(self, run: RunRow, step: FlowStep, ledger: StepLedger, err: Exception,
+                           seconds: float) -> None:
+        """A retryable failure: the run fails if the ledger says the budget is spent; else
+        the error is recorded with the ledger and the backoff waited."""
+        reason = err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
+        doubtful = bool(getattr(err, "in_doubt", False))
+        delay = ledger.after_error(reason, seconds, retry_after=getattr(err, "retry_after", None),
+                                   in_doubt=doubtful, u=random.random())
+        if delay is None:
+            self._fail(run.run_id, step, run.position, ledger, answered=not doubtful, doubtful=doubtful)
+            return
+        self.record.record_attempt_error(
+            run.run_id, run.position, ledger.attempts, reason, self.holder, self.lease_seconds,
+            error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds, in_doubt=ledger.in_doubt,
+            next_try_at=time.time() + delay, doubtful=doubtful)
+        self.say(f"  {_clock()} {step.name}: attempt {ledger.attempts} failed ({reason}); retrying in {delay:.2f} s "
+                 f"(budget {ledger.rule.budget_seconds - ledger.error_seconds:.0f} s left)")
+        await self.sleep(delay)
+
+    def _complete(self, run: RunRow, step: FlowStep, attempt: int, value: Any) -> StartedAttempt | None:
+        """The step's result and the advance in one commit, which also starts the next
+        step's first attempt (intent and all); returns that attempt, or None after the last step."""
+        pos = run.position
+        nxt, next_name, ahead = None, None, None
         if pos + 1 < len(self.flow):
             following = self.flow[pos + 1]
-            next_request = following.request(inputs, {**run.results(), step.name: value})
-            next_attempt = run.steps[pos + 1].attempts + 1
-            nxt = NextAttempt(pos + 1, next_attempt, self._intent(following, next_request))
-            next_name, armed_next = following.name, (pos + 1, next_attempt, next_request)
-        rec.complete_step(run_id, pos, attempt, value, self.holder, self.lease_seconds,
-                          effect=step.effect, next_name=next_name, nxt=nxt)
+            next_request = following.request(self._inputs(run), {**run.results(), step.name: value})
+            ahead = StartedAttempt(pos + 1, run.steps[pos + 1].attempts + 1, next_request)
+            nxt = NextAttempt(ahead.position, ahead.attempt, self._intent(following, next_request))
+            next_name = following.name
+        self.record.complete_step(run.run_id, pos, attempt, value, self.holder, self.lease_seconds,
+                                  effect=step.effect, next_name=next_name, nxt=nxt)
         if isinstance(value, dict) and value.get("adopted"):
             self.say(f"  {_clock()} {step.name}: adopted (attempt {attempt}): {value['adopted']['reason']}")
         else:
             self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
         crash_point(f"runrecord:{step.name}:after_record")
-        return armed_next
+        return ahead
 
     def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True,
               doubtful: bool = False) -> None:
@@ -485,8 +551,8 @@ __all__ = [
     "DEFAULT_WAIT_LIMIT",
     "FlowChanged",
     "LeaseWaitTimedOut",
+    "RecordRunNotFound",
     "Runner",
-    "RunNotFound",
     "RunTerminal",
     "check_flow",
     "lease_seconds_from_env",

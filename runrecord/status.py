@@ -73,7 +73,7 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
 
 
 def run_status(record, run_id: str) -> dict[str, Any]:
-    """The status JSON for ``run_id`` in an open ``RunRecord``; ``RunNotFound`` if there is none."""
+    """The status JSON for ``run_id`` in an open ``RunRecord``; ``RecordRunNotFound`` if there is none."""
     return status_of(record.load(run_id))
 
 

@@ -26,7 +26,10 @@ another process's.
 
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; ``connect`` creates or
 upgrades it with ``storage.sqlite.migrate``, and refuses a database written by
-a newer version):
+a newer version). Rows are read by column name into their types (``RunRow``,
+``StepRow``, ``IntentRow``, whose fields are the columns), so a column an
+upgrade adds is read once it is a field, and a file of an older version reads
+the same way after its upgrade:
 
 ``runs``
     one row per run: the inputs (task, email, conversation id), ``status``
@@ -67,10 +70,10 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from runrecord.lease import Verdict, check_holder
 from storage import sqlite
@@ -160,8 +163,9 @@ class RecordError(Exception):
     """Base class for run-record refusals; the message says what to do."""
 
 
-class RunNotFound(RecordError, LookupError):
-    pass
+class RecordRunNotFound(RecordError, LookupError):
+    """No run with that id in this record file (``TemporalRunNotFound`` and ``DbosRunNotFound`` are the other
+    engines' answers)."""
 
 
 class RunExists(RecordError):
@@ -229,7 +233,25 @@ class RunNotFailed(RecordError):
         self.status = status
 
 
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
 # ---------------------------------------------------------------- rows
+#
+# Each row type names its table's columns: its fields are read by column name
+# (``SELECT`` built from the fields, ``sqlite3.Row`` by name), so a column added
+# by an upgrade is read once it is a field. A field whose metadata says
+# ``decode`` is stored as text and decoded (JSON, 0/1 flags); ``column=False``
+# is filled by the reader, not selected.
+
+_JSON = {"decode": _load}
+_FLAG = {"decode": bool}
+_NOT_A_COLUMN = {"column": False}
 
 
 @dataclass
@@ -238,7 +260,7 @@ class StepRow:
     name: str
     status: str
     attempts: int
-    result: Any
+    result: Any = field(metadata=_JSON)
     last_error: str | None
     started_at: float | None
     attempt_started_at: float | None
@@ -246,9 +268,9 @@ class StepRow:
     crashes: int = 0
     error_attempts: int = 0
     error_seconds: float = 0.0
-    in_doubt: bool = False
+    in_doubt: bool = field(default=False, metadata=_FLAG)
     next_try_at: float | None = None
-    attempt_open: bool = False
+    attempt_open: bool = field(default=False, metadata=_FLAG)
 
 
 @dataclass
@@ -257,9 +279,9 @@ class IntentRow:
     attempt: int
     step: str
     idempotency_key: str
-    request: Any
+    request: Any = field(metadata=_JSON)
     state: str
-    outcome: Any
+    outcome: Any = field(metadata=_JSON)
     recorded_at: float
     settled_at: float | None
 
@@ -278,12 +300,38 @@ class RunRow:
     lease_holder: str | None
     lease_expires_at: float | None
     start_id: str | None = None
-    retry_rule: Any = None
-    steps: list[StepRow] = field(default_factory=list)
+    retry_rule: Any = field(default=None, metadata=_JSON)
+    steps: list[StepRow] = field(default_factory=list, metadata=_NOT_A_COLUMN)
 
     def results(self) -> dict[str, Any]:
         """Recorded results of the completed steps, by name: the truth on resume."""
         return {s.name: s.result for s in self.steps if s.status == "completed"}
+
+
+_Row = TypeVar("_Row", StepRow, IntentRow, RunRow)
+
+# Per row type: its columns, each with how its stored value is decoded (None: as stored).
+_READERS: dict[type, tuple[tuple[str, Callable[[Any], Any] | None], ...]] = {
+    kind: tuple((f.name, f.metadata.get("decode")) for f in fields(kind) if f.metadata.get("column", True))
+    for kind in (StepRow, IntentRow, RunRow)
+}
+
+
+def _columns(kind: type) -> str:
+    """The ``SELECT`` list of a row type."""
+    return ", ".join(name for name, _ in _READERS[kind])
+
+
+def _from_row(kind: type[_Row], row: sqlite3.Row) -> _Row:
+    """A row type from a ``sqlite3.Row`` selected with ``_columns(kind)``: each field by its column's name."""
+    return kind(**{name: row[name] if decode is None else decode(row[name]) for name, decode in _READERS[kind]})
+
+
+class Intent(NamedTuple):
+    """What an effectful attempt records before its request can be sent: the key and the JSON request."""
+
+    key: str
+    request: Any
 
 
 @dataclass(frozen=True)
@@ -292,7 +340,7 @@ class NextAttempt:
 
     position: int
     attempt: int
-    intent: tuple[str, Any] | None  # (idempotency key, JSON request) for an effectful step
+    intent: Intent | None  # for an effectful step
     crashes: int | None = None  # set when the attempt before it died: the step's new crash count
 
 
@@ -328,6 +376,7 @@ def connect(path: str | os.PathLike, synchronous: str | None = None) -> sqlite3.
     sqlite.configure(conn, synchronous=level, foreign_keys=True)
     sqlite.migrate(conn, version=SCHEMA_VERSION, create=_create, upgrades=_UPGRADES,
                    refuse=lambda found: _newer(path, found))
+    conn.row_factory = sqlite3.Row  # read by column name: see "rows" above
     return conn
 
 
@@ -338,6 +387,9 @@ def _newer(path: Path, found: int) -> SchemaError:
     )
 
 
+_SQL_RUN = f"SELECT {_columns(RunRow)} FROM runs WHERE run_id = ?"
+_SQL_STEPS = f"SELECT {_columns(StepRow)} FROM steps WHERE run_id = ? ORDER BY position"
+_SQL_INTENTS = f"SELECT {_columns(IntentRow)} FROM intents WHERE run_id = ? ORDER BY position, attempt"
 _SQL_ADVANCE = (
     "UPDATE runs SET position = ?, updated_at = ?, lease_expires_at = ? WHERE run_id = ? AND lease_holder = ?"
 )
@@ -361,14 +413,6 @@ _SQL_INTENT = (
     "INSERT INTO intents (run_id, position, attempt, step, idempotency_key, request, state, recorded_at) "
     "VALUES (?, ?, ?, ?, ?, ?, 'in_doubt', ?)"
 )
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 # ---------------------------------------------------------------- the record
@@ -416,61 +460,35 @@ class RunRecord:
     # ------------------------------------------------------------ reads
 
     def load(self, run_id: str) -> RunRow:
-        row = self.conn.execute(
-            "SELECT run_id, task, email, conversation_id, status, position, error, created_at, updated_at, "
-            "lease_holder, lease_expires_at, start_id, retry_rule FROM runs WHERE run_id = ?",
-            (run_id,),
-        ).fetchone()
+        row = self.conn.execute(_SQL_RUN, (run_id,)).fetchone()
         if row is None:
-            raise RunNotFound(
+            raise RecordRunNotFound(
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
                 f'python -m runrecord start {run_id} "TASK" --email ADDR'
             )
-        (rid, task, email, conversation_id, status, position, error, created_at, updated_at,
-         lease_holder, lease_expires_at, start_id, retry_rule) = row
-        run = RunRow(rid, task, email, conversation_id, status, position, error, created_at, updated_at,
-                     lease_holder, lease_expires_at, start_id, retry_rule=_load(retry_rule))
-        run.steps = [
-            StepRow(p, n, s, a, _load(r), e, t0, t1, t2, cr, ea, es, bool(dbt), nt, bool(op))
-            for p, n, s, a, r, e, t0, t1, t2, cr, ea, es, dbt, nt, op in self.conn.execute(
-                "SELECT position, name, status, attempts, result, last_error, started_at, attempt_started_at, "
-                "completed_at, crashes, error_attempts, error_seconds, in_doubt, next_try_at, attempt_open "
-                "FROM steps WHERE run_id = ? ORDER BY position",
-                (run_id,),
-            )
-        ]
+        run = _from_row(RunRow, row)
+        run.steps = [_from_row(StepRow, step) for step in self.conn.execute(_SQL_STEPS, (run_id,))]
         return run
 
     def intents(self, run_id: str) -> list[IntentRow]:
-        return [
-            IntentRow(p, a, s, k, _load(req), st, _load(out), t0, t1)
-            for p, a, s, k, req, st, out, t0, t1 in self.conn.execute(
-                "SELECT position, attempt, step, idempotency_key, request, state, outcome, recorded_at, "
-                "settled_at FROM intents WHERE run_id = ? ORDER BY position, attempt",
-                (run_id,),
-            )
-        ]
+        return [_from_row(IntentRow, row) for row in self.conn.execute(_SQL_INTENTS, (run_id,))]
 
     def list_runs(self) -> list[RunRow]:
-        return [
-            RunRow(*row)
-            for row in self.conn.execute(
-                "SELECT run_id, task, email, conversation_id, status, position, error, created_at, updated_at, "
-                "lease_holder, lease_expires_at FROM runs ORDER BY created_at, run_id"
-            )
-        ]
+        """Every run, oldest first, without its steps (``load`` reads those)."""
+        return [_from_row(RunRow, row) for row in self.conn.execute(
+            f"SELECT {_columns(RunRow)} FROM runs ORDER BY created_at, run_id")]
 
     def footprint(self, run_id: str) -> dict[str, int]:
         """Rows and bytes the record holds for one run (bytes: sum of the stored values' lengths)."""
         out: dict[str, int] = {}
         for table in ("runs", "steps", "intents"):
-            cols = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+            cols = [column["name"] for column in self.conn.execute(f"PRAGMA table_info({table})")]
             size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
-            count, total = self.conn.execute(
-                f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE run_id = ?", (run_id,)
+            held = self.conn.execute(
+                f"SELECT count(*) AS n, coalesce(sum({size}), 0) AS bytes FROM {table} WHERE run_id = ?", (run_id,)
             ).fetchone()
-            out[f"{table}_rows"] = count
-            out[f"{table}_bytes"] = total
+            out[f"{table}_rows"] = held["n"]
+            out[f"{table}_bytes"] = held["bytes"]
         out["rows"] = sum(v for k, v in out.items() if k.endswith("_rows"))
         out["bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
         return out
@@ -500,7 +518,7 @@ class RunRecord:
         with self._write() as c:
             existing = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if existing is not None:
-                raise RunExists(run_id, existing[0])
+                raise RunExists(run_id, existing["status"])
             c.execute(
                 "INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, "
                 "updated_at, lease_holder, lease_expires_at, start_id, retry_rule) "
@@ -517,8 +535,8 @@ class RunRecord:
     def _start_attempt(self, run_id: str, name: str, nxt: NextAttempt, now: float) -> None:
         self.conn.execute(_SQL_STEP_START, (nxt.attempt, now, now, nxt.crashes, run_id, nxt.position))
         if nxt.intent is not None:
-            key, request = nxt.intent
-            self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, key, _dump(request), now))
+            self.conn.execute(_SQL_INTENT, (run_id, nxt.position, nxt.attempt, name, nxt.intent.key,
+                                            _dump(nxt.intent.request), now))
 
     def acquire_lease(self, run_id: str, holder: str, lease_seconds: float) -> Verdict | None:
         """Take a running run's lease if it is free, expired, already ours, or held by a dead process.
@@ -535,10 +553,10 @@ class RunRecord:
                 "SELECT status, lease_holder, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
-            status, current, expires = row
-            if status != "running":
-                raise RunEnded(run_id, status)
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
+            current, expires = row["lease_holder"], row["lease_expires_at"]
+            if row["status"] != "running":
+                raise RunEnded(run_id, row["status"])
             taken = None
             if current is not None and current != holder and expires is not None and expires > now:
                 verdict = check_holder(current)
@@ -691,15 +709,15 @@ class RunRecord:
         with self._write() as c:
             row = c.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
-            if row[0] != "failed":
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
+            if row["status"] != "failed":
                 return settled
             for position, (attempts, answer) in answers.items():
                 step = c.execute("SELECT attempts FROM steps WHERE run_id = ? AND position = ?",
                                  (run_id, position)).fetchone()
-                if step is None or step[0] != attempts:
+                if step is None or step["attempts"] != attempts:
                     continue
-                doubtful = [a for (a,) in c.execute(
+                doubtful = [i["attempt"] for i in c.execute(
                     "SELECT attempt FROM intents WHERE run_id = ? AND position = ? AND state = 'in_doubt' "
                     "ORDER BY attempt", (run_id, position))]
                 if not doubtful:
@@ -724,10 +742,10 @@ class RunRecord:
         with self._write() as c:
             row = c.execute("SELECT status, position FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
-            if row[0] != "failed":
-                raise RunNotFailed(run_id, row[0])
-            position = row[1]
+                raise RecordRunNotFound(f"no run with id {run_id!r} in {self.path}")
+            if row["status"] != "failed":
+                raise RunNotFailed(run_id, row["status"])
+            position: int = row["position"]
             c.execute(
                 "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, lease_holder = ?, "
                 "lease_expires_at = ? WHERE run_id = ?",

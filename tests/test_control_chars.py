@@ -36,7 +36,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.status import RunNotFound, run_status
+from flowclient.status import TemporalRunNotFound, run_status
 from flowclient.worker_options import worker_options
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
@@ -131,7 +131,7 @@ async def test_the_starter_refuses_hostile_tasks_naming_the_character_and_starts
         assert code == 2, (h.name, err)
         assert refusal("task", h) in err, (h.name, err)
         assert "Remove it and try again" in err, err
-        with pytest.raises(RunNotFound):
+        with pytest.raises(TemporalRunNotFound):
             await run_status(client, run)
 
 

@@ -8,7 +8,9 @@ step DBOS had not recorded; a permanent error ends the run failed naming the
 step, and failed is not resumed; transient errors are retried by DBOS's step
 options a bounded number of times, then fail naming the step; a run started
 under another application version is not recovered (parked) until a process
-of its version runs; too many deaths move the run to DBOS's dead letter.
+of its version runs; one death too many, by the limit the run recorded at
+start (not the recovering process's), fails the step as on the other engines,
+and DBOS's own dead letter is only the backstop behind it.
 
 The crash matrix (tests/test_crash_matrix.py) kills DBOS at every crash point.
 Skipped, saying why, when the optional extra is not installed.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -25,10 +28,12 @@ import pytest
 pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
-from dbosflow.engine import APP_VERSION, dbos_max_attempts  # noqa: E402
+from dbosflow.engine import APP_VERSION, MOST_WORKER_DEATHS, RECOVERY_BACKSTOP, dbos_max_attempts  # noqa: E402
+from dbosflow.status import status_of  # noqa: E402
 from providerclient import fetch_effects  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
-from steps.retry import RetryRule  # noqa: E402
+from steps.plan import FLOW  # noqa: E402
+from steps.retry import RetryRule, rule_from_env  # noqa: E402
 from tests.support import EMAIL, TASK, wait_exit  # noqa: E402
 
 
@@ -123,18 +128,46 @@ def test_a_run_of_another_application_version_is_parked_until_its_version_runs(d
     assert effects(provider, run_id)[idempotency_key(run_id, "record_outcome")] == (1, 1)
 
 
-def test_a_step_that_keeps_killing_its_process_ends_in_dbos_dead_letter(dbos_procs, provider):
+def test_a_step_that_keeps_killing_its_process_fails_at_the_limit_its_run_recorded(dbos_procs, provider):
+    """The worker-death limit is the one the run recorded at start, not the recovering process's:
+    the resumes run under other limits (10, then 5) and the run still fails at its own (1), before
+    the step runs a third time, in the other engines' words."""
     run_id = new_id("poison")
-    env = {"LAB_MAX_WORKER_DEATHS": "1"}
-    first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at="send_confirmation:before", env=env)
+    first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at="send_confirmation:before",
+                       env={"LAB_MAX_WORKER_DEATHS": "1"})
     assert wait_exit(first, timeout=90) == -9, first.output()
-    second = dbos_procs("resume", run_id, crash_at="send_confirmation:before", env=env)
+    second = dbos_procs("resume", run_id, crash_at="send_confirmation:before", env={"LAB_MAX_WORKER_DEATHS": "10"})
     assert wait_exit(second, timeout=90) == -9, second.output()
-    third = dbos_procs("resume", run_id, crash_at="send_confirmation:before", env=env)
+    third = dbos_procs("resume", run_id, env={"LAB_MAX_WORKER_DEATHS": "5"})
     assert wait_exit(third, timeout=90) == 1, third.output()
-    assert "step send_confirmation started" not in third.output()  # dead-lettered before running anything
+    assert "step send_confirmation started" not in third.output()  # refused before running it again
     code, st = status(dbos_procs, run_id)
     assert code == 1 and st["status"] == "failed", st
-    assert "step send_confirmation failed after 2 dispatch(es) died" in st["error"], st
-    assert "MAX_RECOVERY_ATTEMPTS_EXCEEDED" in st["error"] and st["steps"][1]["status"] == "in_doubt", st
+    assert st["error"].startswith("step send_confirmation failed after 2 attempt(s): worker died 2 times during "
+                                  "send_confirmation (the limit is 1; LAB_MAX_WORKER_DEATHS)"), st
+    step = st["steps"][1]
+    assert (step["status"], step["attempts"], step["crashes"]) == ("in_doubt", 2, 2), step
+    assert "dispatch 2 died" in step["last_error"], step
     assert idempotency_key(run_id, "send_confirmation") not in effects(provider, run_id)
+
+
+def test_dbos_own_recovery_limit_is_a_backstop_no_recorded_rule_reaches():
+    """DBOS's max_recovery_attempts is fixed per process; it sits past the last dispatch the lab's
+    per-step check can need (every step at the highest recordable limit, then one death more)."""
+    assert rule_from_env({"LAB_MAX_WORKER_DEATHS": str(MOST_WORKER_DEATHS)}).max_worker_deaths == MOST_WORKER_DEATHS
+    with pytest.raises(ValueError, match="LAB_MAX_WORKER_DEATHS"):
+        rule_from_env({"LAB_MAX_WORKER_DEATHS": str(MOST_WORKER_DEATHS + 1)})
+    last_dispatch_the_check_needs = 1 + len(FLOW) * MOST_WORKER_DEATHS + 1
+    assert last_dispatch_the_check_needs <= RECOVERY_BACKSTOP + 1  # DBOS dead-letters past max + 1 dispatches
+
+
+def test_the_backstop_dead_letter_reads_as_failed_naming_the_step():
+    draft = {"function_name": "draft", "error": None,
+             "output": {"dispatch": 1, "attempt": 1, "result": {"subject": "s"}}}
+    wf = SimpleNamespace(workflow_id="dbos-dead", status="MAX_RECOVERY_ATTEMPTS_EXCEEDED", recovery_attempts=9,
+                         app_version=APP_VERSION, error=None, executor_id="local")
+    st = status_of({"workflow": wf, "steps": [draft]}, version=APP_VERSION)
+    assert st["status"] == "failed" and st["current_step"] == "send_confirmation", st
+    assert st["error"].startswith("step send_confirmation failed after 8 dispatch(es) died"), st
+    assert "MAX_RECOVERY_ATTEMPTS_EXCEEDED" in st["error"], st
+    assert st["steps"][1]["status"] == "in_doubt" and st["steps"][2]["status"] == "pending", st

@@ -16,7 +16,7 @@ import pytest
 from temporalio.api.enums.v1 import TimeoutType
 
 from flowclient.runs import start_run
-from flowclient.status import RunNotFound, run_status
+from flowclient.status import TemporalRunNotFound, run_status
 from lab.processes import REPO
 from providerclient import ProviderClient, fetch_effects
 from steps.keys import idempotency_key
@@ -268,5 +268,5 @@ def test_cli_bad_input_is_refused_before_anything_starts(dev_server):
 
 
 async def test_status_of_unknown_run_raises(client):
-    with pytest.raises(RunNotFound, match="starter.py start"):
+    with pytest.raises(TemporalRunNotFound, match="starter.py start"):
         await run_status(client, "never-started-run")

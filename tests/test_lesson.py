@@ -85,7 +85,7 @@ def test_lab_md_points_at_code_that_exists():
     assert not missing, missing
     # Functions and classes named next to their files.
     sources = {
-        "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def retry"),
+        "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def restart_failed"),
         "runrecord/store.py": ("def begin_attempt", "def complete_step"),
         "steps/plan.py": ("FLOW",),
         "steps/requests.py": ("def send_request", "def record_request"),

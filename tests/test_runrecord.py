@@ -16,7 +16,7 @@ from lab.processes import REPO
 from memory import read_window
 from providerclient import ProviderClient
 from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
-from runrecord.store import SCHEMA_VERSION, NextAttempt, SchemaError
+from runrecord.store import SCHEMA_VERSION, Intent, NextAttempt, SchemaError
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from tests.support import (
@@ -238,7 +238,7 @@ def test_settle_writes_only_on_a_failed_run_with_no_attempt_since_it_asked(db, r
         record.create_run(run_id, TASK, EMAIL, run_id, [s.name for s in DEFAULT_FLOW], holder, 60,
                           NextAttempt(0, 1, None))
         record.complete_step(run_id, 0, 1, {"subject": "s"}, holder, 60, effect=False,
-                             next_name="send_confirmation", nxt=NextAttempt(1, 1, (key, {"to": EMAIL})))
+                             next_name="send_confirmation", nxt=NextAttempt(1, 1, Intent(key, {"to": EMAIL})))
         assert record.settle_intents(run_id, {1: (1, answer)}) == {}  # running: its next attempt settles it
         record.fail_run(run_id, 1, 1, "step send_confirmation failed", "503", holder, 60,
                         answered=False, doubtful=True, in_doubt=True)
