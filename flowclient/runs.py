@@ -190,4 +190,3 @@ async def restart_failed_run(client: Client, run_id: str) -> tuple[str, int, str
     return step or "?", point, response.run_id
 
 
-retry_run = restart_failed_run  # the old name, for lab/outage.py until it says restart_failed_run

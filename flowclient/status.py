@@ -56,7 +56,6 @@ class TemporalRunNotFound(LookupError):
     other engines' answers)."""
 
 
-RunNotFound = TemporalRunNotFound  # the old name, for lab/powercut_matrix.py until it says TemporalRunNotFound
 
 
 @dataclass

@@ -77,9 +77,9 @@ async def _row(client, server, work: Path, outage: float, budget: float, say) ->
                      "error": status.get("error"), "retry": None}
             if status["status"] == "failed":
                 if engine == "temporal":
-                    from flowclient.runs import retry_run
+                    from flowclient.runs import restart_failed_run
 
-                    await retry_run(client, run_id)
+                    await restart_failed_run(client, run_id)
                     retried = await wait_until(temporal_closed, 300, f"run {run_id} to close after retry", interval=0.5)
                     entry["retry"] = retried["status"]
                 else:

@@ -62,7 +62,7 @@ from typing import Any, Protocol
 
 from flowclient.connect import connect
 from flowclient.runs import start_run
-from flowclient.status import RunNotFound, run_status
+from flowclient.status import TemporalRunNotFound, run_status
 from lab.powercut import CutReport, PowerCut
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker, wait_until
 from lab.provider_process import ProviderProcess, start_provider
@@ -406,7 +406,7 @@ class _Temporal:
         client = await self._client()
         try:
             await run_status(client, self.c.run_id)
-        except RunNotFound:  # the history has no such run
+        except TemporalRunNotFound:  # the history has no such run
             out.lost.append("the run (its start was acknowledged)")
             out.final_status = "lost"
             return
