@@ -489,7 +489,7 @@ def check_memory(h: Harness) -> list[str]:
 # ---------------------------------------------------------------- check 5
 
 BUDGET_SECONDS = 2.0
-SETTLE_SECONDS = 10.0  # beyond the budget: how long a process may take to give up and record it
+SETTLE_SECONDS = 6.0  # beyond the budget: how long a process may take to give up and record it
 
 
 def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons: tuple[str, ...], why: str) -> str:

@@ -119,6 +119,8 @@ def grade(n: int, impl: Path, only: int | None, keep: bool) -> int:
     shown = impl.relative_to(REPO) if impl.is_relative_to(REPO) else impl
     print(f"grading exercise {n}: {shown}/{MAIN_FILE.get(n, 'flow.py')}, check{'s' if len(numbers) > 1 else ''} "
           f"{', '.join(map(str, numbers))}" + (f" ({STANDS_ALONE[n]})" if n in STANDS_ALONE and not only else ""))
+    if keep:
+        print(f"(work folder: {work}, kept at the end)", flush=True)
     provider = None
     model = ModelStandIn().start()
     harness: Harness | None = None
@@ -148,7 +150,7 @@ def grade(n: int, impl: Path, only: int | None, keep: bool) -> int:
             for line in lines:
                 print(f"  - {line}")
             print(f"  PASS ({harness.processes - processes} processes, {time.monotonic() - began:.1f} s)")
-            if k == 3:
+            if k == 3 and n == 3:  # exercise 3's quick check, answered where the learner grades it
                 quick_check_answer(harness)
     finally:
         if harness is not None:
