@@ -31,11 +31,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-
 from steps.errors import PermanentError, StepError, TransientError
 
 if TYPE_CHECKING:
+    import openai
     from openai.types.chat import ChatCompletionMessageParam
 from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 from steps.retry import parse_retry_after
@@ -104,12 +103,22 @@ class OpenAIChatModel:
         self._shown_url = _display_url(self.base_url)
         # Kept only to scrub it from error text that a server might echo back.
         self._secret = api_key or None
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "not-needed",
-            max_retries=0,
-            timeout=self.timeout,
-        )
+        self._client: openai.AsyncOpenAI | None = None
+
+    def _connection(self) -> openai.AsyncOpenAI:
+        """The client, built at the first request.
+
+        ``openai`` is imported here, not at the top: it takes about half a
+        second to import, and most processes that build a model (a resume
+        past the draft, a status command, each process the grader kills)
+        never ask it anything.
+        """
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self._secret or "not-needed", max_retries=0, timeout=self.timeout)
+        return self._client
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(base_url={self._shown_url!r}, model={self.model!r})"
@@ -137,8 +146,9 @@ class OpenAIChatModel:
         ))
 
     async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
-        await self._client.close()
+        """Close the HTTP connection pool, if a request opened one."""
+        if self._client is not None:
+            await self._client.close()
 
     async def __aenter__(self) -> OpenAIChatModel:
         return self
@@ -148,13 +158,15 @@ class OpenAIChatModel:
 
     async def _complete(self, conversation: list[dict]) -> tuple[str, str | None]:
         """One request; returns the answer text ("" when there is none) and the finish reason."""
+        import openai  # for the names of its errors (see _connection for why not at the top)
+
         extra: dict[str, Any] = {}
         if self.json_mode:
             extra["response_format"] = {"type": "json_object"}
         try:
             # Chat-format dicts (memory's to_chat, checked there); the client's TypedDicts name the same shape.
             messages = cast("list[ChatCompletionMessageParam]", conversation)
-            completion = await self._client.chat.completions.create(model=self.model, messages=messages, **extra)
+            completion = await self._connection().chat.completions.create(model=self.model, messages=messages, **extra)
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
         except openai.APITimeoutError:
