@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +48,12 @@ class Effect:
     applied: int  # 0 or 1
     request: dict[str, Any] | None = None  # the applied body
     response: dict[str, Any] | None = None  # the provider's answer: message_id or ticket_id
+    first_seen: str = ""  # the provider's clock (ISO 8601 UTC) at the key's first and latest request
+    last_seen: str = ""
+
+    def seconds_between_first_and_last_request(self) -> float:
+        first, last = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (self.first_seen, self.last_seen))
+        return (last - first).total_seconds()
 
 
 def effects(provider_url: str, run_id: str) -> list[Effect]:
@@ -58,7 +65,8 @@ def effects(provider_url: str, run_id: str) -> list[Effect]:
             with httpx.Client(timeout=5.0) as http:
                 held = http.get(f"{provider_url}/v1/requests/{quote(e.key, safe='')}").json()
             request, response = held.get("request"), held.get("response")
-        found.append(Effect(e.key, e.kind, e.requests, e.effects_applied, request, response))
+        found.append(Effect(e.key, e.kind, e.requests, e.effects_applied, request, response, e.first_seen,
+                            e.last_seen))
     return found
 
 

@@ -19,6 +19,7 @@ task failure's cause from the history and reports it in one line.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from collections import Counter
@@ -37,6 +38,7 @@ from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
 STEPS = ("draft", "send_confirmation", "record_outcome")  # exercise 6's workflow, as its files spell it
 WORKER_START_SECONDS = 60.0
 STAGE_SECONDS = 40.0  # a kill, the attempt's 5 s timeout, a retry, a new worker: well within this
+UNREGISTERED = "is not registered on this worker"  # the SDK's words for an activity no worker defines
 
 
 def todo(n: int, what: str) -> str:
@@ -153,10 +155,12 @@ async def _check(h: Harness) -> list[str]:
         async def first_stop() -> str | None:
             if not worker1.alive():
                 return "killed"
+            if UNREGISTERED in worker1.output():
+                return "no such activity"
             return "task failed" if task_failure(await t.events(run)) else None
 
         stop = await until("worker 1 to be killed", first_stop, STAGE_SECONDS)
-        if stop == "task failed" or stop is None:
+        if stop != "killed":
             events, status = await t.events(run), await t.status(run)
             cause, sent = task_failure(events), h.witnesses(run).requests("send_confirmation")
             if cause:
@@ -166,8 +170,16 @@ async def _check(h: Harness) -> list[str]:
                     seen=f"run {run.run_id} is {status.name.lower() if status else '?'} (parked, not failed): "
                          f"Temporal retries the task and it fails again; the provider got {sent} email request(s)",
                     look_at=todo(13, "run the effects as activities") + "; " + todo(14, "define them"))
+            missing = re.search(rf"Activity function (\w+) .*?{UNREGISTERED}", worker1.output())
+            if missing:  # the workflow runs the effect as an activity; nothing defines it yet
+                raise Failed(f"the workflow runs an activity named {missing[1]}, and the worker has none by that "
+                             "name: Temporal retries it, and no email is sent",
+                             expected=f"an activity {missing[1]} defined in agent_activities.py (worker.py "
+                                      "registers every one it finds there)",
+                             seen=missing[0], look_at=todo(14, "define the effects' activities"))
+            outcome = Outcome(["python", "worker.py"], 0, worker1.output(), 0.0)
             raise Failed(f"worker 1 was not killed where the email is sent within {STAGE_SECONDS:.0f} s",
-                         expected="the run to reach the email's activity", seen=worker1.output()[-500:],
+                         expected="the run to reach the email's activity", seen=outcome.last_lines(),
                          look_at=todo(13, "run the effects as activities"))
         worker2 = t.worker(crash_at="record_outcome:before")
 

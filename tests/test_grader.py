@@ -208,6 +208,16 @@ WRONG_ANSWERS = [
         message=("was still running after 8 s (killed)", "a retry must stop when its budget is spent",
                  "TODO 12 (exercise 5)")),
     WrongAnswer(
+        "counts tries instead of timing them (three tries)", 5, 5,
+        old="            if time.monotonic() - began + delay > budget:\n", new="            if delay > 0.5:\n",
+        message=("stopped retrying the 503s 0.", "the budget is time, not a number of tries",
+                 "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "the failed run's error is the step's own message (the step unnamed)", 5, 5,
+        old='(f"step {name} failed: {err}", inputs.run_id)', new="(str(err), inputs.run_id)",
+        message=("does not say which step failed", "its name inside an idempotency key does not count",
+                 "TODO 11 (exercise 5)")),
+    WrongAnswer(
         "counts a crash as an error (three attempts at most)", 5, 5,
         old="        try:\n            results[name] = asdict(await call_step(",
         new="        try:\n            if name in EFFECTS and attempts >= 3:  # three tries are enough\n"
@@ -223,6 +233,12 @@ WRONG_ANSWERS = [
             "        return await flow.send_confirmation(SendRequest(**{**vars(request), 'idempotency_key': key}),"
             " self.deps)\n",
         message=("applied the confirmation email 2 times", "sent a different key",
+                 "TODO 14 (exercise 6) in agent_activities.py")),
+    WrongAnswer(
+        "the workflow runs the effects as activities that nothing defines (TODO 13 without 14)", 6, 6,
+        file="agent_activities.py",
+        old='    @activity.defn(name="send_confirmation")\n', new='    @activity.defn(name="send_email")\n',
+        message=("the workflow runs an activity named send_confirmation, and the worker has none by that name",
                  "TODO 14 (exercise 6) in agent_activities.py")),
     WrongAnswer(
         "no retries: a killed worker's attempt is never tried again", 6, 6, file="agent_workflow.py",

@@ -1,7 +1,8 @@
 """Exercise 6: start a run and wait for it. ``python starter.py RUN_ID "TASK" --email ADDR``.
 
 A run id names one run: starting one that exists, running or ended, attaches
-to it and waits for (or prints) its result; it never starts it twice.
+to it and waits for (or prints) its result; it never starts it twice. A run
+that failed says why, in one line, and exits 1.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 
+from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -33,8 +36,15 @@ async def main() -> None:
         print(f"run {args.run_id}: started, or already running; waiting for its result", flush=True)
     except WorkflowAlreadyStartedError:
         handle = client.get_workflow_handle(args.run_id)
-        print(f"run {args.run_id} has ended already; its result:", flush=True)
-    print(json.dumps(await handle.result(), indent=2))
+        print(f"run {args.run_id} has ended already:", flush=True)
+    try:
+        print(json.dumps(await handle.result(), indent=2))
+    except WorkflowFailureError as err:
+        cause: BaseException = err
+        while cause.__cause__ is not None:  # the workflow's failure, its activity's, the step's own error
+            cause = cause.__cause__
+        sys.exit(f"run {args.run_id} failed: {cause}. A failed run stays failed: once what failed it is "
+                 "fixed, start a new run id.")
 
 
 if __name__ == "__main__":
