@@ -491,6 +491,7 @@ def check_memory(h: Harness) -> list[str]:
 
 BUDGET_SECONDS = 2.0
 SETTLE_SECONDS = 6.0  # beyond the budget: how long a process may take to give up and record it
+LATE_SECONDS = 0.5  # a request this far past the budget was sent after it was spent
 
 
 def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons: tuple[str, ...], why: str) -> str:
@@ -558,40 +559,51 @@ def check_terminal(h: Harness) -> list[str]:
         return (f"two 503s, then the provider back: {h.witnesses(run).requests('send_confirmation')} requests, "
                 "one email, completed")
 
-    def outage() -> list[str]:
-        """A transient error that lasts: the budget is spent, the run fails saying so, and stays failed."""
-        run = h.new_run("g5-outage")
-        with h.faults(fail_next=100_000, kinds=["email"]):
-            outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{BUDGET_SECONDS:g}"},
-                              timeout=BUDGET_SECONDS + SETTLE_SECONDS, hung=(
-                                  f"with a retry budget of {BUDGET_SECONDS:g} s and the email API answering 503, the "
-                                  "step kept retrying: a retry must stop when its budget is spent",
-                                  todo(12, "give up once the time since the first try passes the budget")))
-        email = h.witnesses(run).effects
-        requests = sum(e.requests for e in email if e.kind == "email")
+    def outage(budget: float) -> tuple[Run, str]:
+        """A transient error that lasts: the budget is spent and the run fails saying so. Run under two
+        budgets at once, so that no count of tries fits both."""
+        run = h.new_run(f"g5-outage{budget:g}s")
+        outcome = h.start(run, env={"LAB_RETRY_BUDGET_SECONDS": f"{budget:g}"}, timeout=budget + SETTLE_SECONDS,
+                          hung=(f"with a retry budget of {budget:g} s and the email API answering 503, the step kept "
+                                "retrying: a retry must stop when its budget is spent",
+                                todo(12, "give up once the time since the first try passes the budget")))
+        email = [e for e in h.witnesses(run).effects if e.kind == "email"]
+        requests = sum(e.requests for e in email)
         error = expect_failed(h, run, outcome, "send_confirmation", reasons=(), why=(
-            f"the email API answered 503 for longer than the {BUDGET_SECONDS:g} s budget"))
+            f"the email API answered 503 for longer than the {budget:g} s budget"))
         if requests < 2:
             raise Failed(f"run {run.run_id} gave up on a 503 without retrying it",
                          expected="several requests within the budget", seen=f"{requests} request(s); error {error!r}",
                          look_at=todo(12, "retry a TransientError within the budget"))
         # The provider's clock, not the learner's: from the first request to the last. The lesson's retry
-        # (0.2 s, doubling) spans 1.4 s of a 2 s budget; counting tries (three: 0.6 s) gives up far earlier.
-        span = max(e.seconds_between_first_and_last_request() for e in email if e.kind == "email")
-        if span < BUDGET_SECONDS / 2:
+        # (0.2 s, doubling, no pause that ends past the budget) spans 1.4 s of a 2 s budget and 3.0 s of a 4 s
+        # one; a count of tries spans the same whatever the budget, so it misses one of the two windows.
+        span = max(e.seconds_between_first_and_last_request() for e in email)
+        seen = f"{requests} requests over {span:.1f} s; error {error!r}"
+        if span < budget / 2:
             raise Failed(f"run {run.run_id} stopped retrying the 503s {span:.1f} s after its first request, well "
-                         f"within its {BUDGET_SECONDS:g} s budget: the budget is time, not a number of tries",
-                         expected=f"requests for at least {BUDGET_SECONDS / 2:g} s (the provider's clock), then "
-                                  "failed naming the budget", seen=f"{requests} requests over {span:.1f} s; error "
-                                  f"{error!r}",
+                         f"within its {budget:g} s budget: the budget is time, not a number of tries",
+                         expected=f"requests for at least {budget / 2:g} s (the provider's clock), then failed naming "
+                                  "the budget", seen=seen,
                          look_at=todo(12, "retry while the time since the first try is within "
                                           "LAB_RETRY_BUDGET_SECONDS"))
+        if span > budget + LATE_SECONDS:
+            raise Failed(f"run {run.run_id} sent a request {span:.1f} s after its first one, past its {budget:g} s "
+                         "budget: the budget is time, not a number of tries, and it is checked before each pause",
+                         expected=f"no request later than {budget:g} s after the first (the provider's clock)",
+                         seen=seen, look_at=todo(12, "before pausing, give up if the pause would end past the "
+                                                     "budget"))
         if "budget" not in error or "503" not in error:
             raise Failed(f"run {run.run_id} gave up when its budget was spent, but its error does not say so",
                          expected="an error naming the budget and the last error (the 503)", seen=f"error {error!r}",
                          look_at=todo(12, "give up with a PermanentError naming the budget and the last error"))
-        spent = (f"the email API down past a {BUDGET_SECONDS:g} s budget: {requests} requests over {span:.1f} s, "
-                 f"then failed: {error[:70]}...")
+        return run, (f"the email API down past a {budget:g} s budget: {requests} requests over {span:.1f} s, then "
+                     f"failed: {error[:70]}...")
+
+    def outages() -> list[str]:
+        with h.faults(fail_next=100_000, kinds=["email"]):
+            (run, short), (_, longer) = h.side_by_side(partial(outage, BUDGET_SECONDS),
+                                                       partial(outage, 2 * BUDGET_SECONDS))
         before = h.witnesses(run)
         again = h.resume(run, timeout=SETTLE_SECONDS, hung=("resuming a failed run did not end",
                                                             todo(11, "failed is terminal")))
@@ -601,7 +613,7 @@ def check_terminal(h: Harness) -> list[str]:
                          expected="a failed run is terminal: resume runs nothing, and it stays failed",
                          seen=f"{_executions(before, after)}; {record.describe()}; exit {again.code}",
                          look_at=todo(11, "a failed run is not 'running': resume leaves it alone"))
-        return [spent, "resuming the failed run ran nothing: failed is terminal"]
+        return [short, longer, "resuming the failed run ran nothing: failed is terminal"]
 
     def crashes() -> str:
         """A crash is not an error: killed three times in a row right after the provider took the email, the
@@ -625,7 +637,7 @@ def check_terminal(h: Harness) -> list[str]:
                 "with one email")
 
     shown = h.side_by_side(hard_bounce, crashes)  # no faults injected while these run
-    return [shown[0], two_503s(), *outage(), shown[1]]
+    return [shown[0], two_503s(), *outages(), shown[1]]
 
 
 CHECKS = {

@@ -213,6 +213,11 @@ WRONG_ANSWERS = [
         message=("stopped retrying the 503s 0.", "the budget is time, not a number of tries",
                  "TODO 12 (exercise 5)")),
     WrongAnswer(
+        "counts tries instead of timing them (five: past a short budget)", 5, 5,
+        old="            if time.monotonic() - began + delay > budget:\n", new="            if delay > 2.0:\n",
+        message=("sent a request 3.0 s after its first one, past its 2 s budget", "checked before each pause",
+                 "TODO 12 (exercise 5)")),
+    WrongAnswer(
         "the failed run's error is the step's own message (the step unnamed)", 5, 5,
         old='(f"step {name} failed: {err}", inputs.run_id)', new="(str(err), inputs.run_id)",
         message=("does not say which step failed", "its name inside an idempotency key does not count",

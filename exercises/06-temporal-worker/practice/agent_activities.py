@@ -11,7 +11,7 @@ from temporalio import activity
 
 from steps import flow
 from steps.flow import StepDeps
-from steps.models import DraftRequest, DraftResult
+from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest  # noqa: F401
 
 
 class FlowActivities:
@@ -27,5 +27,6 @@ class FlowActivities:
     # TODO 14 (exercise 6): the email and the ticket as activities too, named "send_confirmation"
     #   and "record_outcome", each calling its step function with the request it is given. The
     #   request carries the idempotency key the workflow built (steps.keys: the run id and the step
-    #   name), the same on every attempt: send that one, never a new one.
+    #   name), the same on every attempt: send that one, never a new one. Their types
+    #   (SendRequest -> EmailSent, RecordRequest -> OutcomeRecorded) are imported above.
     # END TODO 14

@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from steps import flow
-    from steps.models import DraftResult, to_jsonable
+    from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: F401 (TODO 13)
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from wiring import deps_from_env
 

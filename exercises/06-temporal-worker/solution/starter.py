@@ -43,8 +43,9 @@ async def main() -> None:
         cause: BaseException = err
         while cause.__cause__ is not None:  # the workflow's failure, its activity's, the step's own error
             cause = cause.__cause__
-        sys.exit(f"run {args.run_id} failed: {cause}. A failed run stays failed: once what failed it is "
-                 "fixed, start a new run id.")
+        print(f"run {args.run_id} failed: {cause}. A failed run stays failed: once what failed it is fixed, "
+              "start a new run id.")  # on stdout, where its result would have been
+        sys.exit(1)
 
 
 if __name__ == "__main__":
