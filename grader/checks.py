@@ -157,7 +157,7 @@ def check_record(h: Harness) -> list[str]:
 
     def to_the_end() -> str:
         run = h.new_run("g1")
-        expect_completed(h, h.start(run), "`python flow.py start`")
+        expect_completed(h, h.start(run, env={"GRADER_COMMITS_FILE": str(commits_file)}), "`python flow.py start`")
         record = h.record(run)
         expect_position(record, run, STEPS, "after it completed")
         expect_results_true(h, run, record)
@@ -182,13 +182,19 @@ def check_record(h: Harness) -> list[str]:
         expect_consistent(h, run, h.record(run), commit)
         return True
 
+    commits_file = h.work / "commits-of-a-whole-run"
     shown = h.side_by_side(lambda: killed_as("send_confirmation:before", ("draft",)),
                            lambda: killed_as("record_outcome:before", ("draft", "send_confirmation")), to_the_end)
+    try:  # how many commits a whole run made, so that no round of kills is spent finding the end
+        whole = int(commits_file.read_text())
+    except (OSError, ValueError):
+        whole = 0  # not written (the program left by os._exit): find the end by running past it
     commits = 0
     while True:  # two at a time: commits k+1 and k+2
-        killed = h.side_by_side(partial(killed_after_commit, commits + 1), partial(killed_after_commit, commits + 2))
+        pair = [k for k in (commits + 1, commits + 2) if not whole or k <= whole]
+        killed = h.side_by_side(*(partial(killed_after_commit, k) for k in pair))
         commits += sum(killed)
-        if not all(killed):
+        if not all(killed) or commits == whole:
             break
     shown.append(f"killed right after each of its {commits} commits in turn: the record never ran ahead of what "
                  "was done")

@@ -8,7 +8,10 @@ program opens counts the commits that wrote something, and with
 ``GRADER_KILL_AFTER_COMMIT=k`` the process sends itself SIGKILL as soon as
 the k-th such commit has returned. That is how the grader lands a kill
 between any two of the learner's transactions, which the crash points inside
-the step functions (``steps.crashpoints``) cannot reach.
+the step functions (``steps.crashpoints``) cannot reach. With
+``GRADER_COMMITS_FILE=PATH``, a process that ends by itself writes there how
+many commits it made, so the grader knows how many kills to land; it only
+schedules the kills, it is never evidence.
 
 A commit is seen when, after a call into the connection (``execute``,
 ``executemany``, ``executescript``, ``commit``, leaving ``with conn:``) or
@@ -109,7 +112,12 @@ def main() -> None:
     sys.argv = [path, *sys.argv[2:]]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python flow.py` puts its folder first
     sqlite3.connect = _connect
-    runpy.run_path(path, run_name="__main__")
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:  # also on sys.exit; a SIGKILL writes nothing
+        if os.environ.get("GRADER_COMMITS_FILE"):
+            with open(os.environ["GRADER_COMMITS_FILE"], "w") as out:
+                out.write(str(_commits))
 
 
 if __name__ == "__main__":
