@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from providerclient import fetch_effects
+from steps.runstate import unix
 
 KIND_OF_STEP = {"send_confirmation": "email", "record_outcome": "ticket"}
 STEP_OF_KIND = {kind: step for step, kind in KIND_OF_STEP.items()}
@@ -52,8 +52,7 @@ class Effect:
     last_seen: str = ""
 
     def seconds_between_first_and_last_request(self) -> float:
-        first, last = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (self.first_seen, self.last_seen))
-        return (last - first).total_seconds()
+        return (unix(self.last_seen) or 0.0) - (unix(self.first_seen) or 0.0)
 
 
 def effects(provider_url: str, run_id: str) -> list[Effect]:

@@ -68,8 +68,13 @@ class Outcome:
         return self.code == -signal.SIGKILL
 
     def last_lines(self, n: int = 3) -> str:
-        lines = [line if len(line) <= 200 else line[:197] + "..." for line in self.output.splitlines() if line.strip()]
-        return " | ".join(lines[-n:]) if lines else "(it printed nothing)"
+        return last_lines(self.output, n)
+
+
+def last_lines(output: str, n: int = 3) -> str:
+    """A process's last ``n`` non-blank lines on one line, each cut at 200 characters, for a failure message."""
+    lines = [line if len(line) <= 200 else line[:197] + "..." for line in output.splitlines() if line.strip()]
+    return " | ".join(lines[-n:]) if lines else "(it printed nothing)"
 
 
 @dataclass

@@ -31,7 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from flowclient.connect import connect
 from grader.evidence import WORDS
-from grader.harness import Failed, Harness, Outcome, Run
+from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.model import MODEL_NAME
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
 
@@ -177,9 +177,8 @@ async def _check(h: Harness) -> list[str]:
                              expected=f"an activity {missing[1]} defined in agent_activities.py (worker.py "
                                       "registers every one it finds there)",
                              seen=missing[0], look_at=todo(14, "define the effects' activities"))
-            outcome = Outcome(["python", "worker.py"], 0, worker1.output(), 0.0)
             raise Failed(f"worker 1 was not killed where the email is sent within {STAGE_SECONDS:.0f} s",
-                         expected="the run to reach the email's activity", seen=outcome.last_lines(),
+                         expected="the run to reach the email's activity", seen=last_lines(worker1.output()),
                          look_at=todo(13, "run the effects as activities"))
         worker2 = t.worker(crash_at="record_outcome:before")
 

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from steps.plan import STEP_NAMES
+from steps.runstate import unix
 from steps.runview import short_result
 from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span, render_page
 from timeline.model import EXECUTED, KILL, READ, REPLAY, REPLAYED, RESTART, UNRECORDED, WAITING
@@ -60,15 +60,10 @@ class Watched:
     lines: list[tuple[int, float, str]] = field(default_factory=list)  # (process 1 or 2, arrival, line)
 
 
-def seconds(iso: str | None) -> float | None:
-    """ISO 8601 UTC (the sides' format) to seconds since the epoch."""
-    return None if iso is None else datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
 def effects_of(entries: Mapping[str, Mapping[str, Any]]) -> list[Effect]:
     """The provider's count for one run (``runrecord.compare.provider_side``) as the lane's effects."""
     return [Effect(key=key, kind=e["kind"], requests=e["requests"], applied=e["effects_applied"],
-                   first_seen=seconds(e["first_seen"]), last_seen=seconds(e["last_seen"]))
+                   first_seen=unix(e["first_seen"]), last_seen=unix(e["last_seen"]))
             for key, e in entries.items()]
 
 
@@ -125,12 +120,12 @@ def record_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any
     restart = seen.restarted_at if seen else None
     done_before = []
     for step in side["steps"]:
-        completed = seconds(step["completed_at"])
+        completed = unix(step["completed_at"])
         if completed is not None and restart is not None and completed < restart:
             done_before.append(step["name"])
         intents = step["intents"]
         if not intents:
-            start = seconds(step["started_at"])
+            start = unix(step["started_at"])
             if start is not None:
                 attempts = step["attempts"]
                 spans.append(Span(step["name"], start, completed or start, EXECUTED, label=(
@@ -139,17 +134,17 @@ def record_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any
                          f"{short_result(step['result'])}"))
             continue
         for i, intent in enumerate(intents):
-            start = seconds(intent["recorded_at"])
+            start = unix(intent["recorded_at"])
             if start is None:
                 continue
-            settled = seconds(intent["settled_at"])
+            settled = unix(intent["settled_at"])
             if intent["state"] in ("answered", "error") and settled is not None:
                 spans.append(Span(step["name"], start, settled, EXECUTED, label=f"attempt {intent['attempt']}",
                                   note=f"{step['name']} attempt {intent['attempt']}: its intent recorded, then "
                                        f"answered ({intent['state']}) (record)"))
                 continue
             # Its process died with the request in doubt.
-            later = seconds(intents[i + 1]["recorded_at"]) if i + 1 < len(intents) else None
+            later = unix(intents[i + 1]["recorded_at"]) if i + 1 < len(intents) else None
             if seen and seen.killed_at is not None and seen.killed_at >= start:
                 spans.append(Span(step["name"], start, seen.killed_at, EXECUTED, RECORD, OBSERVED,
                                   label=f"attempt {intent['attempt']}, killed",
@@ -173,7 +168,7 @@ def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, A
     counted: dict[str, int] = {}
     for ex in side.get("executions", []):
         step = ex["step"]
-        scheduled, started, closed = (seconds(ex[k]) for k in ("scheduled_at", "started_at", "closed_at"))
+        scheduled, started, closed = (unix(ex[k]) for k in ("scheduled_at", "started_at", "closed_at"))
         if started is None:
             continue
         # Attempts are executions (the workflow retries); in runs recorded before that, the server's
@@ -205,13 +200,13 @@ def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, A
     known = {t["identity"] for t in tasks[:1]}
     replay_at = None
     for task in tasks:
-        at, closed_at = seconds(task["started_at"]), seconds(task["closed_at"])
+        at, closed_at = unix(task["started_at"]), unix(task["closed_at"])
         if task["identity"] in known or at is None:
             continue
         known.add(task["identity"])
         replay_at = at if replay_at is None else replay_at
         replayed = [ex["step"] for ex in side.get("executions", [])
-                    if ex["outcome"] == "completed" and (seconds(ex["closed_at"]) or at) < at]
+                    if ex["outcome"] == "completed" and (unix(ex["closed_at"]) or at) < at]
         marks.append(Mark(at, REPLAY, RECORD, "history replayed",
                           f"a worker new to this run ({task['identity']}) started a workflow task: it replayed the "
                           "history (WorkflowTaskStarted, record)"))
@@ -221,7 +216,7 @@ def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, A
     if replay_at is None:
         caption = "One worker ran every workflow task: nothing was replayed."
     else:
-        after = sorted(seconds(ex["started_at"]) or 0 for ex in side.get("executions", []) if ex["started_at"])
+        after = sorted(unix(ex["started_at"]) or 0 for ex in side.get("executions", []) if ex["started_at"])
         ran_after = any(t >= replay_at for t in after)
         caption = ("The new worker's first workflow task replayed the history: the completed steps' results came "
                    "from it, not from running them again" + (", then it ran the step that had not completed."
@@ -241,7 +236,7 @@ def dbos_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]]
     rows = side.get("rows", [])
     last_dispatch = max((r.get("dispatch") or 1 for r in rows), default=1)
     for row in rows:
-        start, end = seconds(row["started_at"]), seconds(row["completed_at"])
+        start, end = unix(row["started_at"]), unix(row["completed_at"])
         if start is None:
             continue
         spans.append(Span(row["name"], start, end or start, EXECUTED,
@@ -253,7 +248,7 @@ def dbos_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]]
         spans += _read_spans(seen, earlier, REPLAYED, "DBOS's recovery re-ran the workflow function and this step "
                                                       "returned its recorded output, not run again")
     elif earlier:
-        later = [seconds(r["started_at"]) for r in rows if (r.get("dispatch") or 1) == last_dispatch]
+        later = [unix(r["started_at"]) for r in rows if (r.get("dispatch") or 1) == last_dispatch]
         at = min((t for t in later if t is not None), default=None)
         if at is not None:
             spans += [Span(name, at, at, REPLAYED, label="replayed",

@@ -388,6 +388,7 @@ def _newer(path: Path, found: int) -> SchemaError:
 
 
 _SQL_RUN = f"SELECT {_columns(RunRow)} FROM runs WHERE run_id = ?"
+_SQL_RUNS = f"SELECT {_columns(RunRow)} FROM runs ORDER BY created_at, run_id"
 _SQL_STEPS = f"SELECT {_columns(StepRow)} FROM steps WHERE run_id = ? ORDER BY position"
 _SQL_INTENTS = f"SELECT {_columns(IntentRow)} FROM intents WHERE run_id = ? ORDER BY position, attempt"
 _SQL_ADVANCE = (
@@ -475,8 +476,7 @@ class RunRecord:
 
     def list_runs(self) -> list[RunRow]:
         """Every run, oldest first, without its steps (``load`` reads those)."""
-        return [_from_row(RunRow, row) for row in self.conn.execute(
-            f"SELECT {_columns(RunRow)} FROM runs ORDER BY created_at, run_id")]
+        return [_from_row(RunRow, row) for row in self.conn.execute(_SQL_RUNS)]
 
     def footprint(self, run_id: str) -> dict[str, int]:
         """Rows and bytes the record holds for one run (bytes: sum of the stored values' lengths)."""

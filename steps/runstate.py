@@ -61,6 +61,7 @@ own codes for their refusals.)
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 RUN_STATES = ("running", "parked", "completed", "failed")
@@ -86,6 +87,12 @@ def iso(ts: float | None) -> str | None:
         return None
     whole = int(ts // 1)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((ts - whole) * 1000):03d}Z"
+
+
+def unix(ts_iso: str | None) -> float | None:
+    """The inverse of ``iso``: an ISO 8601 UTC time (every side's format, the provider's included) as Unix
+    seconds."""
+    return None if ts_iso is None else datetime.fromisoformat(ts_iso.replace("Z", "+00:00")).timestamp()
 
 
 def clock(ts_iso: str | None) -> str:
