@@ -75,7 +75,7 @@ from steps.limits import InputError
 from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
-from steps.retry import RetryRule, StepLedger
+from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
 
 APP_NAME = "agentlab"
 APP_VERSION = "agentlab-flow-1"
@@ -88,8 +88,6 @@ DB_ENV = "DBOSFLOW_DB"
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
-MOST_WORKER_DEATHS = 1000
-"""The highest worker-death limit a run can record (``steps.retry.rule_from_env`` accepts 0 to 1000)."""
 RECOVERY_BACKSTOP = len(FLOW) * MOST_WORKER_DEATHS + 1
 """DBOS's own ``max_recovery_attempts``, fixed per process. Above the most dispatches any recorded rule
 lets a run reach (every step at its limit, then one death more): the run's rule always decides first."""

@@ -70,6 +70,7 @@ MAX_RETRY_AFTER = 120.0
 
 DEFAULT_BUDGET_SECONDS = 900.0
 DEFAULT_MAX_WORKER_DEATHS = 10
+MOST_WORKER_DEATHS = 1000  # the highest limit a run may record (LAB_MAX_WORKER_DEATHS)
 
 BUDGET_ENV = "LAB_RETRY_BUDGET_SECONDS"
 DEATHS_ENV = "LAB_MAX_WORKER_DEATHS"
@@ -188,8 +189,8 @@ def rule_from_env(env: Mapping[str, str] | None = None) -> RetryRule:
     budget = _env_number(env, BUDGET_ENV, float, _seconds_up_to(7 * 86400),
                          "a number of seconds between 0 and 604800 (a week); "
                          f"the default is {DEFAULT_BUDGET_SECONDS:g}", DEFAULT_BUDGET_SECONDS)
-    deaths = _env_number(env, DEATHS_ENV, int, lambda value: 0 <= value <= 1000,
-                         f"a whole number from 0 to 1000; the default is {DEFAULT_MAX_WORKER_DEATHS}",
+    deaths = _env_number(env, DEATHS_ENV, int, lambda value: 0 <= value <= MOST_WORKER_DEATHS,
+                         f"a whole number from 0 to {MOST_WORKER_DEATHS}; the default is {DEFAULT_MAX_WORKER_DEATHS}",
                          DEFAULT_MAX_WORKER_DEATHS)
     attempt_timeout = _env_number(env, ATTEMPT_TIMEOUT_ENV, float, _seconds_up_to(3600),
                                   "a number of seconds between 0 and 3600; "

@@ -28,12 +28,12 @@ import pytest
 pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
-from dbosflow.engine import APP_VERSION, MOST_WORKER_DEATHS, RECOVERY_BACKSTOP, dbos_max_attempts  # noqa: E402
+from dbosflow.engine import APP_VERSION, RECOVERY_BACKSTOP, dbos_max_attempts  # noqa: E402
 from dbosflow.status import status_of  # noqa: E402
 from providerclient import fetch_effects  # noqa: E402
 from steps.keys import idempotency_key  # noqa: E402
 from steps.plan import FLOW  # noqa: E402
-from steps.retry import RetryRule, rule_from_env  # noqa: E402
+from steps.retry import MOST_WORKER_DEATHS, RetryRule, rule_from_env  # noqa: E402
 from tests.support import EMAIL, TASK, wait_exit  # noqa: E402
 
 
