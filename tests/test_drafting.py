@@ -343,3 +343,26 @@ async def test_repr_hides_credentials_in_the_url():
         assert repr(m) == "OpenAIChatModel(base_url='http://example.test:8080/v1', model='m')"
     finally:
         await m.aclose()
+
+
+def test_openai_is_imported_at_the_first_request_not_at_start():
+    """Half a second of every process's start, for a client most processes never use (docs/benchmarks.md,
+    bench_grader): building the model leaves ``openai`` unimported; the first request imports it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = (
+        "import asyncio, sys\n"
+        "from drafting import model_from_env\n"
+        "model = model_from_env({'LLM_BASE_URL': 'http://127.0.0.1:9/v1', 'LLM_MODEL': 'm', 'LLM_TIMEOUT': '2'})\n"
+        "print('openai' in sys.modules)\n"
+        "try:\n"
+        "    asyncio.run(model.draft([{'role': 'user', 'content': 'hi'}]))\n"
+        "except Exception as err:\n"
+        "    print(type(err).__name__)\n"
+        "print('openai' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "TransientError", "True"], done.stdout + done.stderr

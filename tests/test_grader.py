@@ -69,6 +69,8 @@ def test_the_untouched_practice_fails_with_its_exercises_first_message(n):
         assert needle in done.stdout, done.stdout
     # The checks of the exercises before it pass: practice N+1 is solution N plus the new TODOs.
     assert done.stdout.count("  PASS") == (n - 1 if whole and n not in STANDS_ALONE else 0), done.stdout
+    if whole and n > 3:  # check 3 passed here, but the quick check's answer belongs to exercise 3's grading
+        assert "What must resuming not do?" not in done.stdout, done.stdout
     assert tree_digest(FOLDERS[n] / "practice") == before, "the grader wrote into the learner's folder"
 
 
@@ -433,3 +435,54 @@ def test_a_grader_stopped_midway_leaves_nothing_running():
         assert processes_of(work) == []
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the bootstrap's commit count
+
+
+def test_a_process_that_ends_by_itself_writes_how_many_commits_it_made(tmp_path):
+    """grader.launch's GRADER_COMMITS_FILE: what check 1 schedules its kills by, written on a normal end and on
+    sys.exit; schema statements and reads are not commits."""
+    program = tmp_path / "flow.py"
+    program.write_text(
+        "import sqlite3, sys\n"
+        "conn = sqlite3.connect(sys.argv[1])\n"
+        "conn.execute('CREATE TABLE t (x)')\n"
+        "with conn:\n    conn.execute('INSERT INTO t VALUES (1)')\n"
+        "conn.execute('INSERT INTO t VALUES (2)'); conn.commit()\n"
+        "conn.execute('SELECT * FROM t').fetchall()\n"
+        "sys.exit(int(sys.argv[2]))\n")
+    for code in (0, 3):
+        counted = tmp_path / f"commits-{code}"
+        done = subprocess.run([sys.executable, "-m", "grader.launch", str(program), str(tmp_path / f"{code}.db"),
+                               str(code)], cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "GRADER_COMMITS_FILE": str(counted)})
+        assert done.returncode == code, done.stderr
+        assert counted.read_text() == "2", (code, done.stderr)
+
+
+# ---------------------------------------------------------------- exercise 6 by hand
+
+
+def test_exercise_6s_starter_says_a_failed_run_failed_in_one_line(dev_server, provider, task_queue):
+    """The README's by-hand path, with a run that fails (the provider's hard bounce): the starter prints the
+    cause where the result would be and exits 1, the first time and when the same run id is started again."""
+    from lab.processes import Proc
+
+    folder = FOLDERS[6] / "solution"
+    env = {"TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": task_queue, "PROVIDER_URL": provider.url,
+           "MEMORY_DB": "off"}
+    worker = Proc("ex6-worker", [sys.executable, str(folder / "worker.py")], env=env, cwd=folder)
+    try:
+        worker.wait_for_line("worker ready", timeout=60)
+        run_id = f"ex6-bounce-{os.getpid()}"
+        starts = [subprocess.run([sys.executable, str(folder / "starter.py"), run_id, "Confirm the refund",
+                                  "--email", "nobody@mailbox.invalid"], cwd=folder, capture_output=True, text=True,
+                                 timeout=60, env={**os.environ, **env}) for _ in range(2)]
+    finally:
+        worker.kill()
+    for done, first in zip(starts, ("started, or already running", "has ended already:"), strict=True):
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert first in done.stdout and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+        assert f"run {run_id} failed: PermanentError: the provider refused to send the email" in done.stdout
+        assert "start a new run id" in done.stdout, done.stdout
