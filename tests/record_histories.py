@@ -7,6 +7,12 @@ Run it on main *before* a change to workflow code, activity names or inputs,
 or the codec, and commit what it writes: those histories are what runs in
 flight look like to the new code. Never regenerate a directory that is
 already committed; record a new one instead (the replay test reads them all).
+With the change already in the working tree, record from a worktree of HEAD
+(the workers run the code of the directory the recorder runs in)::
+
+    git worktree add /tmp/before HEAD && cp tests/record_histories.py /tmp/before/tests/
+    out=$PWD/tests/data/histories/$(git rev-parse --short=12 HEAD) venv=$PWD/.venv
+    cd /tmp/before && $venv/bin/python -m tests.record_histories --out $out
 
 It starts its own dev server (in memory), provider and worker processes, and
 records, each as ``<scenario>.json`` (the format of ``temporal workflow show
@@ -19,8 +25,36 @@ in-flight              a worker killed before step 3; history read while open
 in-flight-encrypted    the same, encrypted
 retried                step 2 answered 503 twice by the provider, then completed
 failed-rejected        step 2 refused for good (the .invalid domain): FAILED
-failed-exhausted       step 3 answered 503 until the retries ran out: FAILED
+failed-exhausted       step 3 answered 503 until its 3 s budget ran out: FAILED
+heartbeat-timeout      a worker SIGKILLed inside step 2 (``CRASH_AT``, after the
+                       email was applied); a second worker finishes the run:
+                       ActivityTaskTimedOut (HEARTBEAT), then COMPLETED
+start-to-close         step 2's first request held 6 s by the provider on a live
+                       worker, past the run's 2 s ``attempt_timeout``:
+                       ActivityTaskTimedOut (START_TO_CLOSE), then COMPLETED
+worker-shutdown        SIGTERM to a worker (steps paced to 10 s) while step 2 runs:
+                       ActivityTaskFailed of type WorkerShutdown after its 5 s
+                       grace; a second worker finishes the run: COMPLETED
+reset                  step 2 refused once (422), then ``starter.py retry``
+                       (``restart_failed_run``): the reset run, COMPLETED
+reset-twice-second     step 2 refused once (422); retry; in that run step 2's
+                       response lost three times (503), then replayed, and
+                       step 3 refused (422): the second run, FAILED, with
+                       ``counted-<run>-send_confirmation-<n>`` patch markers
+reset-twice-third      the same run retried again: the third run, read once it
+                       is parked (a workflow task failed on replay: the markers
+                       of the second run; today's code cannot replay it)
+cancel-mid-attempt     cancelled while step 2's request is held by the provider
+                       (recorded as today's code ends it: the cancel is taken
+                       for a failed attempt, and the run COMPLETES)
+cancel-in-backoff      cancelled while step 2 waits out a 10 s Retry-After after
+                       a 503: CANCELED
+terminated-mid-effect  terminated while step 2's request is held: TERMINATED
 =====================  =========================================================
+
+Histories of a run that was reset are fetched by their own Temporal run id;
+their workflow id is the file's stem without ``-second`` / ``-third`` (the
+replay test reads it from the history's first event).
 """
 
 from __future__ import annotations
@@ -30,18 +64,24 @@ import asyncio
 import base64
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType, WorkflowTaskFailedCause
+from temporalio.client import WorkflowExecutionStatus
+
 from flowclient.connect import connect
-from flowclient.runs import start_run
+from flowclient.runs import restart_failed_run, start_run
 from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
 from lab.provider_process import start_provider
 from providerclient import ProviderClient
+from steps.retry import RetryRule
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()
@@ -84,10 +124,12 @@ def without_machine_paths(text: str) -> str:
     return _ABSOLUTE_FILE.sub(cut, text)
 
 
-async def _write(client, run_id: str, path: Path) -> None:
-    history = await client.get_workflow_handle(run_id).fetch_history()
+async def _write(client, run_id: str, path: Path, temporal_run_id: str | None = None):
+    """Write the history of ``run_id`` (its newest run, or ``temporal_run_id``) to ``path``; return it."""
+    history = await client.get_workflow_handle(run_id, run_id=temporal_run_id).fetch_history()
     # Ids and times are kept as recorded; the task queue is the recording's own.
     path.write_text(without_machine_paths(json.dumps(history.to_json_dict(), indent=2)) + "\n")
+    return history
 
 
 async def record(out: Path) -> list[str]:
@@ -143,17 +185,350 @@ async def record(out: Path) -> list[str]:
                     written.append("failed-rejected")
 
                     await provider.set_faults(fail_next=1000, status=503, kinds=["ticket"])
-                    await start_run(client, "failed-exhausted", TASK, EMAIL, queue=queue)
+                    # A 3 s budget (the default's 900 s would outlast _closed's wait).
+                    await start_run(client, "failed-exhausted", TASK, EMAIL, queue=queue,
+                                    rule=RetryRule(budget_seconds=3))
                     await _closed(client, "failed-exhausted")
                     await provider.clear_faults()
                     await _write(client, "failed-exhausted", out / "failed-exhausted.json")
                     written.append("failed-exhausted")
+
+            plain = {"MEMORY_DB": str(tmp_path / "memory.db")}
+            client = await connect({"TEMPORAL_ADDRESS": server.address, **plain})
+            async with ProviderClient(provider_url) as provider:
+                more = Scenarios(client, server.address, provider, provider_url, plain, out, procs)
+                for scenario in more.all():
+                    await provider.clear_faults()
+                    written.extend(await scenario())
         finally:
             for proc in procs:
                 proc.kill()
             provider_proc.stop()
             server.stop()
     return written
+
+
+def _name(event_type: int) -> str:
+    """``EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT`` -> ``ActivityTaskTimedOut``."""
+    words = EventType.Name(event_type).removeprefix("EVENT_TYPE_").split("_")
+    return "".join(w.capitalize() for w in words)
+
+
+def _activity_failure(event):
+    """The failure of an ActivityTaskFailed / TimedOut event (the timeout's own, under a retry's wrapper)."""
+    for attrs in ("activity_task_failed_event_attributes", "activity_task_timed_out_event_attributes"):
+        if event.HasField(attrs):
+            failure = getattr(event, attrs).failure
+            while not (failure.HasField("timeout_failure_info") or failure.HasField("application_failure_info")) \
+                    and failure.HasField("cause"):
+                failure = failure.cause
+            return failure
+    return None
+
+
+def _timeout(kind: int):
+    def check(event) -> bool:
+        failure = _activity_failure(event)
+        return (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT and failure is not None
+                and failure.timeout_failure_info.timeout_type == kind)
+    return check
+
+
+def _failed_of_type(kind: str):
+    def check(event) -> bool:
+        failure = _activity_failure(event)
+        return (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED and failure is not None
+                and failure.application_failure_info.type == kind)
+    return check
+
+
+def _of(event_type: int):
+    return lambda event: event.event_type == event_type
+
+
+def _task_failed(cause: int):
+    def check(event) -> bool:
+        return (event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+                and event.workflow_task_failed_event_attributes.cause == cause)
+    return check
+
+
+def patch_ids(event) -> list[str]:
+    """The patch ids a MarkerRecorded event carries (none for another event)."""
+    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return []
+    details = event.marker_recorded_event_attributes.details  # core's patch marker: {"id": ..., "deprecated": ...}
+    return [json.loads(p.data)["id"] for p in details["patch-data"].payloads] if "patch-data" in details else []
+
+
+def _counted(event) -> bool:
+    return any(p.startswith("counted-") for p in patch_ids(event))
+
+
+def prove(name: str, history, *wanted: tuple[str, object]) -> str:
+    """One line naming the events that make ``history`` the scenario ``name``, in order;
+    ``RuntimeError`` saying what was seen when one is missing: a fixture that does not
+    hold what its name says is not written silently."""
+    events = list(history.events)
+    found: list[str] = []
+    after = 0
+    for label, check in wanted:
+        hit = next((e for e in events if e.event_id > after and check(e)), None)
+        if hit is None:
+            seen = ", ".join(f"{e.event_id} {_name(e.event_type)}" for e in events)
+            raise RuntimeError(f"{name}: no {label} after event {after}; the history holds: {seen}")
+        found.append(f"{label} at event {hit.event_id}")
+        after = hit.event_id
+    return f"{name}: {len(events)} events; " + ", ".join(found)
+
+
+async def _pending_started(client, run_id: str, step: str, timeout: float = 60.0) -> None:
+    """Until an attempt of ``step`` has been taken by a worker (describe's pending activity)."""
+    async def check():
+        raw = (await client.get_workflow_handle(run_id).describe()).raw_description
+        return [p.activity_id for p in raw.pending_activities if p.activity_type.name == step
+                and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
+    await wait_until(check, timeout, f"an attempt of {step} of run {run_id} to be running", interval=0.1)
+
+
+async def _run_closed(client, run_id: str, temporal_run_id: str, timeout: float = 120.0):
+    """Until that very run (a reset makes a new one under the same id) is closed; its description."""
+    async def check():
+        description = await client.get_workflow_handle(run_id, run_id=temporal_run_id).describe()
+        return description if description.status != WorkflowExecutionStatus.RUNNING else None
+    return await wait_until(check, timeout, f"run {run_id} ({temporal_run_id}) to close", interval=0.2)
+
+
+def _expect(status: dict, state: str, words: str = "") -> dict:
+    if status["status"] != state or words not in (status.get("error") or ""):
+        raise RuntimeError(f"run {status.get('run_id')} should be {state}" + (f" ({words})" if words else "")
+                           + f"; it is: {status}")
+    return status
+
+
+class Scenarios:
+    """The scenarios beyond a plain run: crashes, timeouts, shutdowns, resets, cancels.
+
+    Each returns the names it wrote and prints what proves it (``prove``). Each
+    uses a task queue of its own when it needs its own workers, and leaves no
+    provider fault set."""
+
+    def __init__(self, client, address: str, provider: ProviderClient, provider_url: str,
+                 env: dict[str, str], out: Path, procs: list) -> None:
+        self.client, self.address, self.provider, self.provider_url = client, address, provider, provider_url
+        self.env, self.out, self.procs = env, out, procs
+        self._steady: tuple[str, object] | None = None
+
+    def all(self):
+        return [self.heartbeat_timeout, self.start_to_close, self.worker_shutdown, self.reset,
+                self.reset_twice, self.cancel_mid_attempt, self.cancel_in_backoff, self.terminated_mid_effect]
+
+    def _worker(self, queue: str, name: str, **extra: str):
+        proc = start_worker(self.address, self.provider_url, queue, {**self.env, **extra}, name=name)
+        self.procs.append(proc)
+        return proc
+
+    def steady(self) -> str:
+        """A task queue with one plain worker, started on first use."""
+        if self._steady is None:
+            queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+            self._steady = (queue, self._worker(queue, "steady"))
+        return self._steady[0]
+
+    async def _done(self, run_id: str, *proof: tuple[str, object], temporal_run_id: str | None = None,
+                    name: str | None = None) -> list[str]:
+        name = name or run_id
+        history = await _write(self.client, run_id, self.out / f"{name}.json", temporal_run_id)
+        print(prove(name, history, *proof), flush=True)
+        return [name]
+
+    async def heartbeat_timeout(self) -> list[str]:
+        run_id = "heartbeat-timeout"
+        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+        dying = self._worker(queue, "dying", CRASH_AT="send_confirmation:after_effect")
+        await start_run(self.client, run_id, TASK, EMAIL, queue=queue)
+        await wait_until(lambda: not dying.alive(), 60, "the worker to die at send_confirmation:after_effect")
+        finisher = self._worker(queue, "finisher")
+        _expect(await _closed(self.client, run_id), "completed")
+        finisher.kill()
+        return await self._done(
+            run_id,
+            ("ActivityTaskTimedOut HEARTBEAT", _timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT)),
+            ("ActivityTaskCompleted", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def start_to_close(self) -> list[str]:
+        run_id = "start-to-close"
+        # Held 6 s, three times the attempt's 2 s, and the provider client waits 5 s: the
+        # server's start-to-close timeout is what ends the attempt, on a worker that lives.
+        await self.provider.set_faults(hang_next=1, hang_seconds=6, kinds=["email"])
+        await start_run(self.client, run_id, TASK, EMAIL, queue=self.steady(),
+                        rule=RetryRule(attempt_timeout=2.0))
+        _expect(await _closed(self.client, run_id), "completed")
+        return await self._done(
+            run_id,
+            ("ActivityTaskTimedOut START_TO_CLOSE", _timeout(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE)),
+            ("TimerStarted (backoff)", _of(EventType.EVENT_TYPE_TIMER_STARTED)),
+            ("ActivityTaskCompleted", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def worker_shutdown(self) -> list[str]:
+        run_id = "worker-shutdown"
+        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+        # Paced, not held by the provider: worker.py gives running attempts 5 s to finish
+        # after SIGTERM, and the provider client gives up after 5 s too, so a held request
+        # would end in the client's timeout instead. A 10 s pace outlasts the grace.
+        stopping = self._worker(queue, "stopping", LAB_STEP_SECONDS="10")
+        await start_run(self.client, run_id, TASK, EMAIL, queue=queue)
+        await _pending_started(self.client, run_id, "send_confirmation", timeout=90)
+        stopping.popen.send_signal(signal.SIGTERM)
+        await wait_until(lambda: not stopping.alive(), 30, "the worker to stop after SIGTERM")
+        if "worker stopping" not in stopping.output():
+            raise RuntimeError(f"the worker did not stop gracefully:\\n{stopping.output()}")
+        finisher = self._worker(queue, "finisher")
+        _expect(await _closed(self.client, run_id), "completed")
+        finisher.kill()
+        return await self._done(
+            run_id,
+            ("ActivityTaskFailed WorkerShutdown", _failed_of_type("WorkerShutdown")),
+            ("ActivityTaskCompleted", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def _fail_then_retry(self, run_id: str, *faults: dict) -> str:
+        """Start ``run_id`` with its email refused once (422: permanent), wait for FAILED,
+        set ``faults`` for the run to come and retry it as ``starter.py retry`` does;
+        returns the reset run's Temporal run id."""
+        await self.provider.set_faults(fail_next=1, status=422, kinds=["email"])
+        await start_run(self.client, run_id, TASK, EMAIL, queue=self.steady())
+        _expect(await _closed(self.client, run_id), "failed", "step send_confirmation failed")
+        await self.provider.clear_faults()
+        for fault in faults:
+            await self.provider.set_faults(**fault)
+        _, _, new_run = await restart_failed_run(self.client, run_id)
+        return new_run
+
+    async def reset(self) -> list[str]:
+        run_id = "reset"
+        new_run = await self._fail_then_retry(run_id)
+        await _run_closed(self.client, run_id, new_run)
+        _expect(await run_status(self.client, run_id), "completed")
+        return await self._done(
+            run_id,
+            ("WorkflowTaskFailed RESET_WORKFLOW",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
+            ("ActivityTaskCompleted", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+            temporal_run_id=new_run,
+        )
+
+    async def reset_twice(self) -> list[str]:
+        run_id = "reset-twice"
+        # In the second run: three answers lost (503 after applying), so the email's first
+        # three attempts fail transiently and the fourth is replayed; then the ticket is
+        # refused (422). Two countdowns of their own kinds, so no race between them.
+        second = await self._fail_then_retry(run_id, {"lose_response_next": 3, "kinds": ["email"]},
+                                             {"fail_next": 1, "status": 422, "kinds": ["ticket"]})
+        await _run_closed(self.client, run_id, second)
+        _expect(await run_status(self.client, run_id), "failed", "step record_outcome failed")
+        written = await self._done(
+            run_id,
+            ("WorkflowTaskFailed RESET_WORKFLOW",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
+            ("MarkerRecorded counted-<run>-send_confirmation-1", _counted),
+            ("ActivityTaskCompleted (send_confirmation)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
+            ("ActivityTaskFailed (record_outcome, 422)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)),
+            ("WorkflowExecutionFailed", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED)),
+            temporal_run_id=second, name="reset-twice-second",
+        )
+        await self.provider.clear_faults()
+        _, _, third = await restart_failed_run(self.client, run_id)
+
+        async def parked():
+            if (await self.client.get_workflow_handle(run_id).describe()).run_id != third:
+                return None
+            status = await run_status(self.client, run_id)
+            return status if status["status"] != "running" else None
+
+        status = await wait_until(parked, 120, f"the third run of {run_id} to park", interval=0.2)
+        if status["status"] != "parked":
+            raise RuntimeError(f"the third run of {run_id} was expected to park (today's code); it is: {status}")
+        written += await self._done(
+            run_id,
+            ("WorkflowTaskFailed RESET_WORKFLOW (first retry)",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
+            ("MarkerRecorded counted-<second run>-send_confirmation-1", _counted),
+            ("WorkflowTaskFailed RESET_WORKFLOW (second retry)",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
+            ("WorkflowTaskFailed NON_DETERMINISTIC_ERROR",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR)),
+            temporal_run_id=third, name="reset-twice-third",
+        )
+        # Parked runs retry their workflow task until the execution timeout: end it.
+        await self.client.get_workflow_handle(run_id, run_id=third).terminate("record_histories: recorded parked")
+        return written
+
+    async def _held(self, run_id: str) -> None:
+        """Start ``run_id`` with its email request held 6 s by the provider; return once it is held."""
+        await self.provider.set_faults(hang_next=1, hang_seconds=6, kinds=["email"])
+        await start_run(self.client, run_id, TASK, EMAIL, queue=self.steady())
+        await _pending_started(self.client, run_id, "send_confirmation")
+
+        async def held():
+            return (await self.provider.faults())["hang"]["remaining"] == 0
+        await wait_until(held, 30, "the provider to hold the email request")
+
+    async def cancel_mid_attempt(self) -> list[str]:
+        run_id = "cancel-mid-attempt"
+        await self._held(run_id)
+        await self.client.get_workflow_handle(run_id).cancel()
+        status = await _closed(self.client, run_id)
+        print(f"{run_id}: today's code ends it {status['status']} ({status.get('error') or 'no error'})", flush=True)
+        return await self._done(
+            run_id,
+            ("WorkflowExecutionCancelRequested", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)),
+            ("ActivityTaskCancelRequested", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)),
+            ("a close event", lambda e: e.event_type in _CLOSES),
+        )
+
+    async def cancel_in_backoff(self) -> list[str]:
+        run_id = "cancel-in-backoff"
+        await self.provider.set_faults(fail_next=1, status=503, retry_after=10, kinds=["email"])
+        await start_run(self.client, run_id, TASK, EMAIL, queue=self.steady())
+
+        async def backing_off():
+            step = (await run_status(self.client, run_id))["steps"][1]
+            return step if step["status"] == "retrying" and step.get("next_try_at") else None
+        await wait_until(backing_off, 60, f"run {run_id} to wait on its backoff timer")
+        await self.client.get_workflow_handle(run_id).cancel()
+        _expect(await _closed(self.client, run_id), "failed", "canceled")
+        return await self._done(
+            run_id,
+            ("ActivityTaskFailed (503)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)),
+            ("TimerStarted", _of(EventType.EVENT_TYPE_TIMER_STARTED)),
+            ("WorkflowExecutionCancelRequested", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)),
+            ("WorkflowExecutionCanceled", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)),
+        )
+
+    async def terminated_mid_effect(self) -> list[str]:
+        run_id = "terminated-mid-effect"
+        await self._held(run_id)
+        await self.client.get_workflow_handle(run_id).terminate("record_histories: terminated mid-effect")
+        _expect(await _closed(self.client, run_id), "failed", "terminated")
+        return await self._done(
+            run_id,
+            ("ActivityTaskScheduled (send_confirmation)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)),
+            ("WorkflowExecutionTerminated", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED)),
+        )
+
+
+_CLOSES = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"{out} exists: fixtures are never regenerated; record into a new directory", file=sys.stderr)
         return 2
+    began = time.monotonic()
     written = asyncio.run(record(out))
+    print(f"recording took {time.monotonic() - began:.0f} s", flush=True)
     print(f"recorded {len(written)} histories in {out}: {', '.join(written)}")
     return 0
 
