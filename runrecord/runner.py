@@ -462,6 +462,7 @@ class Runner:
         return StepLedger(
             step.name, RetryRule.from_dict(run.retry_rule), effect=step.effect, attempts=row.attempts,
             error_attempts=row.error_attempts, error_seconds=row.error_seconds, crashes=row.crashes,
+            failed_attempts=row.error_attempts + row.crashes,  # the record has no resets to start it again
             in_doubt=row.in_doubt, last_error=row.last_error,
         )
 
@@ -502,7 +503,8 @@ class Runner:
         """A retryable failure: the run fails if the ledger says the budget is spent; else
         the error is recorded with the ledger and the backoff waited."""
         reason = err.message if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
-        doubtful = bool(getattr(err, "in_doubt", False))
+        # An unexpected exception says nothing of an effect's request: it may have been applied.
+        doubtful = err.in_doubt if isinstance(err, StepError) else step.effect
         delay = ledger.after_error(reason, seconds, retry_after=getattr(err, "retry_after", None),
                                    in_doubt=doubtful, u=random.random())
         if delay is None:

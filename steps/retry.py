@@ -27,9 +27,35 @@ One attempt may last ``attempt_timeout_for(step)`` (draft 60 s, the effects
 on a live process, is a transient error whose outcome is in doubt (Temporal:
 the start-to-close timeout; run record: the runner stops waiting for it).
 
+A **worker shutdown** (Temporal: a worker stopped gracefully mid-attempt, a
+rolling deploy) is neither an error nor a death: retried at once, it spends
+no budget and is not held against the death limit.
+
 Time spent waiting for a worker (none running, or all busy) is neither: it
 is bounded only by the run's own timeout (Temporal's execution timeout, which
-the starter sets above the sum of the budgets; see ``run_timeout_floor``).
+the starter sets above the sum of the budgets; see ``run_timeout_floor``). A
+failure that does not say how long its attempt took (a cancel, a failure the
+SDK raised itself) is charged nothing but its backoff, since the time since
+the attempt was scheduled includes that wait.
+
+**Every step is tried at most ``attempts_per_step`` times** (100) since the
+run, or its last reset, began: errors, deaths and shutdowns together. That
+bounds a run's history whatever the budget (Temporal terminates a run at
+51,200 events, and a long history slows every replay: docs/operations.md).
+So that a long budget is still spent by time, not cut short by the count, a
+budget longer than ``INTERVALS_PER_BUDGET`` (60) backoff caps raises the
+cap to ``budget / 60``: a week-long budget retries every 2.8 hours at worst.
+
+**What a run records.** A run records its rule when it starts, and every
+number its decisions depend on is in it: the budget, the backoff, the death
+limit, each step's attempt timeout, the heartbeat timeout, the attempt limit.
+A deploy that changes a default changes new runs only, so a run in flight
+decides, and replays, as it started. ``version`` names the arithmetic: a
+rule recorded before this field existed is version 1 (the per-step timeouts
+and heartbeat timeout of that time, ``V1_ATTEMPT_TIMEOUT_SECONDS``, no
+attempt limit, a worker shutdown counted as a death, a failure with no
+duration charged the time since its attempt was scheduled); new runs record
+version 2. A change to this arithmetic is a new version, never an edit.
 
 Backoff after the n-th error attempt::
 
@@ -77,7 +103,19 @@ DEATHS_ENV = "LAB_MAX_WORKER_DEATHS"
 ATTEMPT_TIMEOUT_ENV = "LAB_ATTEMPT_TIMEOUT_SECONDS"
 
 ATTEMPT_TIMEOUT_SECONDS = {"draft": 60.0, "send_confirmation": 15.0, "record_outcome": 15.0}
-"""How long one attempt of each step may take: a model call may be slow; the provider answers in milliseconds."""
+"""How long one attempt of each step may take, for new runs (which record it): a model call may be
+slow; the provider answers in milliseconds."""
+
+V1_ATTEMPT_TIMEOUT_SECONDS = {"draft": 60.0, "send_confirmation": 15.0, "record_outcome": 15.0}
+"""Version 1's per-step timeouts, for runs that recorded no timeouts of their own: never edited."""
+V1_HEARTBEAT_TIMEOUT = 1.0
+"""Version 1's heartbeat timeout (seconds), for runs that recorded none: never edited."""
+
+RULE_VERSION = 2
+DEFAULT_HEARTBEAT_TIMEOUT = 1.0
+"""Seconds without a heartbeat before Temporal takes an attempt's worker for dead (new runs record it)."""
+ATTEMPTS_PER_STEP = 100
+INTERVALS_PER_BUDGET = 60
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None, unit: float = 1.0) -> float | None:
@@ -124,9 +162,31 @@ class RetryRule:
     backoff_coefficient: float = 2.0
     maximum_interval: float = 30.0
     jitter: float = 0.2
-    attempt_timeout: float | None = None  # seconds, every step; None: ATTEMPT_TIMEOUT_SECONDS
+    attempt_timeout: float | None = None  # seconds, every step; None: step_timeouts
+    # Version 2 on (module docstring, "What a run records"); a version 1 rule has
+    # None in each and decides by the V1_ values.
+    step_timeouts: dict[str, float] | None = field(default_factory=lambda: dict(ATTEMPT_TIMEOUT_SECONDS))
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT
+    attempts_per_step: int | None = ATTEMPTS_PER_STEP
+    version: int = RULE_VERSION
 
     def __post_init__(self) -> None:
+        if self.version not in (1, RULE_VERSION):
+            raise ValueError(f"retry rule version {self.version!r} is not one this code knows (1 or {RULE_VERSION})")
+        if self.heartbeat_timeout is not None and not (
+            isinstance(self.heartbeat_timeout, (int, float)) and math.isfinite(self.heartbeat_timeout)
+            and 0 < self.heartbeat_timeout <= 3600
+        ):
+            raise ValueError(f"heartbeat_timeout must be a number of seconds in (0, 3600], "
+                             f"not {self.heartbeat_timeout!r}")
+        if self.attempts_per_step is not None and not (
+            isinstance(self.attempts_per_step, int) and 1 <= self.attempts_per_step <= ATTEMPTS_PER_STEP
+        ):
+            raise ValueError(f"attempts_per_step must be a whole number from 1 to {ATTEMPTS_PER_STEP}, "
+                             f"not {self.attempts_per_step!r}")
+        for step, seconds in (self.step_timeouts or {}).items():
+            if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and 0 < seconds <= 3600):
+                raise ValueError(f"step_timeouts[{step!r}] must be a number of seconds in (0, 3600], not {seconds!r}")
         if self.attempt_timeout is not None and not (
             isinstance(self.attempt_timeout, (int, float)) and math.isfinite(self.attempt_timeout)
             and self.attempt_timeout > 0
@@ -140,9 +200,19 @@ class RetryRule:
             raise ValueError(f"max_worker_deaths must be a whole number, 0 or more, not {self.max_worker_deaths!r}")
         if not (self.backoff_coefficient >= 1 and 0 <= self.jitter < 1):
             raise ValueError("backoff_coefficient must be >= 1 and jitter in [0, 1)")
+        if self.version >= 2 and self.budget_seconds / self.maximum_interval > INTERVALS_PER_BUDGET:
+            # A long budget is spent by time, within the attempt limit: the cap grows with it.
+            # Recorded as grown (to_dict), so from_dict gives the same rule back.
+            object.__setattr__(self, "maximum_interval", self.budget_seconds / INTERVALS_PER_BUDGET)
 
     def attempt_timeout_for(self, step: str) -> float:
-        return self.attempt_timeout if self.attempt_timeout is not None else ATTEMPT_TIMEOUT_SECONDS.get(step, 60.0)
+        if self.attempt_timeout is not None:
+            return self.attempt_timeout
+        timeouts = self.step_timeouts if self.step_timeouts is not None else V1_ATTEMPT_TIMEOUT_SECONDS
+        return timeouts.get(step, 60.0)
+
+    def heartbeat_timeout_seconds(self) -> float:
+        return self.heartbeat_timeout if self.heartbeat_timeout is not None else V1_HEARTBEAT_TIMEOUT
 
     def backoff(self, error_attempts: int, u: float) -> float:
         """The delay after ``error_attempts`` errors (1-based), before Retry-After and the budget."""
@@ -155,9 +225,11 @@ class RetryRule:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RetryRule:
-        if not data:
-            return cls()
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        """The rule a run recorded. A run that recorded none, or one without a
+        ``version`` (recorded before it existed), decides by version 1."""
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        if "version" not in known:
+            known.update(version=1, step_timeouts=None, heartbeat_timeout=None, attempts_per_step=None)
         return cls(**known)
 
 
@@ -223,7 +295,9 @@ class StepLedger:
     error_attempts: int = 0
     error_seconds: float = 0.0
     crashes: int = 0
-    crashes_kept: int = 0  # of ``crashes``: kept from before a reset (``kept_from_reset``)
+    crashes_kept: int = 0  # of ``crashes``: from before the run's last reset (``afresh``)
+    shutdowns: int = 0  # attempts a worker shutdown cut short (version 2 on; version 1 counts them as crashes)
+    failed_attempts: int = 0  # since the run, or its last reset, began: what ``attempts_per_step`` bounds
     in_doubt: bool = False
     last_error: str | None = None
     failure: str | None = None  # set when the step gave up: the run's error
@@ -237,6 +311,8 @@ class StepLedger:
         self.error_seconds += max(float(seconds), 0.0) if math.isfinite(seconds) else 0.0
         self.last_error = message
         self.in_doubt = self.in_doubt or (self.effect and in_doubt)
+        if self._out_of_attempts(message):
+            return None
         left = self.rule.budget_seconds - self.error_seconds
         if left <= 0:
             self.failure = (
@@ -252,6 +328,27 @@ class StepLedger:
         self.error_seconds += delay
         return delay
 
+    def _out_of_attempts(self, message: str) -> bool:
+        """Count one failed attempt; True (and ``failure`` says why) when it was the step's last."""
+        self.failed_attempts += 1
+        limit = self.rule.attempts_per_step
+        if limit is None or self.failed_attempts < limit:
+            return False
+        self.failure = (
+            f"step {self.name} failed after {self.attempts} attempt(s): {self.failed_attempts} attempts failed, "
+            f"the most a step may have ({limit}, the run's retry rule) however long its budget; "
+            f"last error: {message}"
+        )
+        return True
+
+    def after_shutdown(self, message: str) -> bool:
+        """A worker shut down gracefully mid-attempt (version 2 on): no budget, no death.
+        True: try again now; False: the attempt limit is reached."""
+        self.shutdowns += 1
+        self.last_error = message
+        self.in_doubt = self.in_doubt or self.effect
+        return not self._out_of_attempts(message)
+
     def after_crash(self, message: str) -> bool:
         """The process running the attempt died. True: try again now; False: give up."""
         self.crashes += 1
@@ -265,15 +362,18 @@ class StepLedger:
                 f"a step that kills its worker every time is a poison pill, not bad luck; last: {message}"
             )
             return False
-        return True
+        return not self._out_of_attempts(message)
 
-    def kept_from_reset(self, *, crashed: bool) -> None:
-        """Temporal: a failed attempt kept from the run a reset started from. It is
-        history: counted in ``attempts`` (and ``crashes`` if it crashed), but it
-        spends nothing, since a reset gives the step a fresh budget and death count."""
-        if crashed:
-            self.crashes += 1
-            self.crashes_kept += 1
+    def afresh(self) -> None:
+        """Temporal: the run was reset here. A reset is an operator's "try again
+        from here": the attempts before it stay counted (``attempts``,
+        ``crashes``), and the step's budget, backoff, death count and attempt
+        limit start again. Whether the outcome is in doubt is left as it was:
+        an effect an earlier attempt may have applied may still have been."""
+        self.error_attempts = 0
+        self.error_seconds = 0.0
+        self.crashes_kept = self.crashes
+        self.failed_attempts = 0
 
     def after_permanent(self, message: str, *, in_doubt: bool = False) -> None:
         self.last_error = message

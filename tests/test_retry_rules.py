@@ -14,7 +14,13 @@ import pytest
 from drafting.openai_compat import retry_after_seconds
 from providerclient import parse_retry_after as provider_parse
 from steps.retry import (
+    ATTEMPT_TIMEOUT_SECONDS,
+    ATTEMPTS_PER_STEP,
+    INTERVALS_PER_BUDGET,
     MAX_RETRY_AFTER,
+    RULE_VERSION,
+    V1_ATTEMPT_TIMEOUT_SECONDS,
+    V1_HEARTBEAT_TIMEOUT,
     RetryRule,
     StepLedger,
     parse_retry_after,
@@ -104,21 +110,91 @@ def test_crashes_spend_no_budget_and_a_poison_pill_still_ends():
     assert "worker died 11 times during draft" in ledger.failure
 
 
-def test_crashes_kept_from_before_a_reset_are_counted_but_not_held_against_the_limit():
-    """A Temporal reset gives the step a fresh death count: the crashes it keeps are
-    shown (``crashes``), and the limit counts only those after the reset."""
-    ledger = StepLedger("draft", RetryRule(max_worker_deaths=1))
-    for _ in range(3):
+def test_a_reset_starts_the_budget_and_the_death_count_again_and_keeps_the_counts():
+    """A Temporal reset (``StepLedger.afresh``, called where Temporal reseeds the run) gives
+    the step a fresh budget, death count and attempt limit: the attempts and crashes
+    before it are still shown, the limit counts only those after it."""
+    ledger = StepLedger("draft", RetryRule(budget_seconds=1, max_worker_deaths=1, jitter=0))
+    for _ in range(2):
         ledger.attempts += 1
-        ledger.kept_from_reset(crashed=True)
+        ledger.after_crash("heartbeat timeout")
     ledger.attempts += 1
-    ledger.kept_from_reset(crashed=False)  # an error kept from before: no crash, nothing spent
-    assert (ledger.crashes, ledger.error_attempts, ledger.failure) == (3, 0, None)
+    assert ledger.after_error("503", 5.0) is None  # the budget is spent: the run failed here
+    ledger.afresh()
+    ledger.failure = None
+    assert (ledger.crashes, ledger.error_attempts, ledger.error_seconds) == (2, 0, 0.0)
+    ledger.attempts += 1
+    assert ledger.after_error("503", 0.1) == pytest.approx(0.2)  # the backoff starts again too
     ledger.attempts += 1
     assert ledger.after_crash("heartbeat timeout")  # the first death since the reset
     ledger.attempts += 1
     assert not ledger.after_crash("heartbeat timeout")
-    assert ledger.crashes == 5 and "worker died 2 times during draft" in ledger.failure
+    assert ledger.crashes == 4 and "worker died 2 times during draft" in ledger.failure
+
+
+def test_a_worker_shutdown_is_no_death_and_spends_no_budget():
+    ledger = StepLedger("send_confirmation", RetryRule(budget_seconds=1, max_worker_deaths=0), effect=True)
+    for _ in range(5):
+        ledger.attempts += 1
+        assert ledger.after_shutdown("the worker running it shut down mid-attempt")
+    assert (ledger.shutdowns, ledger.crashes, ledger.error_seconds, ledger.failure) == (5, 0, 0.0, None)
+    assert ledger.in_doubt  # an effect's attempt cut short may have been applied
+
+
+def test_every_step_has_at_most_its_attempt_limit_whatever_the_budget():
+    """The history of a run is bounded by the count, not only by the budget: errors,
+    deaths and shutdowns together, since the run (or its last reset) began."""
+    rule = RetryRule(budget_seconds=7 * 86400, max_worker_deaths=1000, attempts_per_step=10)
+    ledger = StepLedger("record_outcome", rule)
+    outcomes = []
+    for n in range(10):
+        ledger.attempts += 1
+        if n % 3 == 0:
+            outcomes.append(ledger.after_crash("heartbeat timeout"))
+        elif n % 3 == 1:
+            outcomes.append(ledger.after_shutdown("shut down"))
+        else:
+            outcomes.append(ledger.after_error("503", 0.1, u=0.5) is not None)
+    assert outcomes == [True] * 9 + [False]
+    assert "10 attempts failed, the most a step may have (10" in ledger.failure
+
+
+def test_a_long_budget_grows_the_backoff_cap_so_time_spends_it_within_the_limit():
+    week = RetryRule(budget_seconds=7 * 86400)
+    assert week.maximum_interval == pytest.approx(7 * 86400 / INTERVALS_PER_BUDGET)
+    assert RetryRule().maximum_interval == 30.0  # the default budget keeps the 30 s cap
+    # Recorded as grown: the run's rule reads back the same.
+    assert RetryRule.from_dict(week.to_dict()) == week
+    ledger, attempts = StepLedger("draft", week), 0
+    while ledger.failure is None:
+        ledger.attempts += 1
+        attempts += 1
+        ledger.after_error("503", 1.0, u=0.0)
+    assert attempts < ATTEMPTS_PER_STEP and "retry budget of 604800 s spent" in ledger.failure
+
+
+def test_a_rule_recorded_before_versions_decides_as_it_did():
+    """Runs in flight keep the numbers they started with: a rule recorded without a
+    version is version 1 (the per-step timeouts and heartbeat timeout of that time,
+    no attempt limit, no growing cap), whatever today's defaults are."""
+    old = RetryRule.from_dict({"budget_seconds": 604800, "max_worker_deaths": 10, "initial_interval": 0.2,
+                               "backoff_coefficient": 2.0, "maximum_interval": 30.0, "jitter": 0.2,
+                               "attempt_timeout": None})
+    assert old.version == 1 and old.maximum_interval == 30.0 and old.attempts_per_step is None
+    assert old.attempt_timeout_for("draft") == V1_ATTEMPT_TIMEOUT_SECONDS["draft"]
+    assert old.heartbeat_timeout_seconds() == V1_HEARTBEAT_TIMEOUT
+    assert RetryRule.from_dict(None).version == 1
+    new = rule_from_env({})
+    assert new.version == RULE_VERSION and new.step_timeouts == ATTEMPT_TIMEOUT_SECONDS
+    assert RetryRule.from_dict(new.to_dict()) == new
+    with pytest.raises(ValueError, match="version 7"):
+        RetryRule.from_dict({**new.to_dict(), "version": 7})
+
+
+def test_v1_values_are_frozen():
+    """Histories recorded under version 1 replay with these values: they never change."""
+    assert V1_ATTEMPT_TIMEOUT_SECONDS == {"draft": 60.0, "send_confirmation": 15.0, "record_outcome": 15.0}
+    assert V1_HEARTBEAT_TIMEOUT == 1.0
 
 
 def test_doubt_is_for_effects_and_sticks_until_success():
@@ -139,7 +215,7 @@ def test_rule_from_env_and_its_errors():
     rule = rule_from_env({"LAB_RETRY_BUDGET_SECONDS": "30", "LAB_MAX_WORKER_DEATHS": "3"})
     assert (rule.budget_seconds, rule.max_worker_deaths) == (30.0, 3)
     assert RetryRule.from_dict(rule.to_dict()) == rule
-    assert RetryRule.from_dict(None) == RetryRule()
+    assert RetryRule.from_dict(None).version == 1  # a run that recorded no rule ran under version 1
     for env, word in (({"LAB_RETRY_BUDGET_SECONDS": "soon"}, "LAB_RETRY_BUDGET_SECONDS"),
                       ({"LAB_RETRY_BUDGET_SECONDS": "-1"}, "LAB_RETRY_BUDGET_SECONDS"),
                       ({"LAB_RETRY_BUDGET_SECONDS": "nan"}, "LAB_RETRY_BUDGET_SECONDS"),

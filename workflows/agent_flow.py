@@ -13,11 +13,25 @@ single attempt, and the workflow reads how it ended.
   step's time budget: the workflow waits out a capped, jittered backoff on a
   durable timer and schedules the next attempt; an error with no budget left
   ends the run FAILED naming the step, the budget and the last error;
-- a heartbeat timeout (the worker died) or a worker shutdown is a *crash*: it
-  spends no budget and is retried at once, up to the rule's worker-death
-  limit (a poison pill still ends FAILED);
+- a heartbeat timeout (the worker died) is a *crash*: it spends no budget
+  and is retried at once, up to the rule's worker-death limit (a poison pill
+  still ends FAILED); a worker's graceful shutdown is retried at once too,
+  and is no death;
 - a permanent error ends the run FAILED at once; an idempotency conflict the
-  step could not adopt (``steps.adoption``) is one.
+  step could not adopt (``steps.adoption``) is one;
+- every step has at most the rule's ``attempts_per_step`` failed attempts,
+  which bounds the run's history whatever its budget.
+
+**A cancel** (``temporal workflow cancel``) ends the run canceled wherever it
+lands: in a backoff, or during an attempt. An effect step's attempt is
+scheduled with ``WAIT_CANCELLATION_COMPLETED``, so the workflow learns how the
+attempt ended (it completed, or stopped mid-request) before it closes the
+run, and the step says whether its effect is in doubt.
+
+**A reset** replays the history before its point as it was recorded, and
+from the point on every step's budget, death count and attempt limit start
+again (``_on_reset``): Temporal gives a reset run a new random seed at that
+point, and the SDK calls back, on every replay, at the same place.
 
 Each request is built by ``steps.requests`` (the builders every engine uses)
 from the run's inputs and the results so far; each attempt's timeouts come
@@ -40,7 +54,11 @@ from here: the step failures and refused input below.
 Runs started before these rules (no ``live-and-honest`` marker in their
 history) keep the path they started on (``workflows.before_live``):
 server-side retries, no adoption. It stays until no such run is open and
-``workflow.deprecate_patch`` can retire it.
+``workflow.deprecate_patch`` can retire it. Within the live path, the
+decisions a run's rule names a ``version`` for (``steps.retry``, "What a run
+records") follow the version the run recorded: a version 1 run in flight
+still takes a shutdown for a death and, during an attempt, a cancel for an
+error, as it did when it started.
 
 Only this class is compiled and executed by the sandbox whenever a worker
 builds a run afresh (a restart, a cache eviction; every workflow task with
@@ -51,12 +69,14 @@ builds a run afresh (a restart, a cache eviction; every workflow task with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import FlowActivities, StepOutput
@@ -67,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
     from steps.runstate import describe_step, iso, run_entry, step_entry
-    from workflows.attempts import COUNTED_PATCH, HEARTBEAT_TIMEOUT, LIVE_PATCH, ONE_ATTEMPT, Ending, ending_of
+    from workflows.attempts import LIVE_PATCH, ONE_ATTEMPT, Ending, ending_of, old_counted_markers
     from workflows.before_live import run_recorded_before_live
 
     # The run's input and status types live in their own module: this module
@@ -95,6 +115,20 @@ class AgentFlow:
         # What this worker replayed before it ran anything new (see _replay_seen).
         self._replayed: list[str] = []
         self._replayed_events = 0
+        # Each step's ledger once it has begun: a reset starts every one afresh.
+        self._ledgers: dict[str, StepLedger] = {}
+        workflow.register_random_seed_callback(self._on_reset)
+
+    def _on_reset(self, _seed: int) -> None:
+        """Temporal reseeds a run's randomness at a reset point, and only there (the
+        WorkflowTaskFailed event a reset writes): the SDK calls this at that point
+        on the first execution and on every replay, before the code sees anything
+        that came after it. The failures before it were decided as the run that
+        recorded them decided (same code, same seed, same rule); from here, every
+        step starts its budget, death count and attempt limit again
+        (``StepLedger.afresh``). A run reset twice passes here twice."""
+        for ledger in self._ledgers.values():
+            ledger.afresh()
 
     @workflow.query(name="progress")
     def progress(self) -> RunStatus:
@@ -175,15 +209,17 @@ class AgentFlow:
         )
 
     def attempt_timeouts(self, step: str, rule: RetryRule) -> tuple[timedelta, timedelta | None]:
-        """(start-to-close, heartbeat) timeout of every attempt of ``step``: the
-        rule's attempt timeout, and a 1 s heartbeat timeout so that a killed
-        worker is noticed within about a second (``workflows.attempts``).
+        """(start-to-close, heartbeat) timeout of every attempt of ``step``: both
+        from the rule the run recorded (``steps.retry``), so a deploy that
+        changes the defaults never changes a run in flight. The heartbeat
+        timeout is how soon a killed worker is noticed; docs/operations.md says
+        how it was chosen.
 
         A hook, and the only one: bench/bench_resume.py registers a subclass
         under the same workflow name, on its own task queue and worker
         (bench/defaults_worker.py), that returns Temporal's defaults instead,
         to measure what these buy. Workflow code: it must stay deterministic."""
-        return timedelta(seconds=rule.attempt_timeout_for(step)), HEARTBEAT_TIMEOUT
+        return timedelta(seconds=rule.attempt_timeout_for(step)), timedelta(seconds=rule.heartbeat_timeout_seconds())
 
     async def _attempts(self, activity: StepActivity[RequestT, ResultT], request: RequestT,
                         rule: RetryRule) -> ResultT:
@@ -194,8 +230,12 @@ class AgentFlow:
         and whether it has an effect."""
         index = STEP_NAMES.index(activity.__name__)
         state = self._steps[index]
-        ledger = StepLedger(state.name, rule, effect=FLOW[index].effect)
+        ledger = self._ledgers[state.name] = StepLedger(state.name, rule, effect=FLOW[index].effect)
         attempt_timeout, heartbeat_timeout = self.attempt_timeouts(state.name, rule)
+        # An effect's attempt is waited for when the run is cancelled, so that the
+        # run knows whether the request went out (version 2 on; version 1 did not wait).
+        cancellation = (ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                        if FLOW[index].effect and rule.version >= 2 else ActivityCancellationType.TRY_CANCEL)
         while True:
             ledger.attempts += 1
             state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
@@ -210,10 +250,14 @@ class AgentFlow:
                     start_to_close_timeout=attempt_timeout,
                     heartbeat_timeout=heartbeat_timeout,
                     retry_policy=ONE_ATTEMPT,
+                    cancellation_type=cancellation,
                 )
             except ActivityError as err:
                 self._replay_seen(f"{state.name} attempt {ledger.attempts} (failed)")
-                if await self._try_again(index, ledger, ending_of(err, attempt_timeout), began):
+                ending = ending_of(err, attempt_timeout, version=rule.version)
+                if rule.version >= 2 and workflow.cancellation_reason() is not None:
+                    self._cancelled(state, ledger, ending)
+                if await self._try_again(index, ledger, ending, began):
                     continue
                 self._fail(state, ledger, err)
             self._replay_seen(f"{state.name} attempt {ledger.attempts}")
@@ -227,6 +271,10 @@ class AgentFlow:
             if not workflow.unsafe.is_replaying():
                 with workflow.unsafe.sandbox_unrestricted():
                     crash_point(f"temporal:{state.name}:after_record")
+            if rule.version >= 2 and workflow.cancellation_reason() is not None:
+                # Cancelled while this attempt ran, and it completed all the same (an effect's
+                # attempt is waited for): the result stands, and the run stops here.
+                self._cancelled(state, ledger, None)
             return result
 
     async def _try_again(self, index: int, ledger: StepLedger, ending: Ending, began: datetime) -> bool:
@@ -236,24 +284,23 @@ class AgentFlow:
         attempts and crashes; its status shows the ledger's counts."""
         state = self._steps[index]
         state.last_error = ending.message
-        if ending.kind != "permanent" and not self._counts(state.name, ledger.attempts):
-            # An attempt the run this one was reset from made: its failure is history, and
-            # the retry that followed it is in history too. A reset (an operator's "try
-            # again from here") gives the step a fresh budget and death count, so it is
-            # not held against them: the same rule then decides again, from the reset on.
-            ledger.kept_from_reset(crashed=ending.kind == "crash")
-            state.crashes = ledger.crashes
-            if ending.kind == "transient":
-                await workflow.sleep(ledger.rule.backoff(1, 0.0), summary=f"retry {state.name}")
-            return True
-        if ending.kind == "crash":
-            again = ledger.after_crash(ending.message)
+        if ending.kind != "permanent":
+            self._answer_retired_markers(state.name, ledger.attempts)
+        if ending.kind in ("crash", "shutdown"):
+            again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
             state.crashes = ledger.crashes
             return again
         if ending.kind == "permanent":
             ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
             return False
-        seconds = ending.seconds if ending.seconds is not None else (workflow.now() - began).total_seconds()
+        if ending.seconds is not None:
+            seconds = ending.seconds
+        elif ledger.rule.version >= 2:
+            # No duration of its own: the time since it was scheduled includes waiting for a
+            # worker, which no budget is charged for (steps.retry). Its backoff is charged.
+            seconds = 0.0
+        else:
+            seconds = (workflow.now() - began).total_seconds()
         delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
                                    in_doubt=ending.in_doubt, u=workflow.random().random())
         if delay is None:
@@ -265,21 +312,26 @@ class AgentFlow:
         self._replay_seen(f"{state.name} backoff timer")
         return True
 
-    def _counts(self, step: str, attempt: int) -> bool:
-        """Whether a failed attempt counts toward the step's budget and death limit.
+    @staticmethod
+    def _answer_retired_markers(step: str, attempt: int) -> None:
+        """Replay the retired ``COUNTED_PATCH`` markers a reset run recorded before this
+        change, one per failure it decided on itself (``workflows.attempts``).
 
-        Always, but in a run made by a reset (its run id is not the original
-        one): there the attempts kept from before the reset point are history,
-        and the budget starts again at the reset. Workflow code cannot see where
-        that point is, so the reset run marks it: the first failure it decides
-        on itself records a patch marker (``workflow.patched``, an id per run,
-        step and attempt), which every later replay finds in place, while the
-        failures replayed from before the reset have none. The cost: a marker
-        per failure, in reset runs only."""
-        info = workflow.info()
-        if info.run_id == info.original_execution_run_id:
-            return True
-        return workflow.patched(COUNTED_PATCH.format(run_id=info.run_id, step=step, attempt=attempt))
+        A marker in history must meet the same ``workflow.patched`` call on replay;
+        asking for one the history does not hold answers False and records nothing,
+        so asking is harmless, and only done while replaying: new decisions record
+        no marker. The decisions themselves do not depend on the answer (a reset
+        now starts the budgets afresh where Temporal reseeds the run, ``_on_reset``,
+        which gives the counts the markers gave). A marker carries the id of the run
+        that wrote it, which may be a run between two resets: it is found among those
+        the SDK was told of (``old_counted_markers``)."""
+        if not workflow.unsafe.is_replaying():
+            return
+        # By the markers the history holds, not by comparing run ids: a replay outside a
+        # worker (the Replayer, tests/test_replay_fixtures.py) gives every run the
+        # original run's id.
+        for marker in old_counted_markers(step, attempt):
+            workflow.patched(marker)
 
     def _replay_seen(self, what: str) -> None:
         """Make the replay visible. Called where the code gets an activity's outcome
@@ -297,6 +349,25 @@ class AgentFlow:
                 self._replayed_events, self._run_id, ", ".join(self._replayed),
             )
             self._replayed = []
+
+    def _cancelled(self, state: StepState, ledger: StepLedger, ending: Ending | None) -> NoReturn:
+        """End the run canceled at ``state``'s step: always raises. ``ending``: how the
+        attempt the cancel interrupted ended (None: it completed). An effect's attempt
+        that did not complete may have applied its effect: the step says so."""
+        if ending is not None:
+            stopped = ending.kind in ("cancelled", "crash", "shutdown") or ending.in_doubt
+            ledger.in_doubt = ledger.in_doubt or (ledger.effect and stopped)
+            state.status = "in_doubt" if ledger.in_doubt else "failed"
+            state.last_error = ending.message
+            if ledger.in_doubt:
+                state.note = ("canceled during an attempt whose outcome is unknown: the effect may have been "
+                              f"applied; `python starter.py settle {self._run_id}` asks the provider")
+        self._status = "failed"
+        where = (f"during step {state.name}, attempt {ledger.attempts}" if ending is not None
+                 else f"after step {state.name} completed")
+        self._error = f"canceled {where}: {workflow.cancellation_reason() or 'no reason given'}"
+        workflow.set_current_details(self._error)
+        raise asyncio.CancelledError(self._error)
 
     def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> NoReturn:
         """End the run FAILED (or in doubt) at ``state``'s step, as ``ledger`` explains: always raises."""
