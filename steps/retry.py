@@ -38,13 +38,17 @@ failure that does not say how long its attempt took (a cancel, a failure the
 SDK raised itself) is charged nothing but its backoff, since the time since
 the attempt was scheduled includes that wait.
 
-**Every step is tried at most ``attempts_per_step`` times** (100) since the
-run, or its last reset, began: errors, deaths and shutdowns together. That
-bounds a run's history whatever the budget (Temporal terminates a run at
-51,200 events, and a long history slows every replay: docs/operations.md).
-So that a long budget is still spent by time, not cut short by the count, a
-budget longer than ``INTERVALS_PER_BUDGET`` (60) backoff caps raises the
-cap to ``budget / 60``: a week-long budget retries every 2.8 hours at worst.
+**Every step has at most ``attempts_per_step`` failed attempts** (50) since
+the run, or its last reset, began: errors, deaths and shutdowns together.
+That bounds a run's history whatever the budget: Temporal terminates a run
+at 51,200 events, and, nearer, a worker replays the whole history within the
+2 s workflow task timeout on every cache miss (every task with ``--cache
+0``): 50 attempts a step keep the longest history a run can make at about
+1,300 events, replayed in under half that timeout (bench/bench_history_bound.py,
+docs/operations.md). So that a long budget is still spent by time, not cut
+short by the count, a budget longer than ``INTERVALS_PER_BUDGET`` (30)
+backoff caps raises the cap to ``budget / 30``: the default 900 s budget
+keeps its 30 s cap; a week-long budget retries every 5.6 hours at worst.
 
 **What a run records.** A run records its rule when it starts, and every
 number its decisions depend on is in it: the budget, the backoff, the death
@@ -114,8 +118,8 @@ V1_HEARTBEAT_TIMEOUT = 1.0
 RULE_VERSION = 2
 DEFAULT_HEARTBEAT_TIMEOUT = 1.0
 """Seconds without a heartbeat before Temporal takes an attempt's worker for dead (new runs record it)."""
-ATTEMPTS_PER_STEP = 100
-INTERVALS_PER_BUDGET = 60
+ATTEMPTS_PER_STEP = 50
+INTERVALS_PER_BUDGET = 30
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None, unit: float = 1.0) -> float | None:
