@@ -19,6 +19,10 @@ import re
 
 from steps.controls import char_label, find_control
 
+# The workflow checks the task, the address, the run id and the conversation id
+# again on every replay: tightening one of those limits (or their patterns) needs
+# ``workflow.patched``, or runs in flight that it now refuses park
+# (tests/test_workflow_bounds.py pins them).
 MAX_TASK_CHARS = 4000
 """A task is a request to an agent, not a document: 4,000 characters keeps
 workflow inputs and history small (Temporal fails a payload above 2 MB)."""

@@ -54,10 +54,27 @@ def test_the_workflow_calls_the_plans_steps_in_the_plans_order():
 
 def test_patch_ids_keep_their_recorded_values():
     """Histories carry the patch ids; a changed value would strand the runs that recorded it.
-    (The committed fixtures replay the first two; no fixture is a reset run, so the third is pinned here.)"""
+    (The committed fixtures replay them all; the retired third is pinned here too, since
+    ``old_counted_markers`` finds it by its pattern.)"""
     assert LIVE_PATCH == "live-and-honest"
     assert MEMORY_IN_RECORD_PATCH == "memory-in-record-outcome"
     assert COUNTED_PATCH.format(run_id="r-1", step="draft", attempt=2) == "counted-r-1-draft-2"
+
+
+def test_the_input_rules_the_workflow_checks_again_on_replay_are_pinned():
+    """The workflow checks a run's input in its first task, on every replay too: a
+    tightened limit or pattern would refuse, on replay, a run it accepted when it
+    started, and a refusal where history shows a scheduled draft is a
+    non-determinism error that parks the run. So these values are pinned: to
+    tighten one, check the new value behind ``workflow.patched`` (runs that started
+    before keep the old one), and only then change the pin. Loosening one is safe
+    for runs in flight; a run it refused has closed."""
+    import steps.limits as limits
+    assert (limits.MAX_TASK_CHARS, limits.MAX_EMAIL_CHARS, limits.MAX_RUN_ID_CHARS,
+            limits.MAX_CONVERSATION_ID_CHARS) == (4000, 254, 64, 128)
+    assert limits._RUN_ID.pattern == r"[A-Za-z0-9][A-Za-z0-9._-]*"
+    assert limits._EMAIL.pattern == (r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                                     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
 
 
 def scheduled_activities(history: WorkflowHistory) -> list[str]:
