@@ -19,9 +19,12 @@ needs:
   long the attempt took, the other side's Retry-After and whether the effect is
   in doubt; ``PermanentError`` (an idempotency conflict included) and
   ``InputError`` become non-retryable ones, which end the run FAILED at once;
-  anything unexpected is retryable, with the same details. An attempt cut
-  short because this worker is shutting down raises ``WorkerShutdown``: a
-  crash, not the step's error.
+  anything unexpected is retryable, with the same details, and in doubt for a
+  step with an effect (``steps.plan.EFFECT_STEPS``): the exception may have
+  come after the request reached the provider, so nothing says it was not
+  applied. An attempt cut short because this worker is shutting down raises
+  ``WorkerShutdown`` (``steps.errors.WORKER_SHUTDOWN_TYPE``): not the step's
+  error.
 
 Idempotency keys are not made here: the workflow derives them (``steps.keys``)
 and passes them in the input, so they are in the history and identical on
@@ -42,6 +45,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from steps import flow
+from steps.errors import WORKER_SHUTDOWN_TYPE as WORKER_SHUTDOWN_TYPE  # re-exported: workflows.attempts reads it here
 from steps.errors import PermanentError, TransientError
 from steps.limits import InputError
 from steps.models import (
@@ -53,6 +57,7 @@ from steps.models import (
     RememberRequest,
     SendRequest,
 )
+from steps.plan import EFFECT_STEPS
 
 T = TypeVar("T")
 ResultT = TypeVar("ResultT", covariant=True)
@@ -63,7 +68,6 @@ log = logging.getLogger("activities")
 # retries list as non-retryable (IdempotencyConflict is a PermanentError subclass,
 # raised under its own type name, so it is listed too).
 NON_RETRYABLE_TYPES = ["PermanentError", "InputError", "IdempotencyConflict"]
-WORKER_SHUTDOWN_TYPE = "WorkerShutdown"
 
 
 def step_attempt() -> int:
@@ -161,8 +165,10 @@ class FlowActivities:
                 ) from None
             raise
         except Exception as err:  # a bug or an unexpected failure: retried within the budget
+            # Nothing says an effect step's request was not applied: it may have failed after sending.
+            in_doubt = activity.info().activity_type in EFFECT_STEPS
             raise ApplicationError(
-                f"{type(err).__name__}: {err}", details(retry_after=None, in_doubt=False), type=type(err).__name__
+                f"{type(err).__name__}: {err}", details(retry_after=None, in_doubt=in_doubt), type=type(err).__name__
             ) from err
 
     @activity.defn(name="draft")

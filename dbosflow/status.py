@@ -14,9 +14,13 @@ How DBOS's record maps onto the words:
   started under another application version than this code's (DBOS recovers
   it only in a process of its own version).
 - a step with an output row -> **completed** (or **adopted**); with an error
-  row -> **failed**, or **in_doubt** for an effect step whose last error
-  may have been applied (a death too many, ``WorkerDeaths``, is one: the
-  process may have died mid-request).
+  row -> **failed**, or **in_doubt** for an effect step one of whose recorded
+  errors may have been applied, as on the other engines: a ``StepError`` that
+  says so (a 5xx, a timeout, an unreadable 2xx), a death too many
+  (``WorkerDeaths``: the process may have died mid-request), DBOS's step
+  timeout or any other unexpected exception (nothing says the request was not
+  sent). DBOS keeps every attempt's error when its retries are spent
+  (``DBOSMaxStepRetriesExceeded.errors``), only the last one otherwise.
 - the first step without a row in a pending run -> **running**: DBOS records
   neither that an attempt started nor which process is alive, so "running"
   and "waiting for a process to recover it" look the same (the note says so).
@@ -35,6 +39,7 @@ from typing import Any
 
 from dbosflow.engine import RECOVERY_BACKSTOP, WORKFLOW_NAME, StepFailed, WorkerDeaths, app_version, db_url
 from steps.errors import StepError
+from steps.limits import InputError
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 from steps.runview import render_table
@@ -94,7 +99,7 @@ def status_of(raw: dict[str, Any], version: str | None = None) -> dict[str, Any]
             crashes = dispatches - previous
             if row is not None:  # the step's error, recorded by DBOS
                 err = row["error"]
-                doubt = name in EFFECT_STEPS and bool(getattr(_last(err), "in_doubt", False))
+                doubt = name in EFFECT_STEPS and any(_may_have_applied(e) for e in _errors(err))
                 steps.append(step_entry(name, "in_doubt" if doubt else "failed", _attempts(err, crashes),
                                         crashes=crashes, last_error=_text(err)))
             else:
@@ -120,9 +125,21 @@ def status_of(raw: dict[str, Any], version: str | None = None) -> dict[str, Any]
     return run_entry(run_id, "running", steps, detail=now)
 
 
+def _errors(err: Any) -> list[Any]:
+    """Every attempt's error DBOS recorded in a step's row (``DBOSMaxStepRetriesExceeded``), or the one."""
+    return list(getattr(err, "errors", None) or [err])
+
+
 def _last(err: Any) -> Any:
-    errors = getattr(err, "errors", None)
-    return errors[-1] if errors else err
+    return _errors(err)[-1]
+
+
+def _may_have_applied(err: Any) -> bool:
+    """Whether an effect step's attempt that raised ``err`` may have applied its request: the lab's errors
+    say so themselves (``in_doubt``); a refusal of the input never left; anything else says nothing."""
+    if isinstance(err, StepError):
+        return err.in_doubt
+    return not isinstance(err, InputError)
 
 
 def _attempts(err: Any, crashes: int) -> int:

@@ -18,8 +18,13 @@ How each state is read:
 - **running** / **waiting**: describe's pending activity is started / only
   scheduled (no worker has taken it);
 - **adopted**: the completed result carries ``adopted`` (``steps.adoption``);
-- **in_doubt**: the run failed and one of the step's failed attempts said the
-  outcome was unknown, or crashed mid-effect;
+- **in_doubt**: the run closed without completing, the step has an effect
+  (``steps.plan.EFFECT_STEPS``) and one of its attempts may have applied it:
+  the attempt's failure said the outcome was unknown, it crashed, it was
+  cancelled after a worker took it (ActivityTaskCanceled with a start), or it
+  was still open when the run closed (terminated, timed out or cancelled:
+  history closes no attempt then, and the request may have gone). A step
+  without an effect is **failed** in each of these cases;
 - **parked**: the last workflow task failed and none has completed since;
   Temporal writes the first failure to history and then retries the task
   without writing, counting attempts in describe's pending workflow task.
@@ -45,10 +50,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError, RPCStatusCode
 
+from steps.errors import WORKER_SHUTDOWN_TYPE
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import describe_step, iso, run_entry, step_entry
 
-WORKER_SHUTDOWN_TYPE = "WorkerShutdown"  # activities.WORKER_SHUTDOWN_TYPE, without importing the activities
+IN_DOUBT_NOTE = ("an attempt's outcome is unknown: the effect may have been applied; "
+                 "`python starter.py settle RUN_ID` asks the provider")
+"""The note of a step shown ``in_doubt``, whatever made it so."""
 
 
 class TemporalRunNotFound(LookupError):
@@ -68,12 +76,13 @@ class ActivityTrace:
     scheduled_time: Any = None
     started_time: Any = None
     closed_time: Any = None
-    outcome: str = "running"  # running | completed | failed | timed_out
+    outcome: str = "running"  # running (no closing event yet) | completed | failed | timed_out | canceled
     attempts: int = 0
     output: Any = None
     failure: str | None = None
     crashed: bool = False  # heartbeat timeout or worker shutdown
-    in_doubt: bool = False  # the failure said the effect may have been applied
+    in_doubt: bool = False  # the failure said the effect may have been applied, or it was cancelled mid-run
+    cancel_requested: bool = False  # the workflow asked for it to be cancelled (it may still run)
     workflow_task_completed_event_id: int = 0  # the task that scheduled it (a reset point)
     events: list[str] = field(default_factory=list)
 
@@ -163,6 +172,18 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             kind = a.failure.timeout_failure_info.timeout_type
             t.crashed = kind == ApiTimeoutType.TIMEOUT_TYPE_HEARTBEAT
             t.in_doubt = kind == ApiTimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+            # Only asked: the attempt runs on until its worker hears of it (at a heartbeat), or ends.
+            t = traces[ev.activity_task_cancel_requested_event_attributes.scheduled_event_id]
+            t.cancel_requested = True
+            t.events.append("ActivityTaskCancelRequested")
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+            a = ev.activity_task_canceled_event_attributes
+            t = _closed(traces[a.scheduled_event_id], ev, "canceled", "ActivityTaskCanceled")
+            # Cancelled after a worker took it, the request may have reached the other side first.
+            t.in_doubt = bool(a.started_event_id) or t.started_time is not None
+            t.failure = ("cancelled while it ran: it may have sent its request" if t.in_doubt
+                         else "cancelled before a worker took it")
     return traces
 
 
@@ -268,14 +289,17 @@ async def _close_error(client: Client, history, current: str | None, timeout) ->
 
 
 def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bool) -> dict[str, Any]:
+    """The step's entry from its attempts; ``closed``: the run closed without completing."""
     if not runs:
         return step_entry(name)
     last = runs[-1]
     attempts = sum(max(t.attempts, 1) for t in runs[:-1])
     crashes = sum(t.crashed for t in runs)
-    errors = [t for t in runs if t.outcome in ("failed", "timed_out")]
+    errors = [t for t in runs if t.outcome in ("failed", "timed_out", "canceled")]
     last_error = errors[-1].failure if errors else None
-    in_doubt = any(t.in_doubt or (t.crashed and name in EFFECT_STEPS) for t in errors)
+    # Only an effect can have been applied; an attempt open when the run closed may have sent its request.
+    in_doubt = name in EFFECT_STEPS and (any(t.in_doubt or t.crashed for t in errors)
+                                         or (closed and any(t.outcome == "running" for t in runs)))
     common: dict[str, Any] = {"crashes": crashes, "last_error": last_error}
     if last.outcome == "completed":
         out = last.output or {}
@@ -288,7 +312,7 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
         p = pending.get(name)
         attempts += p.attempt if p is not None else 1
         if closed:
-            return step_entry(name, "failed", attempts, **common)
+            return _ended(name, attempts, in_doubt, common)
         if p is not None and p.attempt > 1 and p.HasField("last_failure") and \
                 p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
             # A run recorded before the workflow-side retries: the server backs off.
@@ -304,13 +328,13 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
             beat = _utc(p.last_heartbeat_time.ToDatetime())
         elif p is not None and p.HasField("last_started_time"):
             beat = _utc(p.last_started_time.ToDatetime())
-        note = f"last heartbeat {max(0.0, time.time() - beat):.1f} s ago" if beat is not None else None
-        return step_entry(name, "running", attempts, **common, note=note)
+        notes = ["cancel requested"] if last.cancel_requested else []
+        if beat is not None:
+            notes.append(f"last heartbeat {max(0.0, time.time() - beat):.1f} s ago")
+        return step_entry(name, "running", attempts, **common, note="; ".join(notes) or None)
     attempts += max(last.attempts, 1)
     if closed:
-        return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, **common,
-                          note="an attempt's outcome is unknown: the effect may have been applied; "
-                               "`python starter.py settle RUN_ID` asks the provider" if in_doubt else None)
+        return _ended(name, attempts, in_doubt, common)
     due = [d for event_id, d, done in timers if event_id > last.scheduled_event_id and not done]
     if due:
         return step_entry(name, "retrying", attempts, **common, next_try_at=iso(_utc(due[-1])))
@@ -319,6 +343,12 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
         return step_entry(name, "waiting", attempts, **common,
                           note=f"the worker running attempt {attempts} died; the next attempt waits for a worker")
     return step_entry(name, "retrying", attempts, **common)
+
+
+def _ended(name: str, attempts: int, in_doubt: bool, common: dict[str, Any]) -> dict[str, Any]:
+    """The entry of the step a run closed at without completing it: failed, or in doubt."""
+    return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, **common,
+                      note=IN_DOUBT_NOTE if in_doubt else None)
 
 
 async def run_status(client: Client, run_id: str) -> dict:

@@ -19,10 +19,15 @@ request was sent, 500-599                     it may have been applied
 409 (the key was used for another request)    ``IdempotencyConflict`` (never
                                               retried; see ``lookup``)
 any other 4xx (invalid field, missing key)    ``PermanentError`` naming the field
+2xx to an effect request whose body is not a  ``TransientError(in_doubt=True)``:
+JSON object or lacks the receipt's id         it was applied, the answer lost
 ===========================================  ==================================
 
 A timeout is transient on purpose even though the effect may have been applied:
-retrying with the same key is safe, because the provider replays. ``lookup``
+retrying with the same key is safe, because the provider replays. So is an
+unreadable 2xx: the provider applied the request (or replayed what it had
+applied), so it is never "nothing happened"; the retry gets the stored answer
+back, readable this time or in doubt again. ``lookup``
 asks the provider what it applied under a key: how a 409 is understood
 (``steps.adoption``) and how a step left in doubt is settled.
 """
@@ -223,6 +228,29 @@ def _field(data: dict[str, Any], name: str, action: str) -> Any:
     return data[name]
 
 
+def _receipt(response: httpx.Response, action: str, id_field: str) -> tuple[str, bool]:
+    """(id, replayed) from a 2xx answer to an effect request.
+
+    The 2xx says the provider applied the request (or replayed what it had
+    applied), so an answer that cannot be read is in doubt, never a permanent
+    "nothing happened": the run must not go on as if nothing was sent, and a
+    retry with the same key gets the stored answer back."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get(id_field), str) and data[id_field]:
+        return data[id_field], bool(data.get("replayed"))
+    unread = "is not a JSON object" if not isinstance(data, dict) else f"has no {id_field!r}"
+    kind = (response.headers.get("content-type") or "no content-type")[:60]
+    raise TransientError(
+        f"could not {action}: the provider answered {response.status_code}, so it applied the request, but its "
+        f"answer {unread} ({kind}, {len(response.content)} bytes). Retrying with the same Idempotency-Key gets "
+        "its stored answer back; if this keeps happening, check that PROVIDER_URL points at the provider.",
+        in_doubt=True,
+    )
+
+
 class ProviderClient:
     """Async client for one provider. Create it anywhere; the HTTP connection
     pool is made on first use, in the running event loop.
@@ -281,8 +309,8 @@ class ProviderClient:
             json=email_body(run_id=run_id, to=to, subject=subject, body=body, metadata=metadata),
             headers={"Idempotency-Key": idempotency_key},
         )
-        data = _json_object(response, action)
-        return EmailReceipt(message_id=_field(data, "message_id", action), replayed=bool(data.get("replayed")))
+        message_id, replayed = _receipt(response, action, "message_id")
+        return EmailReceipt(message_id=message_id, replayed=replayed)
 
     async def create_ticket(
         self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str,
@@ -296,8 +324,8 @@ class ProviderClient:
             json=ticket_body(run_id=run_id, summary=summary, email_message_id=email_message_id, metadata=metadata),
             headers={"Idempotency-Key": idempotency_key},
         )
-        data = _json_object(response, action)
-        return TicketReceipt(ticket_id=_field(data, "ticket_id", action), replayed=bool(data.get("replayed")))
+        ticket_id, replayed = _receipt(response, action, "ticket_id")
+        return TicketReceipt(ticket_id=ticket_id, replayed=replayed)
 
     async def lookup(self, idempotency_key: str) -> AppliedRequest | None:
         """What the provider holds under ``idempotency_key``: None if no request

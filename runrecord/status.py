@@ -78,10 +78,12 @@ def run_status(record, run_id: str) -> dict[str, Any]:
 
 
 WHY_ERRORS_ARE_DOUBTFUL = ("a 5xx may come from a gateway or proxy after the provider applied the request, "
-                           "a timeout or a broken connection after it was sent")
+                           "a timeout or a broken connection after it was sent, an unreadable 2xx after it was "
+                           "applied, an unexpected error that does not say whether it was sent")
 """Why an intent whose attempt ended in an error is still in doubt: the client
-never takes a 5xx, a timeout or a broken connection to mean "not applied"
-(docs/provider-contract.md, "How the client reads the answers")."""
+never takes a 5xx, a timeout, a broken connection or an unreadable 2xx to mean
+"not applied" (docs/provider-contract.md, "How the client reads the answers"),
+and an unexpected exception in a step with an effect says nothing either way."""
 
 
 def why_in_doubt(run: RunRow, intent: IntentRow) -> str:

@@ -16,9 +16,21 @@ Only two kinds matter to a durable engine:
   message.
 
 Messages are written for a person: they say what went wrong and what to do.
+
+``WORKER_SHUTDOWN_TYPE`` names a failure that is neither kind, because it is
+not the step's: on Temporal, an attempt cut short because its worker is
+shutting down (``activities`` raises it; the workflow and ``flowclient.status``
+read it from history; ``steps.retry`` says how it counts). A plain string
+here, so that a reader of a history need not import the activities. Histories
+record it: its value never changes.
+
+This module imports nothing: every engine and reader can import it cheaply.
 """
 
 from __future__ import annotations
+
+WORKER_SHUTDOWN_TYPE = "WorkerShutdown"
+"""The ApplicationError type of an attempt cut short by its worker shutting down."""
 
 
 class StepError(Exception):

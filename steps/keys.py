@@ -20,12 +20,19 @@ The step name makes keys unique per step within a run.
 
 Caveats, on purpose and documented:
 
-- A run id must never be reused for a different task. The starter refuses to
-  start a second run under an id whose run already exists (Temporal's
-  REJECT_DUPLICATE reuse policy plus USE_EXISTING for a running one), and the
-  run record's primary key does the same. If you reuse one anyway, the
-  provider replays the old response (same request) or answers 409 (different
-  request): loud, never a second email.
+- A run id must never be reused for a different task. The starter never
+  starts a second run under an id whose run already exists: Temporal refuses
+  it atomically, by the REJECT_DUPLICATE reuse policy when that run has
+  closed and the FAIL conflict policy when it is still open, and the starter
+  takes either refusal to mean "attach": it says the run already exists, that
+  the task and email given now were not used, and shows that run
+  (``flowclient.runs.start_run``). FAIL rather than USE_EXISTING so that the
+  conflict is reported: USE_EXISTING would hand back the running run as if
+  this start had made it, and the starter could not tell the user that their
+  new task went nowhere. The run record's primary key refuses a reused id
+  the same way. If you reuse one anyway, the provider replays the old
+  response (same request) or answers 409 (different request): loud, never a
+  second email.
 - The key does not cover the content. If a step is re-executed with different
   content (a reset to before ``draft`` with a non-deterministic model), the
   provider answers 409 idempotency_conflict and the run fails naming the step.

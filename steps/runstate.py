@@ -42,8 +42,10 @@ adopted    done by adopting the effect this run had already applied under the
            request digests
 failed     this step ended the run
 in_doubt   this step ended the run, and an attempt's outcome is unknown (a
-           5xx, a timeout, a lost answer, a crash mid-request): the effect may
-           have been applied. ``settle`` asks the provider by key
+           5xx, a timeout, a lost answer, an unreadable 2xx, an unexpected
+           error, a crash mid-request, a run closed or cancelled
+           mid-request): the effect may have been applied. Only a step with
+           an effect is ever in doubt. ``settle`` asks the provider by key
 =========  ====================================================================
 
 ``attempts`` counts every execution of the step, ``crashes`` the ones whose

@@ -64,3 +64,35 @@ def test_every_place_the_change_table_names_exists():
         assert (REPO / path).exists(), f"docs/architecture.md names {path}, which does not exist"
         if name:
             assert _defines(REPO / path, name), f"{path} defines no {name}"
+
+
+def _assigned(path, name: str) -> bool:
+    """True if the module at ``path`` assigns ``name`` at its top level."""
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def test_the_worker_shutdown_type_is_written_once_where_a_history_reader_can_import_it():
+    """The failure type of an attempt its worker's shutdown cut short: one definition, in ``steps.errors``,
+    which imports nothing, so ``flowclient.status`` reads histories without importing the activities;
+    ``activities.WORKER_SHUTDOWN_TYPE`` stays importable under that name (``workflows.attempts``)."""
+    import subprocess
+    import sys
+
+    defined = sorted(str(path.relative_to(REPO)) for files in units(include_tests=True).values() for path in files
+                     if _assigned(path, "WORKER_SHUTDOWN_TYPE"))
+    assert defined == ["steps/errors.py"], f"WORKER_SHUTDOWN_TYPE is assigned in {defined}"
+    imports = [node for node in ast.parse((REPO / "steps" / "errors.py").read_text()).body
+               if isinstance(node, ast.Import | ast.ImportFrom) and getattr(node, "module", None) != "__future__"]
+    assert not imports, "steps/errors.py imports nothing: every engine and reader imports it"
+    check = ("import sys, flowclient.status\n"
+             "assert 'activities' not in sys.modules, 'flowclient.status imported the activities'\n"
+             "import activities, steps.errors\n"
+             "assert activities.WORKER_SHUTDOWN_TYPE == flowclient.status.WORKER_SHUTDOWN_TYPE == "
+             "steps.errors.WORKER_SHUTDOWN_TYPE == 'WorkerShutdown'")
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
