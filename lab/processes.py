@@ -71,6 +71,16 @@ def temporal_cli() -> str:
     )
 
 
+class ProcessTimeout(TimeoutError):
+    """A process still running past the time it was given; the message names it and shows what it printed
+    last. The process is left as it was: kill it, or wait again."""
+
+    def __init__(self, proc: Proc, timeout: float) -> None:
+        self.name, self.timeout, self.last = proc.name, timeout, proc.last_lines()
+        super().__init__(f"{proc.name} (pid {proc.pid}) still running after {timeout:g} s; the last it printed:\n"
+                         f"{self.last}")
+
+
 class Proc:
     """A child process whose output is captured line by line in the background."""
 
@@ -120,8 +130,32 @@ class Proc:
         return self.popen.poll() is None
 
     def output(self) -> str:
+        """What it has printed so far (stdout and stderr, interleaved as written)."""
         with self._cond:
             return "\n".join(self.lines)
+
+    def last_lines(self, n: int = 20) -> str:
+        """Its last ``n`` lines, for a message that says what a process was doing."""
+        with self._cond:
+            kept = list(self.lines)[-n:]
+        return "\n".join(kept) if kept else "(it printed nothing)"
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code (negative: killed by that signal) once it has exited and what it printed has been
+        read (``drained``). Past ``timeout`` seconds: ``ProcessTimeout``, the process left running."""
+        try:
+            code = self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ProcessTimeout(self, timeout or 0.0) from None
+        self.drained()
+        return code
+
+    def drained(self, timeout: float = 5.0) -> str:
+        """Everything it printed, once its output is closed. The pipe closes when the process and every
+        child it handed the pipe to have exited: a lingering child costs at most ``timeout`` seconds, and
+        then what was read by then is returned."""
+        self._reader.join(timeout=timeout)
+        return self.output()
 
     def wait_for_line(self, needle: str, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
@@ -345,7 +379,10 @@ def start_codec_server(env: dict[str, str], origins: list[str] | None = None, po
 
 def start_worker(temporal_address: str, provider_url: str, task_queue: str,
                  extra_env: dict[str, str] | None = None, args: list[str] | None = None,
-                 echo: bool = False, name: str = "worker") -> Proc:
+                 echo: bool = False, name: str = "worker", repo: Path = REPO) -> Proc:
+    """``python worker.py`` of the checkout ``repo`` (this one unless told), run in
+    that directory so that its modules are the ones imported (another commit's
+    worktree: tests/test_upgrade.py); returns once it prints ``worker ready``."""
     env = {
         "TEMPORAL_ADDRESS": temporal_address,
         "TEMPORAL_NAMESPACE": "default",
@@ -354,6 +391,6 @@ def start_worker(temporal_address: str, provider_url: str, task_queue: str,
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
-    proc = Proc(name, [sys.executable, "worker.py", *(args or [])], env=env, echo=echo)
+    proc = Proc(name, [sys.executable, "worker.py", *(args or [])], env=env, cwd=repo, echo=echo)
     proc.wait_for_line("worker ready", timeout=60)
     return proc

@@ -8,11 +8,23 @@ or the codec, and commit what it writes: those histories are what runs in
 flight look like to the new code. Never regenerate a directory that is
 already committed; record a new one instead (the replay test reads them all).
 With the change already in the working tree, record from a worktree of HEAD
-(the workers run the code of the directory the recorder runs in)::
+(the workers run the code of the directory the recorder runs in; it prints
+that directory and its commit first)::
 
     git worktree add /tmp/before HEAD && cp tests/record_histories.py /tmp/before/tests/
     out=$PWD/tests/data/histories/$(git rev-parse --short=12 HEAD) venv=$PWD/.venv
     cd /tmp/before && $venv/bin/python -m tests.record_histories --out $out
+    cd - && git worktree remove /tmp/before
+
+Each scenario is checked against the events that prove it *for the code it
+runs* (``prove``), and a history that does not hold them is not written. That
+code is main from 90625e8 on (issue 35: a reset found by the SDK's random-seed
+callback, a cancel that ends the run wherever it lands, version 2 retry rules).
+This recorder no longer records f4a12a0's code, whose second retry parks a run
+and whose cancel during an attempt is ignored: its histories are committed in
+tests/data/histories/f4a12a0a4eb1/, recorded by this file as it was at 720c576
+(``git show 720c576:tests/record_histories.py``), and, like every committed
+directory, never recorded again.
 
 It starts its own dev server (in memory), provider and worker processes, and
 records, each as ``<scenario>.json`` (the format of ``temporal workflow show
@@ -39,14 +51,16 @@ reset                  step 2 refused once (422), then ``starter.py retry``
                        (``restart_failed_run``): the reset run, COMPLETED
 reset-twice-second     step 2 refused once (422); retry; in that run step 2's
                        response lost three times (503), then replayed, and
-                       step 3 refused (422): the second run, FAILED, with
-                       ``counted-<run>-send_confirmation-<n>`` patch markers
-reset-twice-third      the same run retried again: the third run, read once it
-                       is parked (a workflow task failed on replay: the markers
-                       of the second run; today's code cannot replay it)
-cancel-mid-attempt     cancelled while step 2's request is held by the provider
-                       (recorded as today's code ends it: the cancel is taken
-                       for a failed attempt, and the run COMPLETES)
+                       step 3 refused (422): the second run, FAILED, with no
+                       ``counted-...`` patch marker (the code before 90625e8
+                       wrote one per failure of a reset run)
+reset-twice-third      the same run retried again: the third run, COMPLETED,
+                       each effect applied once at the provider (the code
+                       before 90625e8 parked it)
+cancel-mid-attempt     cancelled while step 2's request is held by the provider:
+                       the email's attempt is waited for (ActivityTaskCanceled,
+                       or completed if its answer came first), step 3 is never
+                       scheduled, and the run is CANCELED
 cancel-in-backoff      cancelled while step 2 waits out a 10 s Retry-After after
                        a 503: CANCELED
 terminated-mid-effect  terminated while step 2's request is held: TERMINATED
@@ -70,7 +84,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowExecutionStatus
@@ -81,7 +97,9 @@ from flowclient.status import run_status
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
 from lab.provider_process import start_provider
 from providerclient import ProviderClient
+from steps.keys import idempotency_key
 from steps.retry import RetryRule
+from workflows import agent_flow
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()
@@ -124,11 +142,25 @@ def without_machine_paths(text: str) -> str:
     return _ABSOLUTE_FILE.sub(cut, text)
 
 
+def fixture_workflow_id(path: Path, recorded: dict) -> str:
+    """The workflow id of the run a fixture holds (``recorded``: the file's JSON): the
+    one its first event names, else the file's stem (a file is named after its run's
+    id, but several runs of one id, a reset's, need a suffix: reset-twice-second.json
+    and reset-twice-third.json are runs of reset-twice). Replay needs the real one:
+    the workflow checks its input's run id against it."""
+    events = recorded.get("events") or [{}]
+    return events[0].get("workflowExecutionStartedEventAttributes", {}).get("workflowId") or path.stem
+
+
+def _save(history, path: Path) -> None:
+    # Ids and times are kept as recorded; the task queue is the recording's own.
+    path.write_text(without_machine_paths(json.dumps(history.to_json_dict(), indent=2)) + "\n")
+
+
 async def _write(client, run_id: str, path: Path, temporal_run_id: str | None = None):
     """Write the history of ``run_id`` (its newest run, or ``temporal_run_id``) to ``path``; return it."""
     history = await client.get_workflow_handle(run_id, run_id=temporal_run_id).fetch_history()
-    # Ids and times are kept as recorded; the task queue is the recording's own.
-    path.write_text(without_machine_paths(json.dumps(history.to_json_dict(), indent=2)) + "\n")
+    _save(history, path)
     return history
 
 
@@ -226,8 +258,14 @@ def _activity_failure(event):
     return None
 
 
+# A check takes an event and ``step_of`` (the step an activity event belongs to, from
+# the ActivityTaskScheduled it names; None for any other event) and says whether the
+# event is the one wanted.
+Check = Callable[[Any, Callable[[Any], "str | None"]], bool]
+
+
 def _timeout(kind: int):
-    def check(event) -> bool:
+    def check(event, step_of) -> bool:
         failure = _activity_failure(event)
         return (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT and failure is not None
                 and failure.timeout_failure_info.timeout_type == kind)
@@ -235,19 +273,20 @@ def _timeout(kind: int):
 
 
 def _failed_of_type(kind: str):
-    def check(event) -> bool:
+    def check(event, step_of) -> bool:
         failure = _activity_failure(event)
         return (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED and failure is not None
                 and failure.application_failure_info.type == kind)
     return check
 
 
-def _of(event_type: int):
-    return lambda event: event.event_type == event_type
+def _of(*event_types: int, step: str | None = None):
+    """An event of one of ``event_types``; of an activity of ``step``, when given."""
+    return lambda event, step_of: event.event_type in event_types and (step is None or step_of(event) == step)
 
 
 def _task_failed(cause: int):
-    def check(event) -> bool:
+    def check(event, step_of) -> bool:
         return (event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
                 and event.workflow_task_failed_event_attributes.cause == cause)
     return check
@@ -261,25 +300,56 @@ def patch_ids(event) -> list[str]:
     return [json.loads(p.data)["id"] for p in details["patch-data"].payloads] if "patch-data" in details else []
 
 
-def _counted(event) -> bool:
+def _counted(event, step_of) -> bool:
+    """A marker of the retired ``counted-<run>-<step>-<attempt>`` patch (workflows.attempts)."""
     return any(p.startswith("counted-") for p in patch_ids(event))
 
 
-def prove(name: str, history, *wanted: tuple[str, object]) -> str:
-    """One line naming the events that make ``history`` the scenario ``name``, in order;
-    ``RuntimeError`` saying what was seen when one is missing: a fixture that does not
-    hold what its name says is not written silently."""
+def _steps_of(events) -> dict[int, str]:
+    """Activity type by the event id of its ActivityTaskScheduled."""
+    return {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
+
+
+def _step_of(steps: dict[int, str]):
+    def step_of(event) -> str | None:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            return steps.get(event.event_id)
+        for field in event.ListFields():
+            scheduled = getattr(field[1], "scheduled_event_id", None)
+            if field[0].name.startswith("activity_task_") and scheduled is not None:
+                return steps.get(scheduled)
+        return None
+    return step_of
+
+
+def prove(name: str, history, *wanted: tuple[str, Check], absent: tuple[tuple[str, Check], ...] = ()) -> str:
+    """One line naming the events that make ``history`` the scenario ``name``, in order,
+    and the events it must not hold (``absent``); ``RuntimeError`` saying what was seen
+    when one is missing or one is there: a fixture that does not hold what its name
+    says is not written silently."""
     events = list(history.events)
+    step_of = _step_of(_steps_of(events))
+
+    def seen() -> str:
+        return ", ".join(f"{e.event_id} {_name(e.event_type)}" + (f" ({step_of(e)})" if step_of(e) else "")
+                         for e in events)
+
     found: list[str] = []
     after = 0
     for label, check in wanted:
-        hit = next((e for e in events if e.event_id > after and check(e)), None)
+        hit = next((e for e in events if e.event_id > after and check(e, step_of)), None)
         if hit is None:
-            seen = ", ".join(f"{e.event_id} {_name(e.event_type)}" for e in events)
-            raise RuntimeError(f"{name}: no {label} after event {after}; the history holds: {seen}")
+            raise RuntimeError(f"{name}: no {label} after event {after}; the history holds: {seen()}")
         found.append(f"{label} at event {hit.event_id}")
         after = hit.event_id
-    return f"{name}: {len(events)} events; " + ", ".join(found)
+    for label, check in absent:
+        hit = next((e for e in events if check(e, step_of)), None)
+        if hit is not None:
+            raise RuntimeError(f"{name}: {label} at event {hit.event_id}, which the code recorded must not "
+                               f"write; the history holds: {seen()}")
+    return (f"{name}: {len(events)} events; " + ", ".join(found)
+            + "".join(f"; no {label}" for label, _ in absent))
 
 
 async def _pending_started(client, run_id: str, step: str, timeout: float = 60.0) -> None:
@@ -335,12 +405,23 @@ class Scenarios:
             self._steady = (queue, self._worker(queue, "steady"))
         return self._steady[0]
 
-    async def _done(self, run_id: str, *proof: tuple[str, object], temporal_run_id: str | None = None,
-                    name: str | None = None) -> list[str]:
+    async def _done(self, run_id: str, *proof: tuple[str, Check], temporal_run_id: str | None = None,
+                    name: str | None = None, absent: tuple[tuple[str, Check], ...] = ()) -> list[str]:
+        """Write the history of ``run_id`` as ``<name>.json`` once ``prove`` finds it holds ``proof``."""
         name = name or run_id
-        history = await _write(self.client, run_id, self.out / f"{name}.json", temporal_run_id)
-        print(prove(name, history, *proof), flush=True)
+        history = await self.client.get_workflow_handle(run_id, run_id=temporal_run_id).fetch_history()
+        print(prove(name, history, *proof, absent=absent), flush=True)
+        _save(history, self.out / f"{name}.json")
         return [name]
+
+    async def _applied_once(self, run_id: str) -> None:
+        """Each effect of ``run_id`` applied once at the provider, under its step's key:
+        the provider is the judge, whatever the history says."""
+        applied = {e.key: e.effects_applied for e in await self.provider.effects(run_id)}
+        wanted = {idempotency_key(run_id, step): 1 for step in ("send_confirmation", "record_outcome")}
+        if applied != wanted:
+            raise RuntimeError(f"run {run_id} should have each effect applied once ({wanted}); "
+                               f"the provider has applied: {applied}")
 
     async def heartbeat_timeout(self) -> list[str]:
         run_id = "heartbeat-timeout"
@@ -415,6 +496,7 @@ class Scenarios:
         new_run = await self._fail_then_retry(run_id)
         await _run_closed(self.client, run_id, new_run)
         _expect(await run_status(self.client, run_id), "completed")
+        await self._applied_once(run_id)
         return await self._done(
             run_id,
             ("WorkflowTaskFailed RESET_WORKFLOW",
@@ -433,41 +515,42 @@ class Scenarios:
                                              {"fail_next": 1, "status": 422, "kinds": ["ticket"]})
         await _run_closed(self.client, run_id, second)
         _expect(await run_status(self.client, run_id), "failed", "step record_outcome failed")
+        # The retired markers (a marker per failure of a reset run, its run id in the id) are
+        # what parked the third run before 90625e8: this code must not write them.
+        no_markers = (("MarkerRecorded counted-<run>-...", _counted),)
         written = await self._done(
             run_id,
             ("WorkflowTaskFailed RESET_WORKFLOW",
              _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
-            ("MarkerRecorded counted-<run>-send_confirmation-1", _counted),
-            ("ActivityTaskCompleted (send_confirmation)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)),
-            ("ActivityTaskFailed (record_outcome, 422)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)),
+            ("ActivityTaskFailed (send_confirmation, response lost)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, step="send_confirmation")),
+            ("ActivityTaskCompleted (send_confirmation)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, step="send_confirmation")),
+            ("ActivityTaskFailed (record_outcome, 422)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, step="record_outcome")),
             ("WorkflowExecutionFailed", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED)),
-            temporal_run_id=second, name="reset-twice-second",
+            temporal_run_id=second, name="reset-twice-second", absent=no_markers,
         )
         await self.provider.clear_faults()
         _, _, third = await restart_failed_run(self.client, run_id)
-
-        async def parked():
-            if (await self.client.get_workflow_handle(run_id).describe()).run_id != third:
-                return None
-            status = await run_status(self.client, run_id)
-            return status if status["status"] != "running" else None
-
-        status = await wait_until(parked, 120, f"the third run of {run_id} to park", interval=0.2)
-        if status["status"] != "parked":
-            raise RuntimeError(f"the third run of {run_id} was expected to park (today's code); it is: {status}")
+        await _run_closed(self.client, run_id, third)
+        _expect(await run_status(self.client, run_id), "completed")
+        await self._applied_once(run_id)
         written += await self._done(
             run_id,
             ("WorkflowTaskFailed RESET_WORKFLOW (first retry)",
              _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
-            ("MarkerRecorded counted-<second run>-send_confirmation-1", _counted),
+            ("ActivityTaskCompleted (send_confirmation)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, step="send_confirmation")),
             ("WorkflowTaskFailed RESET_WORKFLOW (second retry)",
              _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
-            ("WorkflowTaskFailed NON_DETERMINISTIC_ERROR",
-             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR)),
+            ("ActivityTaskCompleted (record_outcome)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, step="record_outcome")),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
             temporal_run_id=third, name="reset-twice-third",
+            absent=(*no_markers, ("WorkflowTaskFailed NON_DETERMINISTIC_ERROR", _task_failed(
+                WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR))),
         )
-        # Parked runs retry their workflow task until the execution timeout: end it.
-        await self.client.get_workflow_handle(run_id, run_id=third).terminate("record_histories: recorded parked")
         return written
 
     async def _held(self, run_id: str) -> None:
@@ -484,13 +567,20 @@ class Scenarios:
         run_id = "cancel-mid-attempt"
         await self._held(run_id)
         await self.client.get_workflow_handle(run_id).cancel()
-        status = await _closed(self.client, run_id)
-        print(f"{run_id}: today's code ends it {status['status']} ({status.get('error') or 'no error'})", flush=True)
+        _expect(await _closed(self.client, run_id), "failed", "cancel")
+        # The email's attempt is waited for (WAIT_CANCELLATION_COMPLETED): it ends canceled,
+        # or completed if its answer beat the cancel; either way before the run closes.
         return await self._done(
             run_id,
             ("WorkflowExecutionCancelRequested", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)),
-            ("ActivityTaskCancelRequested", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)),
-            ("a close event", lambda e: e.event_type in _CLOSES),
+            ("ActivityTaskCancelRequested (send_confirmation)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED, step="send_confirmation")),
+            ("ActivityTaskCanceled or Completed (send_confirmation)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+                 step="send_confirmation")),
+            ("WorkflowExecutionCanceled", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)),
+            absent=(("ActivityTaskScheduled (record_outcome)",
+                     _of(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, step="record_outcome")),),
         )
 
     async def cancel_in_backoff(self) -> list[str]:
@@ -506,7 +596,8 @@ class Scenarios:
         _expect(await _closed(self.client, run_id), "failed", "canceled")
         return await self._done(
             run_id,
-            ("ActivityTaskFailed (503)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)),
+            ("ActivityTaskFailed (send_confirmation, 503)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, step="send_confirmation")),
             ("TimerStarted", _of(EventType.EVENT_TYPE_TIMER_STARTED)),
             ("WorkflowExecutionCancelRequested", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)),
             ("WorkflowExecutionCanceled", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)),
@@ -519,16 +610,10 @@ class Scenarios:
         _expect(await _closed(self.client, run_id), "failed", "terminated")
         return await self._done(
             run_id,
-            ("ActivityTaskScheduled (send_confirmation)", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)),
+            ("ActivityTaskScheduled (send_confirmation)",
+             _of(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, step="send_confirmation")),
             ("WorkflowExecutionTerminated", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED)),
         )
-
-
-_CLOSES = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -540,6 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"{out} exists: fixtures are never regenerated; record into a new directory", file=sys.stderr)
         return 2
+    # The workers run the code of REPO (lab.processes starts worker.py there): say which.
+    # (This file excepted: the docstring's recipe copies it into the worktree.)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)tests/record_histories.py"], cwd=REPO, text=True,
+                           capture_output=True).stdout.strip()
+    print(f"recording the code of {REPO} at commit {_commit()}"
+          + (" with uncommitted changes (record from a clean worktree: see the docstring)" if dirty else "")
+          + f"; workflow code from {Path(agent_flow.__file__).parent}", flush=True)
     began = time.monotonic()
     written = asyncio.run(record(out))
     print(f"recording took {time.monotonic() - began:.0f} s", flush=True)

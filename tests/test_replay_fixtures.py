@@ -19,7 +19,7 @@ from temporalio.worker import Replayer
 
 from flowclient.worker_options import worker_options
 from payloadcodec import data_converter_from_env
-from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
 from workflows.agent_flow import AgentFlow
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
@@ -38,19 +38,11 @@ def test_fixtures_hold_no_machine_path():
     assert not {name: paths for name, paths in found.items() if paths}, found
 
 
-def workflow_id(path: Path, recorded: dict) -> str:
-    """The run's workflow id: the one its first event names, else the file's stem (the
-    recorder names a file after its run's id; several runs of one id, a reset's, need a
-    suffix: reset-twice-second.json and reset-twice-third.json are runs of reset-twice)."""
-    events = recorded.get("events") or [{}]
-    return events[0].get("workflowExecutionStartedEventAttributes", {}).get("workflowId") or path.stem
-
-
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_recorded_history_replays_under_the_current_code(path: Path):
     # Replay decodes in the workflow's context, and the codec checks bound payloads against its id.
     recorded = json.loads(path.read_text())
-    history = WorkflowHistory.from_json(workflow_id(path, recorded), recorded)
+    history = WorkflowHistory.from_json(fixture_workflow_id(path, recorded), recorded)
     env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
     replayer = Replayer(
         workflows=[AgentFlow],

@@ -30,7 +30,7 @@ from temporalio.worker import (
 
 from flowclient.worker_options import worker_options
 from payloadcodec import data_converter_from_env
-from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
 from workflows.agent_flow import AgentFlow
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
@@ -67,7 +67,8 @@ def _without_unrecorded_defaults(ours: Any, recorded: Any) -> Any:
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_replay_schedules_the_recorded_activity_inputs(path: Path):
-    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    recorded_json = json.loads(path.read_text())
+    history = WorkflowHistory.from_json(fixture_workflow_id(path, recorded_json), recorded_json)
     env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
     converter = data_converter_from_env(env)
     scheduled = _Scheduled()
