@@ -135,9 +135,10 @@ def app_version(env: Mapping[str, str] | None = None) -> str:
 def dbos_max_attempts(rule: RetryRule) -> int:
     """DBOS's attempt count closest to the lab's time budget: the most attempts
     whose backoff (DBOS's: ``initial * coefficient ** n``, capped at an hour,
-    no jitter) fits in ``budget_seconds``. 900 s at 0.2 s doubling: 13."""
+    no jitter) fits in ``budget_seconds``. 900 s at 0.2 s doubling: 13. Never
+    more than the rule's ``attempts_per_step`` (``steps.retry``)."""
     attempts, waited = 1, 0.0
-    while attempts < 100:
+    while attempts < (rule.attempts_per_step or 100):
         delay = min(rule.initial_interval * rule.backoff_coefficient ** (attempts - 1), DBOS_MAX_RETRY_INTERVAL)
         if waited + delay > rule.budget_seconds:
             break
