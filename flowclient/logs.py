@@ -25,7 +25,9 @@ the payload codec (``payloadcodec``) does not reach:
 Without ``--verbose``: INFO, and the per-request lines of ``httpx`` off too (one
 per provider call drowns the step lines).
 
-Every line is formatted by ``PrintableFormatter``: a message that quotes run
+Every line is formatted by ``PrintableFormatter`` (``steps.controls``, which
+every command's ``basic_config`` installs; this module adds the filters
+above for the worker and the starter): a message that quotes run
 data (a refusal naming a subject, a model's answer, an SDK message with a
 value in it) shows control and bidirectional characters escaped
 (``steps.controls.printable``), so a log read in a terminal cannot be made to
@@ -41,11 +43,14 @@ import traceback
 
 from google.protobuf.message import Message
 
-from steps.controls import printable
+from steps.controls import LOG_FORMAT as FORMAT
+from steps.controls import PrintableFormatter, basic_config
+
+__all__ = ["FORMAT", "NoPayloadsInLogs", "PrintableFormatter", "basic_config", "configure_logging",
+           "traceback_without_messages"]
 
 BODY_LOGGERS = ("openai", "httpx", "httpcore", "httpx2", "httpcore2")
 REQUEST_LINE_LOGGERS = ("httpx", "httpx2")
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _HEARTBEAT = "Recording heartbeat with details %s"  # temporalio.worker._activity, SDK 1.35
 
 
@@ -95,31 +100,6 @@ class NoPayloadsInLogs(logging.Filter):
                 for arg in record.args
             )
         return True
-
-
-class PrintableFormatter(logging.Formatter):
-    """A formatter whose lines never carry a raw control character (module docstring)."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        # The line itself: one line, whatever the message held.
-        return printable(super().formatMessage(record))
-
-    def format(self, record: logging.LogRecord) -> str:
-        # The traceback and stack after it (exc_text may be set by a filter): newlines kept.
-        return printable(super().format(record), multiline=True)
-
-
-def basic_config(level: int, fmt: str = FORMAT) -> None:
-    """``logging.basicConfig(level=, format=)`` with ``PrintableFormatter``: a
-    stderr handler on the root logger, unless it has handlers already (then,
-    as basicConfig, nothing: an embedding program's logging is its own)."""
-    root = logging.getLogger()
-    if root.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(PrintableFormatter(fmt))
-    root.addHandler(handler)
-    root.setLevel(level)
 
 
 def configure_logging(verbose: bool) -> None:

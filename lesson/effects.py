@@ -6,6 +6,10 @@ One line per idempotency key (requests that carried it, effects applied: 0 or
 1), then per step the totals: the email is ``send_confirmation``, the ticket
 ``record_outcome``. Reads ``PROVIDER_URL`` (default http://127.0.0.1:8780).
 Exit 0, or 2 if the provider cannot be reached.
+
+``effect_entries`` / ``provider_side``: the same count per key, with when the
+provider first and last saw each key, as the comparison (``lesson.compare``)
+and the pages' lanes (``lesson.lanes``) read it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ def per_step(effects: Iterable[EffectRecord]) -> dict[str, dict[str, int]]:
         row["requests"] += e.requests
         row["applied"] += e.effects_applied
     return out
+
+
+def effect_entries(effects: Iterable[EffectRecord]) -> dict[str, dict[str, Any]]:
+    """The provider's count per key, and when it first and last saw the key (its record)."""
+    return {
+        e.key: {"kind": e.kind, "requests": e.requests, "effects_applied": e.effects_applied,
+                "first_seen": e.first_seen, "last_seen": e.last_seen}
+        for e in effects
+    }
+
+
+def provider_side(url: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """``effect_entries`` for one run, asked of the provider at ``url``."""
+    return effect_entries(fetch_effects(url, run_id=run_id))
 
 
 def describe(counts: dict[str, int]) -> str:

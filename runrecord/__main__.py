@@ -1,7 +1,8 @@
 """``python -m runrecord``: see ``runrecord.cli``."""
 
-from flowclient.connect import exit_now
+import sys
+
 from runrecord.cli import main
 
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

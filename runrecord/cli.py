@@ -9,6 +9,10 @@ hand-rolled SQLite run record.
     python -m runrecord list
     python -m runrecord compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json] [--html PATH]
 
+``compare`` is the lesson's: this process becomes ``python -m lesson.compare``
+with the same arguments (``hand_over_compare``), so the run record imports
+nothing of Temporal; its exit codes below are that command's.
+
 Every command takes ``--db PATH`` (default ``$RUNRECORD_DB`` or
 ``.state/runrecord.db``); start and resume take ``--lease-seconds`` (default
 ``$RUNRECORD_LEASE_SECONDS`` or 10). ``start`` and ``resume`` are the runner:
@@ -35,19 +39,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from flowclient.logs import basic_config
 from runrecord import status as status_mod
 from runrecord.runner import (
     DEFAULT_FLOW,
@@ -70,13 +70,12 @@ from runrecord.store import (
     SettingError,
     db_path_from,
 )
-from steps.controls import printable
+from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.runstate import exit_code
 
 (EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
  EXIT_LEASE_LOST) = range(8)
-DBOS_SIDE_TIMEOUT = 120.0  # seconds for `python -m dbosflow steps --json` (it only reads DBOS's tables)
 
 
 def _lease(args) -> float:
@@ -224,58 +223,16 @@ def _cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _dbos_side(args) -> dict[str, Any] | None:
-    """DBOS's column of ``compare --dbos``, asked of DBOS's own command in a
-    process of its own (``python -m dbosflow steps RUN_ID --json``, which prints
-    ``dbosflow.compare.dbos_side``): the run record imports nothing of the DBOS
-    engine, an optional extra that builds on it."""
-    if not args.dbos:
-        return None
-    run_id = check_run_id(args.dbos)
-    if importlib.util.find_spec("dbos") is None:
-        raise InputError("--dbos needs the dbos extra (DBOS Transact): pip install -e '.[dbos]' "
-                         "(make test installs it with the dev extra)")
-    argv = [sys.executable, "-m", "dbosflow", "steps", run_id, "--json"]
-    done = subprocess.run(argv + (["--db", args.dbos_db] if args.dbos_db else []), capture_output=True, text=True,
-                          timeout=DBOS_SIDE_TIMEOUT)
-    if done.returncode == 0:
-        return json.loads(done.stdout)
-    said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    if done.returncode == 2 and said:  # dbosflow's own refusal (no such run, or bad input): this command's input
-        raise InputError(said[-1].removeprefix("error: "))
-    raise RuntimeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+def hand_over_compare(argv: list[str]) -> NoReturn:
+    """``compare``: this process becomes ``python -m lesson.compare`` with the same arguments.
 
-
-async def _cmd_compare(args) -> int:
-    from flowclient.connect import connect
-    from flowclient.status import TemporalRunNotFound
-    from providerclient import provider_url_from_env
-    from runrecord.compare import compare, render
-
-    record_id = check_run_id(args.run_id)
-    temporal_id = check_run_id(args.temporal)
-    with RunRecord(db_path_from(args.db)) as record:
-        record.load(record_id)  # unknown id: say so before connecting anywhere
-        client = await connect()
-        try:
-            report = await compare(record, record_id, client, temporal_id, provider_url_from_env(os.environ),
-                                   dbos=_dbos_side(args))
-        except TemporalRunNotFound as err:  # --temporal names no run: this command's input
-            raise InputError(str(err)) from err
-    print(json.dumps(report, indent=2) if args.json else render(report), flush=True)
-    if args.html:
-        from runrecord.picture import compare_page
-
-        path = Path(args.html)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(compare_page(report))
-        except OSError as err:
-            raise InputError(f"cannot write --html {path}: {err.strerror or err}; give a path in a writable "
-                             "directory") from err
-        print(printable(f"the picture of it: {path} (open it in a browser)"),
-              file=sys.stderr if args.json else sys.stdout, flush=True)
-    return EXIT_OK
+    The comparison reads Temporal's history and DBOS's rows beside this record's, so it lives in the layer
+    that puts engines side by side (``lesson.compare``); the command stays here, where the pages teach it.
+    A hand-over by exec, not an import: the run record imports nothing of Temporal, nor of the layers
+    above it, and ``python -m runrecord`` pays for neither (``--help`` of the command is the lesson's)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "lesson.compare", *argv])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -318,17 +275,10 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_status)
     p = sub.add_parser("list", parents=[common], help="every run in the record")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("compare", parents=[common], help="this record's run beside a Temporal run of the same task")
-    p.add_argument("run_id", metavar="RECORD_RUN_ID")
-    p.add_argument("--temporal", required=True, metavar="TEMPORAL_RUN_ID")
-    p.add_argument("--dbos", default=None, metavar="DBOS_RUN_ID",
-                   help="also a DBOS run of the same task (python -m dbosflow; needs the dbos extra)")
-    p.add_argument("--dbos-db", default=None,
-                   help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--html", default=None, metavar="PATH",
-                   help="also draw the runs as one page (a lane per engine, from their records), written to PATH")
-    p.set_defaults(func=_cmd_compare)
+    # Listed for --help; main hands the command over before parsing (hand_over_compare).
+    sub.add_parser("compare", add_help=False,
+                   help="this record's run beside a Temporal run (and a DBOS run) of the same task; "
+                        "handed over to python -m lesson.compare (see: compare --help)")
     return parser
 
 
@@ -343,6 +293,9 @@ _REFUSALS: dict[type[Exception], tuple[str, int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        hand_over_compare(argv[1:])
     args = _parser().parse_args(argv)
     # Warnings from the steps (memory unavailable, a model's unusable answer) as
     # Python's last-resort handler prints them, escaped like every other line.

@@ -2,7 +2,7 @@
 renderer shows them. One definition for both sides, so what is refused on
 the way in is exactly what is escaped on the way out.
 
-The characters (the README's input limits state the same rule):
+The characters (docs/commands.md, "Input limits and control characters", states the same rule):
 
 - C0 controls U+0000-U+001F, except newline (LF, or CR LF) and tab in
   multi-line text (the task, an email body);
@@ -26,7 +26,10 @@ starter's tables, the run record's CLI, the demo, the lesson scripts, log
 lines) goes through it, so data recorded before the rule, or read back from
 the provider or from Temporal's history, never reaches a terminal raw. A
 backslash is left as it is: the escape is for a reader, not a round trip
-(``--json`` is the exact form).
+(``--json`` is the exact form). Log lines go through ``PrintableFormatter``
+(installed by ``basic_config``, which every command's logging set-up uses:
+``flowclient.logs`` adds the worker's filters on top), so a message that
+quotes run data cannot clear a terminal or forge a second log line.
 
 The provider has its own copy of the rule (``provider.validation``): it is
 the far side of an API and shares no code with its clients.
@@ -34,10 +37,11 @@ the far side of an API and shares no code with its clients.
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 
-__all__ = ["CONTROLS", "char_label", "find_control", "printable"]
+__all__ = ["CONTROLS", "LOG_FORMAT", "PrintableFormatter", "basic_config", "char_label", "find_control", "printable"]
 
 _CLASS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 CONTROLS = re.compile(f"[{_CLASS}]")
@@ -91,3 +95,31 @@ def printable(text: object, *, multiline: bool = False) -> str:
     if pattern.search(text) is None:
         return text
     return pattern.sub(_escape, text)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class PrintableFormatter(logging.Formatter):
+    """A formatter whose lines never carry a raw control character: the line itself escaped as one line,
+    whatever the message held; a traceback after it (``exc_text``, which a filter may have set) keeps its
+    newlines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), multiline=True)
+
+
+def basic_config(level: int, fmt: str = LOG_FORMAT) -> None:
+    """``logging.basicConfig(level=, format=)`` with ``PrintableFormatter``: a
+    stderr handler on the root logger, unless it has handlers already (then,
+    as basicConfig, nothing: an embedding program's logging is its own)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -45,10 +45,12 @@ Points reached by one engine only, for each step S (``engine_points``):
                                             step not started
 ==========================================  =======================================
 
-Both lists are derived from the flow, ``step_points(FLOW)`` and
-``engine_points(FLOW)`` (``steps.plan``): a step declares the points its
+Both lists are derived from the flow, by ``steps.plan.step_points(FLOW)``
+and ``steps.plan.engine_points(FLOW)``: a step declares the points its
 function reaches (``FlowStep.crash_points``); each engine's own points follow
 from the step's name and effect flag, as that engine's code builds them.
+This module is only the mechanism (arm, reach, die) and imports nothing of
+the project: the plan names the points, the step functions reach them.
 
 docs/crashpoints.md has the full table: every point on every engine and what
 resume must do at each. tests/test_crash_matrix.py kills a run at each one.
@@ -59,30 +61,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from steps.plan import FlowStep
-
-
-def step_points(flow: Iterable[FlowStep]) -> tuple[str, ...]:
-    """The points the step functions of ``flow`` reach, on every engine, in flow order."""
-    return tuple(f"{step.name}:{point}" for step in flow for point in step.crash_points)
-
-
-def engine_points(flow: Iterable[FlowStep]) -> dict[str, tuple[str, ...]]:
-    """Each engine's own points for ``flow``, in flow order, named as the engine's code names them
-    (``workflows.agent_flow``, ``runrecord.runner``, ``dbosflow.engine``)."""
-    steps = tuple(flow)
-    return {
-        "temporal": tuple(f"temporal:{s.name}:after_record" for s in steps),
-        "runrecord": tuple(point for s in steps for point in (
-            f"runrecord:{s.name}:{'after_intent' if s.effect else 'after_start'}",
-            f"runrecord:{s.name}:after_record",
-        )),
-        "dbos": tuple(f"dbos:{s.name}:after_record" for s in steps),
-    }
 
 
 def _parse(value: str | None) -> frozenset[str]:

@@ -7,10 +7,10 @@ Everything else that names the steps reads them from here:
 
 - ``STEP_NAMES`` and ``EFFECT_STEPS``, for whoever lists, counts or settles
   steps: the status views, ``settle``, the lab's tools, the lesson;
-- the crash points every engine reaches (``steps.crashpoints.step_points``
-  and ``engine_points``, given ``FLOW``). They are functions of a flow, not
-  constants of that module, because this module imports the step functions,
-  which import ``steps.crashpoints``: it cannot import this one back;
+- the crash points every engine reaches (``step_points`` and
+  ``engine_points`` below, given ``FLOW`` or a changed flow); the mechanism
+  that arms and reaches them is ``steps.crashpoints``, which the step
+  functions import and which imports nothing back;
 - the engines that drive the steps themselves walk ``FLOW``: the run record
   (``runrecord.runner``, as its ``DEFAULT_FLOW``), DBOS (``dbosflow.engine``)
   and the in-memory "before" (``lesson.in_memory``);
@@ -27,7 +27,7 @@ test can hand it a changed one and see the change caught on resume.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,3 +66,22 @@ STEP_NAMES: tuple[str, ...] = tuple(step.name for step in FLOW)
 
 EFFECT_STEPS: tuple[str, ...] = tuple(step.name for step in FLOW if step.effect)
 """The steps with an external effect, each sent under its idempotency key (``steps.keys``)."""
+
+
+def step_points(flow: Iterable[FlowStep]) -> tuple[str, ...]:
+    """The crash points the step functions of ``flow`` reach, on every engine, in flow order."""
+    return tuple(f"{step.name}:{point}" for step in flow for point in step.crash_points)
+
+
+def engine_points(flow: Iterable[FlowStep]) -> dict[str, tuple[str, ...]]:
+    """Each engine's own crash points for ``flow``, in flow order, named as the engine's code names them
+    (``workflows.agent_flow``, ``runrecord.runner``, ``dbosflow.engine``; ``steps.crashpoints`` lists them)."""
+    steps = tuple(flow)
+    return {
+        "temporal": tuple(f"temporal:{s.name}:after_record" for s in steps),
+        "runrecord": tuple(point for s in steps for point in (
+            f"runrecord:{s.name}:{'after_intent' if s.effect else 'after_start'}",
+            f"runrecord:{s.name}:after_record",
+        )),
+        "dbos": tuple(f"dbos:{s.name}:after_record" for s in steps),
+    }

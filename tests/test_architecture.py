@@ -1,13 +1,14 @@
 """docs/architecture.md tells the truth: its picture of the layers is the
-import graph the code has, the code has no import cycle, and every place its
-"to change X, open Y" table names exists."""
+import graph the code has, the code has no import cycle (between packages, or
+between modules, imports under ``TYPE_CHECKING`` and inside functions
+included), and every place its "to change X, open Y" table names exists."""
 
 from __future__ import annotations
 
 import ast
 import re
 
-from lab.import_graph import cycles, edges, units
+from lab.import_graph import cycles, describe_cycle, edges, module_edges, units
 from lab.processes import REPO
 
 DOC = (REPO / "docs" / "architecture.md").read_text()
@@ -31,6 +32,57 @@ def test_the_picture_is_the_import_graph():
 
 def test_no_import_cycle_between_packages():
     assert cycles(edges(units(include_tests=True))) == []
+
+
+def test_no_import_cycle_between_modules():
+    """A cycle between two modules of one package is a cycle too, and so is one closed by an import under
+    ``TYPE_CHECKING`` or inside a function: neither module can be read, or changed, without the other.
+    Every cycle found is named, with each import in it and where it is."""
+    graph = module_edges(units(include_tests=True))
+    found = cycles(graph)
+    assert not found, "import cycles between modules, each with every import inside it:\n" + "\n".join(
+        describe_cycle(loop, graph) for loop in found)
+
+
+def test_the_module_graph_sees_every_kind_of_import(tmp_path):
+    """The check above can fail: a cycle closed only under ``TYPE_CHECKING``, or by a relative import inside a
+    function, is found; a package's ``__init__`` run before its modules is not an edge."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import A\n")
+    (pkg / "a.py").write_text("from pkg import b\nA = 1\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n")
+    (pkg / "c.py").write_text("def f():\n    from . import d\n")
+    (pkg / "d.py").write_text("import pkg.c\n")
+    graph = module_edges({"pkg": sorted(pkg.glob("*.py"))}, repo=tmp_path)
+    assert cycles(graph) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+    assert [p.how for p in graph[("pkg.b", "pkg.a")]] == ["TYPE_CHECKING"]
+    assert [p.how for p in graph[("pkg.c", "pkg.d")]] == ["function"]
+    assert "pkg.b -> pkg.a: " in describe_cycle(["pkg.a", "pkg.b"], graph)
+
+
+TEMPORAL_SIDE = ("temporalio", "flowclient", "workflows", "activities")
+
+
+def test_the_run_record_imports_nothing_of_temporal():
+    """The engine that shows life without Temporal: no module of ``runrecord/`` imports the SDK or the
+    project's Temporal side, at the top or inside a function (``compare`` hands over to ``lesson.compare``
+    by exec), and ``python -m runrecord`` starts without loading any of it."""
+    imports = [(path.relative_to(REPO), node.lineno, name) for path in units()["runrecord"]
+               for node in ast.walk(ast.parse(path.read_text()))
+               for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+               if name.split(".")[0] in TEMPORAL_SIDE]
+    assert not imports, f"runrecord/ imports Temporal: {imports}"
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "runrecord", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "compare" in done.stdout, done.stdout + done.stderr
+    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert not {m for m in loaded if m.split(".")[0] in TEMPORAL_SIDE}, sorted(
+        m for m in loaded if m.split(".")[0] in TEMPORAL_SIDE)
 
 
 def test_the_core_and_the_judge_stay_apart():

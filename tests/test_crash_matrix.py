@@ -32,9 +32,8 @@ from lab.processes import Proc
 from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
-from steps.crashpoints import engine_points, step_points
 from steps.keys import idempotency_key
-from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES
+from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES, engine_points, step_points
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
 
 
@@ -94,7 +93,7 @@ class Case:
         return 1
 
 
-# The steps' points, then each engine's own (steps.crashpoints). DBOS records nothing when a step starts,
+# The steps' points, then each engine's own (steps.plan, from the flow). DBOS records nothing when a step starts,
 # so its only own point is after it recorded a step's output; the steps' points are the rest of its matrix.
 POINTS = step_points(FLOW)
 ENGINE_POINTS = engine_points(FLOW)

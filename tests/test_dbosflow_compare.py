@@ -19,8 +19,8 @@ pytest.importorskip("dbos",
 from dbosflow.compare import dbos_side  # noqa: E402
 from flowclient.runs import start_run  # noqa: E402
 from lab.processes import REPO  # noqa: E402
+from lesson.compare import compare, render  # noqa: E402
 from runrecord import RunRecord  # noqa: E402
-from runrecord.compare import compare, render  # noqa: E402
 from tests.support import EMAIL, TASK, finished, wait_closed, wait_exit  # noqa: E402
 
 

@@ -12,8 +12,8 @@ import sys
 from flowclient.runs import start_run
 from flowclient.status import read_history
 from lab.processes import REPO
+from lesson.compare import compare, render
 from runrecord import RunRecord
-from runrecord.compare import compare, render
 from steps.keys import idempotency_key
 from tests.support import (
     EMAIL,
@@ -106,3 +106,8 @@ async def test_compare_agrees_with_the_provider(client, dev_server, workers, pro
     missing = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", "no-such-run"],
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no run with id 'no-such-run'" in missing.stderr
+    # The command runrecord hands over to, called by its own name: an unknown record run, refused before
+    # anything connects to Temporal.
+    unknown = subprocess.run([sys.executable, "-m", "lesson.compare", "no-such-record", "--temporal", temporal_id],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "no run with id 'no-such-record'" in unknown.stderr, unknown.stderr

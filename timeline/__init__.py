@@ -11,9 +11,9 @@ applied.
 - ``timeline.page``: the page (inline SVG and CSS, no script, no network, no
   font or file fetched; a Content-Security-Policy that allows none).
 
-It imports nothing from the project: the engines' sides of the comparison
-(``runrecord.picture``) and the lesson's scenario (``lesson.scenario_page``)
-build the lanes, each from what it knows.
+It imports nothing from the project: the lesson builds the lanes, from each
+engine's side of the comparison (``lesson.lanes``) and, for the scenario,
+from what it watched (``lesson.scenario_page``).
 """
 
 from timeline.model import OBSERVED, RECORD, Effect, Lane, Mark, Span

@@ -1,9 +1,10 @@
-"""The comparison as a picture: one ``timeline`` lane per durable engine, from
-the sides ``runrecord.compare`` reads (the run record, Temporal's history,
-DBOS's step rows) and the provider's count, plus, when someone watched the
-processes (``lesson.scenario``), what they saw.
-
-    python -m runrecord compare RECORD_RUN_ID --temporal ID [--dbos ID] --html PATH
+"""One ``timeline`` lane per durable engine, from the side each engine reads
+of its own record (the run record: ``runrecord.compare.record_side``;
+Temporal: ``flowclient.compare.temporal_side``; DBOS:
+``dbosflow.compare.dbos_side``) and the provider's count, plus, when someone
+watched the processes (``lesson.scenario``), what they saw. Drawn by the
+comparison's page (``lesson.compare --html PATH``) and the scenario's
+(``lesson.scenario_page``).
 
 Where each time comes from (``timeline.model``: RECORD or OBSERVED):
 
@@ -39,7 +40,7 @@ from typing import Any
 from steps.plan import STEP_NAMES
 from steps.runstate import unix
 from steps.runview import short_result
-from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span, render_page
+from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span
 from timeline.model import EXECUTED, KILL, READ, REPLAY, REPLAYED, RESTART, UNRECORDED, WAITING
 
 TITLES = {"runrecord": "run record (SQLite)", "temporal": "Temporal", "dbos": "DBOS (SQLite)"}
@@ -61,7 +62,7 @@ class Watched:
 
 
 def effects_of(entries: Mapping[str, Mapping[str, Any]]) -> list[Effect]:
-    """The provider's count for one run (``runrecord.compare.provider_side``) as the lane's effects."""
+    """The provider's count for one run (``lesson.effects.provider_side``) as the lane's effects."""
     return [Effect(key=key, kind=e["kind"], requests=e["requests"], applied=e["effects_applied"],
                    first_seen=unix(e["first_seen"]), last_seen=unix(e["last_seen"]))
             for key, e in entries.items()]
@@ -163,7 +164,7 @@ def record_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any
 
 def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]] | None = None,
                   seen: Watched | None = None) -> Lane:
-    """Temporal's lane, from ``runrecord.compare.temporal_side`` (its executions and workflow tasks)."""
+    """Temporal's lane, from ``flowclient.compare.temporal_side`` (its executions and workflow tasks)."""
     spans: list[Span] = []
     counted: dict[str, int] = {}
     for ex in side.get("executions", []):
@@ -258,30 +259,3 @@ def dbos_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]]
                "and every step with a row returned its recorded output." if last_dispatch > 1 else
                "One dispatch ran the whole run.")
     return _lane("dbos", side, provider, seen, spans, caption)
-
-
-def compare_page(report: Mapping[str, Any]) -> str:
-    """``python -m runrecord compare ... --html PATH``: the comparison's runs as one page."""
-    provider = report.get("provider") or {}
-    lanes = [record_lane(report["record"], provider.get("record")),
-             temporal_lane(report["temporal"], provider.get("temporal"))]
-    if report.get("dbos"):
-        lanes.append(dbos_lane(report["dbos"], provider.get("dbos")))
-    rows: list[list[str]] = [["engine", "run", "status", "attempts per step", "rows / events", "checks"]]
-    sizes = {"record": f"{report['record']['totals']['rows']} rows",
-             "temporal": f"{report['temporal']['totals']['events']} events",
-             "dbos": f"{report['dbos']['totals']['rows']} rows" if report.get("dbos") else ""}
-    for engine in ("record", "temporal", "dbos"):
-        side = report.get(engine)
-        if not side:
-            continue
-        checks = [c for c in report.get("checks", []) if c["engine"] == engine]
-        rows.append([engine, side["run_id"], side["status"], ", ".join(str(s["attempts"]) for s in side["steps"]),
-                     sizes[engine], (f"{sum(c['ok'] for c in checks)} of {len(checks)} ok" if checks else
-                                     "no provider (PROVIDER_URL)")])
-    notes = ["Each lane has its own time axis: the runs ran at different times. Times from a record are drawn "
-             "with solid edges, times only observed with dashed ones; this page was drawn from the records "
-             "alone, so it has no kill or restart marks (make scenario draws those)."]
-    return render_page("The same task on each engine, from their records", "python -m runrecord compare: the run "
-                       "record's run beside Temporal's" + (" and DBOS's" if report.get("dbos") else "") + ".",
-                       lanes, summary=rows, notes=notes)
