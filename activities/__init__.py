@@ -58,6 +58,7 @@ from steps.models import (
     SendRequest,
 )
 from steps.plan import EFFECT_STEPS
+from steps.startedline import STARTED
 
 T = TypeVar("T")
 ResultT = TypeVar("ResultT", covariant=True)
@@ -119,7 +120,7 @@ class FlowActivities:
         # One line per execution: tests count these to prove a step did not run again.
         # Run id, step and attempt on every line; never payload values (the task,
         # the address) and never configuration secrets.
-        log.info("step %s started: run %s attempt %d", info.activity_type, info.workflow_id, attempt)
+        log.info(STARTED, info.activity_type, info.workflow_id, attempt)
         task = asyncio.ensure_future(step)
         try:
             while True:

@@ -76,6 +76,7 @@ from steps.models import to_jsonable
 from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
 from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
+from steps.startedline import started_line
 
 APP_NAME = "agentlab"
 APP_VERSION = "agentlab-flow-1"
@@ -291,7 +292,7 @@ async def _attempt(step: FlowStep, request: Any, run_id: str, rule: RetryRule, d
         _refuse_a_death_too_many(step, rule, dispatch, previous_dispatch)
     ran["attempts"] += 1
     attempt = dispatch - previous_dispatch + ran["attempts"]
-    _SAY[0](f"step {step.name} started: run {run_id} attempt {attempt}")
+    _SAY[0](started_line(step.name, run_id, attempt))
     result = await step.run(request, _deps())
     return {"result": to_jsonable(result), "dispatch": dispatch, "attempt": attempt}
 

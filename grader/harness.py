@@ -30,7 +30,7 @@ import httpx
 
 from grader.evidence import Effect, Record, Witnesses, effects, read_record
 from grader.model import MODEL_NAME, ModelStandIn
-from lab.processes import Proc
+from lab.processes import Proc, ProcessTimeout
 
 T = TypeVar("T")
 PROCESS_TIMEOUT = float(os.environ.get("GRADER_PROCESS_SECONDS") or 30)
@@ -159,9 +159,9 @@ class Harness:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         try:
-            while proc.alive() and time.monotonic() - began < timeout:
-                time.sleep(0.02)
-            if proc.alive():
+            try:
+                proc.wait(timeout)  # and every line it printed read, for the outcome below
+            except ProcessTimeout:
                 _kill_group(proc)
                 outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
                 headline, look_at = hung or ("", "a loop that never ends, or a wait for something that never comes")
@@ -170,9 +170,7 @@ class Harness:
                     + (f": {headline}" if headline else ""),
                     expected="the process to finish, or to be killed at its crash point, well within that time",
                     seen=f"it was still running; its last lines: {outcome.last_lines()}",
-                    look_at=look_at)
-            proc.popen.wait()
-            proc._reader.join(timeout=5)
+                    look_at=look_at) from None
         finally:
             _kill_group(proc)
             self._live.remove(proc)
@@ -236,18 +234,18 @@ class Harness:
         proc = Proc("memory-probe", argv, env={"PYTHONDONTWRITEBYTECODE": "1"}, cwd=self.work)
         self.processes += 1
         try:
-            proc.popen.wait(timeout=max(1.0, min(60.0, self.deadline - time.monotonic())))
-        except Exception:  # noqa: BLE001 - a timeout: the learner's append never returns
+            proc.wait(timeout=max(1.0, min(60.0, self.deadline - time.monotonic())))
+        except ProcessTimeout:  # the learner's append never returns
             raise Failed("the long exchange did not finish within a minute", expected="3,000 appends in seconds",
                          seen="BoundedMemory.append or window still running",
                          look_at="a loop in append that never ends (TODO 8)") from None
         finally:
             _kill_group(proc)
-        proc._reader.join(timeout=5)
+        output = proc.drained()
         try:
-            return json.loads(proc.output().strip().splitlines()[-1])
+            return json.loads(output.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            raise CouldNotRun("the long exchange could not run", proc.output()[-3000:]) from None
+            raise CouldNotRun("the long exchange could not run", output[-3000:]) from None
 
     def file(self) -> str:
         """How failure messages name the learner's file."""

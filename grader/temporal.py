@@ -74,17 +74,16 @@ class Temporal:
                     cwd=self.h.work)
         self.workers.append(proc)
         self.h.processes += 1
-        deadline = time.monotonic() + WORKER_START_SECONDS
-        while "worker ready" not in proc.output():
-            if not proc.alive() or time.monotonic() > deadline:
-                proc.kill()
-                outcome = Outcome(["python", "worker.py"], proc.popen.returncode or 0, proc.output(), 0.0)
-                crashed = self.h.could_not_run(outcome)
-                if crashed:
-                    raise crashed
-                raise Failed("the worker did not start", expected="`worker ready` from python worker.py",
-                             seen=outcome.last_lines(), look_at="worker.py and the modules it imports")
-            time.sleep(0.05)
+        try:
+            proc.wait_for_line("worker ready", timeout=WORKER_START_SECONDS)
+        except (RuntimeError, TimeoutError):  # it exited first (all it printed read), or it hangs
+            proc.kill()
+            outcome = Outcome(["python", "worker.py"], proc.popen.returncode or 0, proc.output(), 0.0)
+            crashed = self.h.could_not_run(outcome)
+            if crashed:
+                raise crashed from None
+            raise Failed("the worker did not start", expected="`worker ready` from python worker.py",
+                         seen=outcome.last_lines(), look_at="worker.py and the modules it imports") from None
         return proc
 
     async def events(self, run: Run) -> list[Any]:

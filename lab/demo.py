@@ -29,8 +29,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flowclient.connect import connect, exit_now
-from flowclient.runs import start_run, wait_for_status
+from flowclient.connect import exit_now
+from lab.engines import TemporalDriver, started_steps
 from lab.processes import (
     LAB_SERVER_CONFIG,
     REPO,
@@ -39,13 +39,11 @@ from lab.processes import (
     free_port,
     port_is_free,
     start_codec_server,
-    start_worker,
     wait_until,
 )
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.plan import STEP_NAMES
 from steps.runview import render_table, step_ticker
 
 console = Console(highlight=False)
@@ -58,52 +56,53 @@ def say(text: str) -> None:
     console.print(f"[bold cyan]==>[/] {text}", soft_wrap=True)  # one line each, however long the path
 
 
-def executed(proc: Proc) -> list[str]:
-    return [s for line in proc.output().splitlines() for s in STEP_NAMES if f"step {s} started:" in line]
-
-
 async def story(server: DevServer, provider_url: str, pace: str, run_id: str, state: Path) -> int:
-    queue = "agent-flow-demo"
-    env = {"LAB_STEP_SECONDS": pace, "MEMORY_DB": str(state / "memory.db")}
-    client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
+    # Temporal's driver (lab.engines): its workers on the demo's queue, its runs started as starter.py starts them.
+    temporal = TemporalDriver(server, {"PROVIDER_URL": provider_url, "LAB_STEP_SECONDS": pace,
+                                       "MEMORY_DB": str(state / "memory.db")}, queue="agent-flow-demo")
+    try:
+        return await _story(temporal, pace, run_id)
+    finally:
+        temporal.close()
 
+
+async def _story(temporal: TemporalDriver, pace: str, run_id: str) -> int:
     say(f"starting worker 1 (steps slowed to {pace} s each so you can watch)")
-    first = start_worker(server.address, provider_url, queue, env, name="worker1")
+    first = await temporal.start_worker(name="worker1")
     console.print(f"    worker 1 is pid {first.pid}")
 
     say(f'starting run {run_id}: "Confirm the refund for order 1234" -> ada@example.com')
-    await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com", queue=queue)
+    await temporal.submit(run_id, "Confirm the refund for order 1234", "ada@example.com")
     tick = step_ticker(indent="    ")  # shared by both workers' halves: a step is printed when it changes
     # Until the status shows step 3 running (step 2 completed before it), so the
     # ticker prints that line every time, however quickly step 3 is scheduled.
-    await wait_for_status(client, run_id, lambda s: s["steps"][2]["status"] == "running", tick,
-                          poll=0.1, timeout=120)
+    await temporal.wait_for(run_id, lambda s: s["steps"][2]["status"] == "running", tick, timeout=120)
     # Kill inside step 3, before its effect (the step's pace comes first), so
     # the story is the same every time; at --pace 0 the step may beat the kill.
-    await wait_until(lambda: "step record_outcome started" in first.output(), 60,
-                     "worker 1 to start step 3", interval=0.02)
+    await wait_until(lambda: "record_outcome" in started_steps(first), 60, "worker 1 to start step 3",
+                     interval=0.02)
 
     say(f"step 2 is recorded and step 3 has begun: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
     first.kill()
     # Temporal notices by the missing heartbeats (about a second): then the step is waiting for a worker.
-    waiting = await wait_for_status(client, run_id, lambda s: s["steps"][2]["status"] in ("waiting", "completed"),
-                                    poll=0.1, timeout=60)
+    waiting = await temporal.wait_for(run_id, lambda s: s["steps"][2]["status"] in ("waiting", "completed"),
+                                      timeout=60)
     tick(waiting)
     say("with no worker alive, Temporal's record of the run says:")
     console.print(render_table(waiting), markup=False)  # run data: escaped, and not rich markup
 
     say("starting worker 2: it replays the history and continues at the first unfinished step")
     ready = time.monotonic()
-    second = start_worker(server.address, provider_url, queue, env, name="worker2")
+    second = await temporal.start_worker(name="worker2")
     console.print(f"    worker 2 is pid {second.pid}")
-    final = await wait_for_status(client, run_id, lambda s: s["status"] != "running", tick, poll=0.1, timeout=120)
+    final = await temporal.wait_for(run_id, lambda s: s["status"] != "running", tick, timeout=120)
     elapsed = time.monotonic() - ready
     second.stop()
 
     say("final status")
     console.print(render_table(final), markup=False)
 
-    effects = fetch_effects(provider_url, run_id=run_id)
+    effects = fetch_effects(temporal.env["PROVIDER_URL"], run_id=run_id)
     table = Table(title="effects at the provider (counted by the provider process)")
     for col in ("idempotency key", "kind", "requests", "effects applied"):
         table.add_column(col)
@@ -111,7 +110,7 @@ async def story(server: DevServer, provider_url: str, pace: str, run_id: str, st
         table.add_row(escape(printable(e.key)), escape(printable(e.kind)), str(e.requests), str(e.effects_applied))
     console.print(table)
 
-    ran_1, ran_2 = executed(first), executed(second)
+    ran_1, ran_2 = started_steps(first), started_steps(second)
     console.print(f"    worker 1 started: {', '.join(ran_1) or 'nothing'}"
                   + (" (killed inside the last one, before its effect)" if "record_outcome" in ran_1 else ""))
     console.print(f"    worker 2 started: {', '.join(ran_2) or 'nothing'}")

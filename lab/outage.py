@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from flowclient.connect import connect
-from flowclient.status import run_status
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker, wait_until
+from lab.engines import EngineDriver, RunRecordDriver, TemporalDriver
+from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import start_provider
 from providerclient import fetch_effects
 from steps.retry import RetryRule
@@ -36,80 +33,58 @@ TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 
 
-async def _row(client, server, work: Path, outage: float, budget: float, say) -> dict:
+async def _row(server: DevServer, work: Path, outage: float, budget: float, say) -> dict:
     provider = start_provider(work / f"provider-{outage:g}.db")  # stopped and started again on this port and store
-    queue = f"outage-{outage:g}-{uuid.uuid4().hex[:6]}"
-    worker = start_worker(server.address, provider.url, queue, {"MEMORY_DB": str(work / f"memory-{outage:g}.db")})
-    record_env = {**os.environ, "RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
-                  "MEMORY_DB": str(work / f"memory-r-{outage:g}.db"), "PROVIDER_URL": provider.url,
-                  "LAB_RETRY_BUDGET_SECONDS": f"{budget:g}", "PYTHONUNBUFFERED": "1"}
+    # The two engines' drivers (lab.engines), each with files of its own; the run record's rule from its
+    # environment, as `python -m runrecord start` reads it, Temporal's given to the run it starts.
+    temporal = TemporalDriver(server, {"PROVIDER_URL": provider.url, "MEMORY_DB": str(work / f"memory-{outage:g}.db")},
+                              queue=f"outage-{outage:g}-{uuid.uuid4().hex[:6]}", timeout=budget + 300, poll=0.5)
+    record = RunRecordDriver({"RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
+                              "MEMORY_DB": str(work / f"memory-r-{outage:g}.db"), "PROVIDER_URL": provider.url,
+                              "LAB_RETRY_BUDGET_SECONDS": f"{budget:g}"}, timeout=budget + 300)
     temporal_id, record_id = (f"outage-{outage:g}-t-{uuid.uuid4().hex[:4]}",
                               f"outage-{outage:g}-r-{uuid.uuid4().hex[:4]}")
-    procs = [worker]
     try:
-        from flowclient.runs import start_run
-
+        worker = await temporal.start_worker()
         provider.kill()
         down = time.monotonic()
-        await start_run(client, temporal_id, TASK, EMAIL, queue=queue, rule=RetryRule(budget_seconds=budget))
-        record = Proc("runrecord", [sys.executable, "-m", "runrecord", "start", record_id, TASK, "--email", EMAIL],
-                      env=record_env)
-        procs.append(record)
-        await asyncio.sleep(max(0.0, outage - (time.monotonic() - down)))
+        await temporal.submit(temporal_id, TASK, EMAIL, rule=RetryRule(budget_seconds=budget))
+        runner = await record.start(record_id, TASK, EMAIL)
+        await asyncio.sleep(max(0.0, outage - (time.monotonic() - down)))  # the outage itself, not a wait for state
         provider.restart()
         back = time.monotonic()
         say(f"  outage {outage:g} s: provider back")
 
-        async def temporal_closed():
-            status = await run_status(client, temporal_id)
-            return status if status["status"] != "running" else None
-
-        t_status = await wait_until(temporal_closed, budget + 300, f"run {temporal_id} to close", interval=0.5)
+        t_status = (await temporal.settle(temporal_id, worker)).status
         t_done = time.monotonic() - back
-        await wait_until(lambda: not record.alive(), budget + 300, f"run {record_id} to end", interval=0.5)
+        r_status = (await record.settle(record_id, runner)).status
         r_done = time.monotonic() - back
-        r_status = json.loads(_record_cli(record_env, "status", record_id, "--json"))
         result: dict[str, Any] = {"outage seconds": outage, "budget seconds": budget, "engines": {}}
-        for engine, run_id, status, took in (("temporal", temporal_id, t_status, t_done),
-                                            ("runrecord", record_id, r_status, r_done)):
+        drivers: tuple[tuple[EngineDriver, str, Any, float], ...] = (
+            (temporal, temporal_id, t_status, t_done), (record, record_id, r_status, r_done))
+        for driver, run_id, status, took in drivers:
             entry = {"outcome": status["status"], "email attempts": status["steps"][1]["attempts"],
                      "completed after return (s)": round(took, 1) if status["status"] == "completed" else None,
                      "error": status.get("error"), "retry": None}
             if status["status"] == "failed":
-                if engine == "temporal":
-                    from flowclient.runs import restart_failed_run
-
-                    await restart_failed_run(client, run_id)
-                    retried = await wait_until(temporal_closed, 300, f"run {run_id} to close after retry", interval=0.5)
-                    entry["retry"] = retried["status"]
-                else:
-                    _record_cli(record_env, "retry", run_id)
-                    entry["retry"] = json.loads(_record_cli(record_env, "status", run_id, "--json"))["status"]
+                retried = await driver.retry(run_id, timeout=300)
+                entry["retry"] = retried["status"] if retried else None
             effects = {e.key.rsplit("/", 1)[-1]: e.effects_applied for e in fetch_effects(provider.url, run_id=run_id)}
             entry["emails applied"] = effects.get("send_confirmation", 0)
             entry["tickets applied"] = effects.get("record_outcome", 0)
-            result["engines"][engine] = entry
+            result["engines"][driver.name] = entry
         return result
     finally:
-        for proc in procs:
-            proc.kill()
+        temporal.close()
+        record.close()
         provider.kill()
-
-
-def _record_cli(env: dict, *args: str) -> str:
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-m", "runrecord", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    return done.stdout
 
 
 async def table(outages: list[float], budget: float, say=print) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="outage-") as tmp:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
         try:
-            client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
-            return list(await asyncio.gather(*(_row(client, server, Path(tmp), o, budget, say) for o in outages)))
+            return list(await asyncio.gather(*(_row(server, Path(tmp), o, budget, say) for o in outages)))
         finally:
             server.stop()
 

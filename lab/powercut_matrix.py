@@ -58,13 +58,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from flowclient.connect import connect
-from flowclient.runs import start_run
-from flowclient.status import TemporalRunNotFound, run_status
+from lab.engines import EngineDriver, TemporalDriver, driver_for, started_steps
 from lab.powercut import CutReport, PowerCut
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker, wait_until
+from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import ProviderProcess, start_provider
 from memory import open_store
 from providerclient import fetch_effects
@@ -159,14 +157,26 @@ class Outcome:
 # ---------------------------------------------------------------- one case
 
 
+@dataclass
+class _Acknowledged:
+    steps: list[str] = field(default_factory=list)  # completed, as the engine reported
+    memory: bool = False
+
+
+def _completed_steps(text: str) -> list[str]:
+    return [s for s in STEP_NAMES if s in set(_COMPLETED.findall(text))]
+
+
 class _Case:
-    """The processes and files of one case; everything started is killed at the end."""
+    """The processes and files of one case, the engine driven by its driver (``lab.engines``); everything
+    started is killed at the end."""
 
     def __init__(self, case: Case, work: Path) -> None:
         self.case, self.work = case, work
         self.disk = PowerCut(work / "disk", work / "mnt", dirs=case.dirs)
-        self.procs: list[Proc] = []
         self.provider: ProviderProcess | None = None
+        self.driver: EngineDriver | None = None
+        self.servers: list[DevServer] = []  # Temporal's: the first, and the one started after the cut
         self.run_id = f"cut-{case.engine[:4]}-{uuid.uuid4().hex[:8]}"
         self.out = Outcome(case)
 
@@ -180,14 +190,25 @@ class _Case:
 
     def env(self) -> dict[str, str]:
         assert self.provider is not None
-        return {"MEMORY_DB": str(self.memory_db), "PROVIDER_URL": self.provider.url, "PYTHONUNBUFFERED": "1",
-                "RUNRECORD_DB": str(self.mnt / "runrecord.db"), "DBOSFLOW_DB": str(self.mnt / "dbosflow.db"),
-                "RUNRECORD_LEASE_SECONDS": "2", "CRASH_AT": ""}
+        env = {"MEMORY_DB": str(self.memory_db), "PROVIDER_URL": self.provider.url,
+               "RUNRECORD_DB": str(self.mnt / "runrecord.db"), "DBOSFLOW_DB": str(self.mnt / "dbosflow.db"),
+               "RUNRECORD_LEASE_SECONDS": "2"}
+        if self.case.engine == "runrecord":
+            env["RUNRECORD_SYNCHRONOUS"] = self.case.sync
+        return env
 
-    def proc(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-        proc = Proc(name, argv, env={**self.env(), **(env or {})})
-        self.procs.append(proc)
-        return proc
+    def temporal_server(self, port: int | None = None) -> DevServer:
+        """The dev server, its SQLite history on the mount at the case's sync level; ``port``: the one it had
+        before the cut, where its clients look for it."""
+        server = DevServer(db_file=self.mnt / "temporal.db", port=port, dynamic_config=LAB_SERVER_CONFIG,
+                           sqlite_pragmas={} if self.case.sync == "FULL" else {"synchronous": self.case.sync})
+        self.servers.append(server)
+        return server.start()
+
+    def make_driver(self) -> EngineDriver:
+        if self.case.engine == "temporal":
+            return TemporalDriver(self.temporal_server(), self.env(), timeout=RUN_TIMEOUT, poll=0.2)
+        return driver_for(self.case.engine, self.env(), timeout=RUN_TIMEOUT)
 
     def effects(self) -> dict[str, int]:
         assert self.provider is not None
@@ -208,13 +229,13 @@ class _Case:
             self.disk.mount()
             placed = self.mnt if self.case.placement == "laptop" else self.work
             self.provider = start_provider(placed / "provider.db")
-            engine = _engine(self)
-            await engine.warm_up()
+            driver = self.driver = self.make_driver()
+            await self.warm_up(driver)
             self.disk.sync_tree()
-            acknowledged = await engine.until_cut(crash_at(self.case.engine, self.case.point))
+            acknowledged = await self.until_cut(driver, crash_at(self.case.engine, self.case.point))
             applied_before = self.effects()
             memory_said = self.case.point == "memory" and acknowledged.memory
-            victims: list[Any] = [*engine.victims()]
+            victims: list[Any] = driver.processes()
             if self.case.placement == "laptop":
                 victims.append(self.provider)
             self.out.cut = self.disk.cut(*victims)
@@ -225,204 +246,65 @@ class _Case:
                               if applied_before[s] and not applied_after[s]]
             if memory_said and not self.memory_has_exchange():
                 self.out.lost.append("memory's last exchange")
-            await engine.after_cut(acknowledged)
+            await self.after_cut(driver, acknowledged)
             self.out.applied = self.effects()
         except Exception as exc:  # a case that cannot run is reported, never hidden
             self.out.error = f"{type(exc).__name__}: {exc}"
         finally:
-            for proc in self.procs:
-                proc.kill()
+            if self.driver is not None:
+                self.driver.close()
+            for server in self.servers:
+                server.kill()
             if self.provider is not None:
                 self.provider.kill()
             self.disk.close()
             self.out.seconds = time.monotonic() - began
         return self.out
 
+    async def warm_up(self, driver: EngineDriver) -> None:
+        """A run to its end first, so that what the set-up wrote (schemas, the server's first writes) is
+        synced with the tree before the case's run, and is not what the cut loses."""
+        warm = f"warm-{self.run_id}"
+        proc = await driver.start(warm, TASK, EMAIL, name="warm-up")
+        settled = await driver.settle(warm, proc, read_status=False)
+        if not settled.completed:
+            ended = settled.status["status"] if settled.status else f"with exit {settled.code}"
+            raise RuntimeError(f"the warm-up run ended {ended}:\n{proc.output()[-2000:]}")
+        proc.stop()  # a Temporal worker serves on: stopped, so that the case's armed worker takes the case's run
 
-class _Engine(Protocol):
-    async def warm_up(self) -> None: ...
-    async def until_cut(self, point: str) -> _Acknowledged: ...
-    def victims(self) -> Iterable[Proc]: ...
-    async def after_cut(self, ack: _Acknowledged) -> None: ...
-
-
-@dataclass
-class _Acknowledged:
-    start: bool = False
-    steps: list[str] = field(default_factory=list)  # completed, as the engine reported
-    memory: bool = False
-
-
-def _completed_steps(text: str) -> list[str]:
-    return [s for s in STEP_NAMES if s in set(_COMPLETED.findall(text))]
-
-
-def _executions(text: str, step: str) -> int:
-    return text.count(f"step {step} started:")
-
-
-def _wait_exit(proc: Proc, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while proc.alive():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{proc.name} still running after {timeout:.0f} s:\n{proc.output()[-2000:]}")
-        time.sleep(0.02)
-    return proc.popen.returncode
-
-
-class _CliEngine:
-    """The run record and DBOS: one CLI process per start or resume, the same output lines."""
-
-    module = ""
-
-    def __init__(self, c: _Case) -> None:
-        self.c = c
-        self.first: Proc | None = None
-
-    def cli(self, name: str, *args: str, crash: str = "") -> Proc:
-        env = {"CRASH_AT": crash}
-        if self.c.case.engine == "runrecord":
-            env["RUNRECORD_SYNCHRONOUS"] = self.c.case.sync
-        return self.c.proc(name, [sys.executable, "-m", self.module, *args], env)
-
-    async def warm_up(self) -> None:
-        warm = self.cli("warm-up", "start", f"warm-{self.c.run_id}", TASK, "--email", EMAIL)
-        if _wait_exit(warm, RUN_TIMEOUT) != 0:
-            raise RuntimeError(f"the warm-up run failed:\n{warm.output()[-2000:]}")
-
-    async def until_cut(self, point: str) -> _Acknowledged:
-        self.first = self.cli("first", "start", self.c.run_id, TASK, "--email", EMAIL, crash=point)
-        _wait_exit(self.first, RUN_TIMEOUT)
-        text = self.first.output()
+    async def until_cut(self, driver: EngineDriver, point: str) -> _Acknowledged:
+        """The case's run, until its process dies at ``point``; what the engine had acknowledged by then."""
+        if isinstance(driver, TemporalDriver) and not point:
+            # Right after the acknowledged start: the server's answer, then the cut at once (no worker runs).
+            await driver.submit(self.run_id, TASK, EMAIL)
+            return _Acknowledged()
+        first = await driver.start(self.run_id, TASK, EMAIL, crash_at=point, name="first")
+        await driver.exit_code(first)
+        text = first.output()
         if f"CRASH_AT={point}" not in text:
-            raise RuntimeError(f"the run did not reach {point}:\n{text[-2000:]}")
-        return _Acknowledged(start=True, steps=_completed_steps(text), memory=point == "memory:after_append")
+            raise RuntimeError(f"the {first.name} process did not reach {point}:\n{text[-2000:]}")
+        if isinstance(driver, TemporalDriver):  # acknowledged: what the history holds, as `starter.py status` says
+            status = await driver.status(self.run_id) or {"steps": []}
+            steps = [s["name"] for s in status["steps"] if s["status"] in ("completed", "adopted")]
+        else:  # what the process told its user; reading its files now would sync them before the cut
+            steps = _completed_steps(text)
+        return _Acknowledged(steps=steps, memory=point == "memory:after_append")
 
-    def victims(self) -> Iterable[Proc]:
-        return [self.first] if self.first is not None else []
-
-    def status(self) -> dict[str, Any] | None:
-        proc = self.cli("status", "status", self.c.run_id, "--json")
-        _wait_exit(proc, 60)
-        text = proc.output()
-        if "no run" in text and '"steps"' not in text:
-            return None
-        if "{" not in text:
-            raise RuntimeError(f"status of {self.c.run_id} printed no JSON: {text[-2000:]}")
-        found: dict[str, Any] = json.loads(text[text.index("{"):])
-        if "steps" in found:
-            return found
-        raise RuntimeError(f"status of {self.c.run_id} failed: {text[-2000:]}")
-
-    async def after_cut(self, ack: _Acknowledged) -> None:
-        out = self.c.out
-        if self.status() is None:
+    async def after_cut(self, driver: EngineDriver, ack: _Acknowledged) -> None:
+        """Power back: the run looked up, then resumed and followed to its end."""
+        out = self.out
+        if isinstance(driver, TemporalDriver):  # the server again, on its files and its port
+            driver.server = self.temporal_server(port=driver.server.port)
+        if await driver.status(self.run_id) is None:
             out.lost.append("the run (its start was acknowledged)")
             out.final_status = "lost"
             return
-        resumed = self.cli("resume", "resume", self.c.run_id)
-        _wait_exit(resumed, RUN_TIMEOUT)
-        text = resumed.output()
-        again = [s for s in ack.steps if _executions(text, s)]
+        resumed = await driver.resume(self.run_id, name="resume")
+        again = [s for s in ack.steps if s in started_steps(resumed.proc)]
         out.executed_again = again
         out.lost += [f"{s}'s completion" for s in again]
-        status = self.status()
-        out.final_status = status["status"] if status else "lost"
+        out.final_status = resumed.status["status"] if resumed.status else "lost"
         out.completed = out.final_status == "completed"
-
-
-class _RunRecord(_CliEngine):
-    module = "runrecord"
-
-
-class _Dbos(_CliEngine):
-    module = "dbosflow"
-
-
-class _Temporal:
-    """The dev server (its SQLite history on the mount) and worker processes."""
-
-    def __init__(self, c: _Case) -> None:
-        self.c = c
-        self.db = c.mnt / "temporal.db"
-        self.pragmas = {} if c.case.sync == "FULL" else {"synchronous": c.case.sync}
-        self.server = self._server()
-        self.queue = f"tq-{uuid.uuid4().hex[:10]}"
-        self.worker: Proc | None = None
-
-    def _server(self, port: int | None = None) -> DevServer:
-        server = DevServer(db_file=self.db, port=port, dynamic_config=LAB_SERVER_CONFIG,
-                           sqlite_pragmas=self.pragmas).start()
-        assert server.proc is not None
-        self.c.procs.append(server.proc)
-        return server
-
-    def _worker(self, name: str, crash: str = "") -> Proc:
-        worker = start_worker(self.server.address, self.c.env()["PROVIDER_URL"], self.queue,
-                              {**self.c.env(), "CRASH_AT": crash}, name=name)
-        self.c.procs.append(worker)
-        return worker
-
-    async def _client(self) -> Any:
-        return await connect({"TEMPORAL_ADDRESS": self.server.address, "TEMPORAL_NAMESPACE": "default"})
-
-    async def _closed(self, client: Any, run_id: str) -> dict[str, Any]:
-        async def closed() -> dict[str, Any] | None:
-            status = await run_status(client, run_id)
-            return status if status["status"] != "running" else None
-        found: dict[str, Any] = await wait_until(closed, RUN_TIMEOUT, f"run {run_id} to close", interval=0.2)
-        return found
-
-    async def warm_up(self) -> None:
-        warm = self._worker("warm-up")
-        client = await self._client()
-        await start_run(client, f"warm-{self.c.run_id}", TASK, EMAIL, queue=self.queue)
-        status = await self._closed(client, f"warm-{self.c.run_id}")
-        if status["status"] != "completed":
-            raise RuntimeError(f"the warm-up run ended {status['status']}:\n{warm.output()[-2000:]}")
-        warm.stop()
-
-    async def until_cut(self, point: str) -> _Acknowledged:
-        client = await self._client()
-        if not point:  # right after the acknowledged start: the server's answer, then the cut at once
-            created, _ = await start_run(client, self.c.run_id, TASK, EMAIL, queue=self.queue)
-            return _Acknowledged(start=created)
-        self.worker = self._worker("worker1", crash=point)
-        created, _ = await start_run(client, self.c.run_id, TASK, EMAIL, queue=self.queue)
-        worker = self.worker
-        await wait_until(lambda: not worker.alive(), RUN_TIMEOUT, f"the worker to reach {point}")
-        if f"CRASH_AT={point}" not in worker.output():
-            raise RuntimeError(f"the worker did not reach {point}:\n{worker.output()[-2000:]}")
-        history = await run_status(client, self.c.run_id)
-        steps = [s["name"] for s in history["steps"] if s["status"] in ("completed", "adopted")]
-        return _Acknowledged(start=created, steps=steps, memory=point == "memory:after_append")
-
-    def victims(self) -> Iterable[Proc]:
-        return [p for p in (self.worker, self.server.proc) if p is not None]
-
-    async def after_cut(self, ack: _Acknowledged) -> None:
-        out = self.c.out
-        self.server = self._server(port=self.server.port)
-        client = await self._client()
-        try:
-            await run_status(client, self.c.run_id)
-        except TemporalRunNotFound:  # the history has no such run
-            out.lost.append("the run (its start was acknowledged)")
-            out.final_status = "lost"
-            return
-        second = self._worker("worker2")
-        status = await self._closed(client, self.c.run_id)
-        again = [s for s in ack.steps if _executions(second.output(), s)]
-        out.executed_again = again
-        out.lost += [f"{s}'s completion" for s in again]
-        out.final_status = status["status"]
-        out.completed = out.final_status == "completed"
-
-
-def _engine(c: _Case) -> _Engine:
-    if c.case.engine == "temporal":
-        return _Temporal(c)
-    return _Dbos(c) if c.case.engine == "dbos" else _RunRecord(c)
 
 
 async def run_case(case: Case, work: Path) -> Outcome:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -53,8 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
-from lab.provider_process import start_provider
+from lab.engines import EngineDriver, EngineError, TemporalDriver, driver_for, started_steps
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer
+from lab.provider_process import ProviderProcess, start_provider
 from lesson.effects import per_step
 from providerclient import fetch_effects
 from steps.plan import STEP_NAMES
@@ -169,17 +169,14 @@ def checkout(root: Path, change: str) -> Path:
     return root
 
 
-def _executed(text: str) -> list[str]:
-    return [s for line in text.splitlines() for s in (*STEP_NAMES, "pause") if f"step {s} started:" in line]
-
-
 class Deploy:
     def __init__(self, work: Path, say: Callable[[str], None]) -> None:
         self.work, self.say = work, say
         self.stamp = time.strftime("%H%M%S")
-        self.procs: list[Proc] = []
+        self.env: dict[str, str] = {}
         self.provider_url = ""
         self.checkouts: dict[str, Path] = {}
+        self.drivers: list[EngineDriver] = []
 
     def code(self, change: str | None) -> Path:
         """The repository itself (None: the code the run started with), or the release's checkout."""
@@ -189,24 +186,14 @@ class Deploy:
             self.checkouts[change] = checkout(self.work / f"release-{_slug(change)}", change)
         return self.checkouts[change]
 
-    def spawn(self, name: str, args: list[str], code: Path, env: dict[str, str] | None = None) -> Proc:
-        full = {"PROVIDER_URL": self.provider_url, "MEMORY_DB": str(self.work / "memory.db"),
-                "RUNRECORD_DB": str(self.work / "runrecord.db"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(code),
-                "CRASH_AT": "", **(env or {})}
-        proc = Proc(name, [sys.executable, *args], env=full, cwd=code)
-        self.procs.append(proc)
-        return proc
-
-    def wait(self, proc: Proc, timeout: float = TIMEOUT) -> int:
-        try:
-            return proc.popen.wait(timeout=timeout)
-        except Exception:
-            proc.kill()
-            raise DeployError(f"{proc.name} did not exit in {timeout:.0f} s:\n{proc.output()}") from None
-
-    def killed(self, proc: Proc) -> None:
-        if self.wait(proc) != -9:
-            raise DeployError(f"{proc.name} was to die at its crash point:\n{proc.output()}")
+    def driver(self, engine: str, change: str | None = None, *, server: DevServer | None = None,
+               queue: str | None = None, env: dict[str, str] | None = None) -> EngineDriver:
+        """The engine's driver, running the code of ``change`` (None: the code the run started with)."""
+        options: dict[str, Any] = {"queue": queue} if queue else {}
+        found = driver_for(engine, {**self.env, **(env or {})}, server=server, code=self.code(change),
+                           timeout=TIMEOUT, **options)
+        self.drivers.append(found)
+        return found
 
     def effects(self, row: Row) -> Row:
         steps = per_step(fetch_effects(self.provider_url, run_id=row.run_id))
@@ -216,48 +203,47 @@ class Deploy:
 
     # -- in memory ------------------------------------------------------------
 
-    def in_memory(self) -> Row:
+    async def in_memory(self) -> Row:
         row = Row("in_memory", "before", f"deploy-mem-{self.stamp}")
-        argv = ["-m", "lesson.in_memory", row.run_id, TASK, "--email", EMAIL]
-        self.killed(self.spawn("in-memory", argv, self.code(None), {"CRASH_AT": "in_memory:after_send_confirmation"}))
-        again = self.spawn("in-memory-new", argv, self.code("before"))
-        if self.wait(again) != 0:
-            raise DeployError(f"the in-memory flow did not finish:\n{again.output()}")
-        row.ran_again = _executed(again.output())
+        old = self.driver("in_memory")
+        await old.killed(await old.start(row.run_id, TASK, EMAIL, crash_at="in_memory:after_send_confirmation"))
+        new = self.driver("in_memory", "before")  # the same command, with the new code: it starts over
+        again = await new.settle(row.run_id, await new.start(row.run_id, TASK, EMAIL))
+        if again.code != 0:
+            raise DeployError(f"the in-memory flow did not finish:\n{again.proc.output()}")
+        row.ran_again = started_steps(again.proc)
         row.outcome = f"started over at step 1 {row.ran_again[0]}" if row.ran_again else "ran nothing"
         return self.effects(row)
 
     # -- run record -----------------------------------------------------------
 
-    def runrecord(self, change: str) -> Row:
+    async def runrecord(self, change: str) -> Row:
         row = Row("runrecord", change, f"deploy-rec-{_slug(change)}-{self.stamp}")
-        start = ["-m", "runrecord", "start", row.run_id, TASK, "--email", EMAIL]
-        self.killed(self.spawn("runrecord", start, self.code(None),
-                               {"CRASH_AT": "runrecord:send_confirmation:after_record"}))
-        env = {}
-        if change == "moved":
+        old = self.driver("runrecord")
+        await old.killed(await old.start(row.run_id, TASK, EMAIL, crash_at="runrecord:send_confirmation:after_record"))
+        if change == "moved":  # the same code, the record's file copied to another directory and resumed there
             moved = self.work / "elsewhere"
             moved.mkdir(exist_ok=True)
             for suffix in ("", "-wal", "-shm"):
                 src = self.work / f"runrecord.db{suffix}"
                 if src.exists():
                     shutil.copy(src, moved / src.name)
-            env = {"RUNRECORD_DB": str(moved / "runrecord.db"), "MEMORY_DB": str(moved / "memory.db")}
-        new = self.spawn("runrecord-new", ["-m", "runrecord", "resume", row.run_id],
-                         self.code(None if change == "moved" else change), env)
-        code = self.wait(new)
-        row.ran_again = _executed(new.output())
-        if code == 6:
+            new = self.driver("runrecord", env={"RUNRECORD_DB": str(moved / "runrecord.db"),
+                                               "MEMORY_DB": str(moved / "memory.db")})
+        else:
+            new = self.driver("runrecord", change)
+        resumed = await new.resume(row.run_id)
+        row.ran_again = started_steps(resumed.proc)
+        if resumed.code == 6:
             row.outcome = "refused: the flow changed (exit 6)"
-            back = self.spawn("runrecord-rollback", ["-m", "runrecord", "resume", row.run_id], self.code(None))
-            if self.wait(back) != 0:
-                raise DeployError(f"the rolled-back resume failed:\n{back.output()}")
-            first = _executed(back.output())[:1]
-            row.then = f"rolled back: resumed at {self._where(first)}"
-        elif code == 0:
+            back = await old.resume(row.run_id)
+            if back.code != 0:
+                raise DeployError(f"the rolled-back resume failed:\n{back.proc.output()}")
+            row.then = f"rolled back: resumed at {self._where(started_steps(back.proc)[:1])}"
+        elif resumed.code == 0:
             row.outcome = f"resumed at {self._where(row.ran_again[:1])}"
         else:
-            raise DeployError(f"resume with the {change!r} release exited {code}:\n{new.output()}")
+            raise DeployError(f"resume with the {change!r} release exited {resumed.code}:\n{resumed.proc.output()}")
         return self.effects(row)
 
     @staticmethod
@@ -266,57 +252,43 @@ class Deploy:
 
     # -- Temporal ---------------------------------------------------------------
 
-    def worker(self, server: DevServer, queue: str, code: Path, name: str, *args: str, env: dict | None = None) -> Proc:
-        proc = self.spawn(name, ["worker.py", *args], code,
-                          {"TEMPORAL_ADDRESS": server.address, "TASK_QUEUE": queue, **(env or {})})
-        proc.wait_for_line("worker ready", timeout=60)
-        return proc
-
     async def temporal(self, server: DevServer, change: str) -> Row:
-        from flowclient.connect import connect
-        from flowclient.runs import start_run
-        from flowclient.status import run_status
-
         row = Row("temporal", change, f"deploy-tmp-{_slug(change)}-{self.stamp}")
         queue = f"deploy-{_slug(change)}-{self.stamp}"
-        client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address})
+        old = self.driver("temporal", server=server, queue=queue)
+        assert isinstance(old, TemporalDriver)
         # Killed in the workflow task after step 2: the email's completion is in the history and step 3 is
         # not yet scheduled, so the recorded past ends exactly between step 2 and step 3.
-        old = self.worker(server, queue, self.code(None), "worker-old",
-                          env={"CRASH_AT": "temporal:send_confirmation:after_record"})
-        await start_run(client, row.run_id, TASK, EMAIL, queue=queue)
-        self.killed(old)
-        args, env = ((["--identity", "elsewhere-1"], {"MEMORY_DB": str(self.work / "elsewhere-memory.db")})
-                     if change == "moved" else ([], {}))
-        new = self.worker(server, queue, self.code(None if change == "moved" else change), "worker-new", *args, env=env)
-
-        async def settled():
-            status = await run_status(client, row.run_id)
-            return status if status["status"] in ("completed", "parked", "failed") else None
-
-        status = await wait_until(settled, TIMEOUT, f"run {row.run_id} to finish or park")
-        row.ran_again = [s for s in _executed(new.output()) if s != "record_outcome"]
+        await old.killed(await old.start(row.run_id, TASK, EMAIL, crash_at="temporal:send_confirmation:after_record",
+                                         name="worker-old"))
+        if change == "moved":  # the same code, on a worker with another identity and another memory file
+            new = self.driver("temporal", server=server, queue=queue,
+                              env={"MEMORY_DB": str(self.work / "elsewhere-memory.db")})
+            args = ["--identity", "elsewhere-1"]
+        else:
+            new, args = self.driver("temporal", change, server=server, queue=queue), []
+        assert isinstance(new, TemporalDriver)
+        settled = await new.resume(row.run_id, args=args, name="worker-new")
+        status = settled.status
+        assert status is not None  # Temporal's status is read from the server: there is always one
+        row.ran_again = [s for s in started_steps(settled.proc) if s != "record_outcome"]
         if status["status"] == "parked":
             cause = "NON_DETERMINISTIC_ERROR" if "NON_DETERMINISTIC_ERROR" in (status["detail"] or "") else "other"
             row.outcome = f"parked: {cause}"
-            new.kill()
-            self.worker(server, queue, self.code(None), "worker-rollback")
-
-            async def completed():
-                status = await run_status(client, row.run_id)
-                return status if status["status"] == "completed" else None
-
-            await wait_until(completed, TIMEOUT, f"run {row.run_id} to finish after the rollback")
+            settled.proc.kill()
+            await old.start_worker(name="worker-rollback")
+            await old.wait_for(row.run_id, lambda s: s["status"] == "completed")
             row.then = "rolled back: finished at step 3 record_outcome"
         elif status["status"] == "completed":
             row.outcome = "finished at step 3 record_outcome"
+            client = await new.client()
             history = await client.get_workflow_handle(row.run_id).fetch_history()
             if change == "after":
                 row.outcome += ", through the new pause" if _has_timer(history) else ", WITHOUT the new pause"
             if change == "before, versioned":
                 row.outcome += ", on the old path" if not _has_timer(history) else ", on the NEW path"
                 fresh = f"{row.run_id}-after"
-                await start_run(client, fresh, TASK, EMAIL, queue=queue)
+                await new.submit(fresh, TASK, EMAIL)
                 await client.get_workflow_handle(fresh).result()
                 took = _has_timer(await client.get_workflow_handle(fresh).fetch_history())
                 row.then = "a run started now takes the new path" if took else "a run started now takes the OLD path"
@@ -331,25 +303,31 @@ class Deploy:
     # -- all of it --------------------------------------------------------------
 
     def play(self) -> list[Row]:
+        return asyncio.run(self._play())
+
+    async def _play(self) -> list[Row]:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG)
+        provider: ProviderProcess | None = None
         try:
             self.say("starting a provider and a Temporal dev server (in memory)")
             provider = start_provider(self.work / "provider.db")
             self.provider_url = provider.url
-            self.procs.append(provider.proc)
-            server.start()
-            rows = [self.in_memory()]
+            self.env = {"PROVIDER_URL": self.provider_url, "MEMORY_DB": str(self.work / "memory.db"),
+                        "RUNRECORD_DB": str(self.work / "runrecord.db")}
+            await asyncio.to_thread(server.start)
+            rows = [await self.in_memory()]
             for change in ("before", "after", "rule", "moved"):
-                rows.append(self.runrecord(change))
+                rows.append(await self.runrecord(change))
                 self.say(_line(rows[-1]))
             for change in ("before", "before, versioned", "after", "rule", "moved"):
-                rows.append(asyncio.run(self.temporal(server, change)))
+                rows.append(await self.temporal(server, change))
                 self.say(_line(rows[-1]))
             return rows
         finally:
-            for proc in reversed(self.procs):
-                if proc.alive():
-                    proc.kill()
+            for driver in reversed(self.drivers):
+                driver.close()
+            if provider is not None:
+                provider.kill()
             server.stop()
 
 
@@ -381,7 +359,7 @@ def main(as_json: bool = False, state_dir: str | None = None, say: Callable[[str
         work.mkdir(parents=True, exist_ok=True)
         try:
             rows = Deploy(work, say).play()
-        except DeployError as err:
+        except (DeployError, EngineError, TimeoutError) as err:
             print(f"error: the deploy scenario could not be played: {err}", file=sys.stderr)
             return 2
     if as_json:

@@ -28,8 +28,10 @@ sending a second one. Keys make the *effect* idempotent; only a record stops
 the *work* from being redone.
 
 It prints ``step <name> started: run <id> attempt <n>`` per execution (like
-the worker and the run record, so executions can be counted) and ``step
-<name> completed: run <id>`` after each step. Exit codes: 0 completed, 1 a step
+every engine: ``steps.startedline``, so executions can be counted) and ``step
+<name> completed: run <id>`` after each step (``completed_line``; read back by
+``completed_step``: with no record, these lines are all that says what a
+killed process had done). Exit codes: 0 completed, 1 a step
 failed (no retries, nothing recorded: a new start begins again at step 1),
 2 bad input.
 """
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable
@@ -55,8 +58,27 @@ from steps.limits import InputError, check_conversation_id, check_email, check_r
 from steps.plan import FLOW
 from steps.ports import Remembered
 from steps.requests import RunInputs, remember_request
+from steps.startedline import started_line
 
 KEY_MODES = ("random", "stable")
+COMPLETED = "step %s completed: run %s"
+_COMPLETED = re.compile(r"(?:^|(?<=\s))step (\w+) completed: run ")
+
+
+def completed_line(step: str, run_id: str) -> str:
+    """The line printed once ``step`` of ``run_id`` has returned."""
+    return COMPLETED % (step, run_id)
+
+
+def completed_step(line: str) -> str | None:
+    """The step a ``completed_line`` names, or None if ``line`` is not one."""
+    found = _COMPLETED.search(line)
+    return found[1] if found else None
+
+
+def completed_steps(text: str) -> list[str]:
+    """The steps a process of this module said it completed, in order (its ``completed_line`` lines)."""
+    return [step for step in map(completed_step, text.splitlines()) if step is not None]
 
 
 def make_key(run_id: str, step: str, mode: str) -> str:
@@ -91,12 +113,12 @@ async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversatio
     inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=conversation_id or run_id)
     for step in FLOW:
         # Always attempt 1: nothing tells this process that an earlier one ran the step.
-        say(f"step {step.name} started: run {run_id} attempt 1")
+        say(started_line(step.name, run_id, 1))
         request = step.request(inputs, done)
         if step.effect:
             request = replace(request, idempotency_key=make_key(run_id, step.name, keys))
         done[step.name] = await step.run(request, deps)
-        say(f"step {step.name} completed: run {run_id}")
+        say(completed_line(step.name, run_id))
         crash_point(f"in_memory:after_{step.name}")
 
     await flow.remember_exchange(remember_request(inputs, done), deps)

@@ -27,10 +27,8 @@ could not be played.
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import asyncio
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,22 +36,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from lab.processes import REPO
+from lab.engines import RunRecordDriver, started_steps
 from lab.provider_process import start_provider
 from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from providerclient import fetch_effects
 from steps.controls import printable
-from steps.plan import STEP_NAMES
 from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"
 CRASH = "runrecord:send_confirmation:after_record"
 TIMEOUT = 120.0
-
-
-def executed(text: str) -> list[str]:
-    return [s for line in text.splitlines() for s in STEP_NAMES if f"step {s} started:" in line]
 
 
 def show_memory(path: Path, title: str) -> None:
@@ -68,40 +61,40 @@ class StoryError(RuntimeError):
 
 
 class Story:
-    """The story's runs, on one provider, memory file and run record (in ``state``)."""
+    """The story's runs, on one provider, memory file and run record (in ``state``), through the run record's
+    driver (``lab.engines``)."""
 
     def __init__(self, state: Path, provider_url: str) -> None:
         self.memory_db = state / "memory.db"
         self.provider_url = provider_url
-        self.env = {**os.environ, "PROVIDER_URL": provider_url, "MEMORY_DB": str(self.memory_db),
-                    "RUNRECORD_DB": str(state / "runrecord.db"), "PYTHONUNBUFFERED": "1", "CRASH_AT": ""}
+        self.record = RunRecordDriver({"PROVIDER_URL": provider_url, "MEMORY_DB": str(self.memory_db),
+                                       "RUNRECORD_DB": str(state / "runrecord.db")}, timeout=TIMEOUT)
         self.stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.earlier, self.run_id = f"mvr-{self.stamp}-1", f"mvr-{self.stamp}-2"
 
-    def runrecord(self, *argv: str, crash: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO,
-                              env={**self.env, "CRASH_AT": crash}, capture_output=True, text=True, timeout=TIMEOUT)
+    async def status(self) -> dict[str, Any]:
+        status = await self.record.status(self.run_id)
+        if status is None:
+            raise StoryError(f"the run record holds no run {self.run_id}")
+        return status
 
-    def status(self) -> dict[str, Any]:
-        return json.loads(self.runrecord("status", self.run_id, "--json").stdout)
-
-    def first_run(self) -> None:
+    async def first_run(self) -> None:
         """1. A first task to completion: its exchange goes to memory."""
         print(f"==> run {self.earlier}: a first task in conversation {CONVERSATION}, to completion")
-        done = self.runrecord("start", self.earlier, "Where is my refund for order 1234?", "--email",
-                              "ada@example.com", "--conversation", CONVERSATION)
-        if done.returncode != 0:
-            raise StoryError(f"the first run failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        first = await self.record.start(self.earlier, "Where is my refund for order 1234?", "ada@example.com",
+                                        conversation=CONVERSATION)
+        code = await self.record.exit_code(first)
+        if code != 0:
+            raise StoryError(f"the first run failed ({code}):\n{first.output()}")
         show_memory(self.memory_db, "after the first run")
 
-    def killed_run(self) -> None:
+    async def killed_run(self) -> None:
         """2. A second run in the conversation, killed after the email is recorded."""
         print(f"==> run {self.run_id}: same conversation, CRASH_AT={CRASH} (killed after the email is recorded)")
-        done = self.runrecord("start", self.run_id, "Confirm the refund for order 1234", "--email", "ada@example.com",
-                              "--conversation", CONVERSATION, "--lease-seconds", "1", crash=CRASH)
-        if done.returncode != -9:
-            raise StoryError(f"the run was to be killed but exited {done.returncode}:\n{done.stdout}{done.stderr}")
-        before = self.status()
+        await self.record.killed(await self.record.start(
+            self.run_id, "Confirm the refund for order 1234", "ada@example.com", conversation=CONVERSATION,
+            crash_at=CRASH, args=["--lease-seconds", "1"]))
+        before = await self.status()
         print(f"    the run record says: {before['status']}, current step {before['current_step']}; completed: "
               + ", ".join(s["name"] for s in before["steps"] if s["status"] == "completed"))
 
@@ -124,22 +117,25 @@ class Story:
                 Path(f"{self.memory_db}{suffix}").unlink(missing_ok=True)
         show_memory(self.memory_db, "after tampering")
 
-    def resume(self) -> list[str]:
-        """4. ``runrecord resume`` by run id, once the killed process's lease has expired: the steps it ran."""
+    async def resume(self) -> list[str]:
+        """4. ``runrecord resume`` by run id (asked again while the killed process's lease holds): the steps it
+        ran."""
         print(f"==> python -m runrecord resume {self.run_id}")
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            done = self.runrecord("resume", self.run_id)
-            if done.returncode != 5 or time.monotonic() > deadline:  # 5: the killed process's lease is not expired
-                break
-            time.sleep(0.2)
-        if done.returncode != 0:
-            raise StoryError(f"resume exited {done.returncode}:\n{done.stdout}{done.stderr}")
-        return executed(done.stdout)
+        resumed = await self.record.resume(self.run_id)
+        if resumed.code != 0:
+            raise StoryError(f"resume exited {resumed.code}:\n{resumed.proc.output()}")
+        return started_steps(resumed.proc)
 
-    def followed_the_record(self, ran: list[str], how: str) -> bool:
+    async def play(self, how: str) -> bool:
+        """Steps 1 to 4; True if the resume followed the record."""
+        await self.first_run()
+        await self.killed_run()
+        self.tamper(how)
+        return await self.followed_the_record(await self.resume(), how)
+
+    async def followed_the_record(self, ran: list[str], how: str) -> bool:
         """What the resume did, from the record and the provider; True if it followed the record."""
-        after = self.status()
+        after = await self.status()
         effects = per_step(fetch_effects(self.provider_url, run_id=self.run_id))
         draft = after["steps"][0]["result"]
         print(f"    the resumed process executed: {', '.join(ran) or 'nothing'}")
@@ -167,18 +163,17 @@ def main(argv: list[str] | None = None) -> int:
 
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-memory-"))
     state.mkdir(parents=True, exist_ok=True)
-    provider = None
+    provider = story = None
     try:
         provider = start_provider(state / "provider.db")
         story = Story(state, provider.url)
-        story.first_run()
-        story.killed_run()
-        story.tamper(args.memory)
-        return 0 if story.followed_the_record(story.resume(), args.memory) else 1
-    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, ValueError) as err:
+        return 0 if asyncio.run(story.play(args.memory)) else 1
+    except (RuntimeError, TimeoutError, ValueError) as err:
         print(printable(f"error: the story could not be played: {err}", multiline=True), file=sys.stderr)
         return 2
     finally:
+        if story is not None:
+            story.record.close()
         if provider is not None:
             provider.stop()
         if args.state_dir is None:

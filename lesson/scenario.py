@@ -7,7 +7,8 @@ step two and step three".
 
 Starts what it needs (one provider process with its own database, a Temporal
 dev server in memory on free ports, workers), stops all of it at the end, and
-plays the same restart on every engine, each under its own run id:
+plays the same restart on every engine, each under its own run id and through
+its driver (``lab.engines``):
 
 ==============  =========================================  =================================
 engine          killed (SIGKILL, by a crash point)         restarted with
@@ -34,7 +35,7 @@ draws the restart as one page (``lesson.scenario_page``): a lane per engine on
 its own time axis, the attempts, the kill and the restart, what was read or
 replayed, and the provider's effects under each lane. Times from the
 engines' records (and the provider's) are drawn apart from the ones this
-module observed (``runrecord.picture`` says which is which); the records are
+module observed (``lesson.lanes`` says which is which); the records are
 read before the dev server stops.
 
 Expected: the in-memory engine resumes at step 1, runs steps 1 and 2 again and
@@ -50,137 +51,58 @@ import argparse
 import asyncio
 import importlib.util
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, start_worker
-from lab.provider_process import start_provider
-from lesson.effects import describe, per_step
+from lab.engines import (
+    DbosDriver,
+    EngineDriver,
+    InMemoryDriver,
+    RunRecordDriver,
+    TemporalDriver,
+    started_steps,
+)
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
+from lab.provider_process import ProviderProcess, start_provider
+from lesson.effects import effect_entries, per_step
+from lesson.in_memory import completed_steps
+from lesson.observed import CRASH, EXPECTED, Observed, summary
 from providerclient import fetch_effects
-from runrecord.compare import effect_entries, record_side
-from runrecord.picture import Watched
+from runrecord.compare import record_side
 from runrecord.store import RunRecord
 from steps.controls import printable
 from steps.limits import InputError, check_task
-from steps.plan import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-ENGINES = ("in_memory", "runrecord", "temporal", "dbos")
-LABELS = {
-    "in_memory": "in memory (the before)",
-    "runrecord": "run record (SQLite)",
-    "temporal": "Temporal",
-    "dbos": "DBOS (SQLite)",
-}
 HAVE_DBOS = importlib.util.find_spec("dbos") is not None
-CRASH = {
-    "in_memory": "in_memory:after_send_confirmation",
-    "runrecord": "runrecord:send_confirmation:after_record",
-    "temporal": "record_outcome:before",
-    "dbos": "dbos:send_confirmation:after_record",
-}
-EXPECTED: dict[str, dict[str, Any]] = {
-    "in_memory": {"resumed_at": "draft", "executed_again": ["draft", "send_confirmation"],
-                  "applied": {"send_confirmation": 2, "record_outcome": 1}},
-    "runrecord": {"resumed_at": "record_outcome", "executed_again": [],
-                  "applied": {"send_confirmation": 1, "record_outcome": 1}},
-    "temporal": {"resumed_at": "record_outcome", "executed_again": [],
-                 "applied": {"send_confirmation": 1, "record_outcome": 1}},
-    "dbos": {"resumed_at": "record_outcome", "executed_again": [],
-             "applied": {"send_confirmation": 1, "record_outcome": 1}},
-}
 PROCESS_TIMEOUT = 120.0  # generous: a busy 2-core machine; a healthy run takes seconds
+START_ARGS = {
+    # A short lease, so a resume the record cannot prove dead need not wait out the default 10 s after the SIGKILL.
+    "runrecord": ("--lease-seconds", "1"),
+}
+# What the scenario says as it plays each engine: as the run starts, once the first process is dead (``done``:
+# what the record, or the dead process's log, says was completed), and what the restarted process said it knew.
+NARRATION = {
+    "in_memory": ("in memory: python -m lesson.in_memory {run} ... with CRASH_AT={crash}",
+                  "  killed after {done}; starting the same command again", ""),
+    "runrecord": ("run record: python -m runrecord start {run} ... with CRASH_AT={crash}",
+                  "  killed; the record says completed: {done}; python -m runrecord resume {run}", "  {how}"),
+    "temporal": ("Temporal: worker 1 with CRASH_AT={crash}; starting run {run}",
+                 "  worker 1 killed; history says completed: {done}; starting worker 2", "  worker 2 {how}"),
+    "dbos": ("DBOS: python -m dbosflow start {run} ... with CRASH_AT={crash}",
+             "  killed; DBOS's step rows say completed: {done}; python -m dbosflow resume {run}", "  {how}"),
+}
 
 
 class ScenarioError(RuntimeError):
     """The scenario could not be played as planned (not: the table differs)."""
-
-
-@dataclass
-class Observed:
-    engine: str
-    run_id: str
-    completed_before: list[str] = field(default_factory=list)
-    restarted_executed: list[str] = field(default_factory=list)
-    final_status: str = ""
-    effects: dict[str, dict[str, int]] = field(default_factory=dict)
-    keys: list[dict[str, Any]] = field(default_factory=list)
-    # How the restarted process knew what was done: what it read (run record) or replayed (Temporal).
-    how_it_knew: str = ""
-    # For the picture: what the scenario saw, the engine's own record of the run, the provider's count with times.
-    watched: Watched = field(default_factory=Watched)
-    record: dict[str, Any] | None = None
-    provider: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def resumed_at(self) -> str | None:
-        return self.restarted_executed[0] if self.restarted_executed else None
-
-    @property
-    def executed_again(self) -> list[str]:
-        return [s for s in STEP_NAMES if s in self.completed_before and s in self.restarted_executed]
-
-    def comparable(self) -> dict[str, Any]:
-        return {"resumed_at": self.resumed_at, "executed_again": self.executed_again,
-                "applied": {step: counts["applied"] for step, counts in self.effects.items()}}
-
-    @property
-    def ok(self) -> bool:
-        return self.comparable() == EXPECTED[self.engine] and self.final_status == "completed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine, "label": LABELS[self.engine], "run_id": self.run_id,
-            "crash_at": CRASH[self.engine], "completed_before_restart": self.completed_before,
-            "how_it_knew": self.how_it_knew,
-            "resumed_at": self.resumed_at,
-            "resumed_at_position": STEP_NAMES.index(self.resumed_at) + 1 if self.resumed_at else None,
-            "restarted_process_executed": self.restarted_executed, "executed_again": self.executed_again,
-            "final_status": self.final_status, "effects": self.effects, "keys": self.keys,
-            "expected": EXPECTED[self.engine], "ok": self.ok,
-        }
-
-
-def executed(text: str) -> list[str]:
-    """Steps in the order a process began executing them (its ``step <name> started`` lines)."""
-    out = []
-    for line in text.splitlines():
-        for step in STEP_NAMES:
-            if f"step {step} started:" in line:
-                out.append(step)
-    return out
-
-
-def wait_exit(proc: Proc, timeout: float = PROCESS_TIMEOUT) -> int:
-    try:
-        return proc.popen.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise ScenarioError(f"{proc.name} did not exit within {timeout:.0f} s. Its output:\n{proc.output()}") from None
-
-
-def expect_killed(proc: Proc) -> None:
-    code = wait_exit(proc)
-    if code != -9:
-        raise ScenarioError(f"{proc.name} was to die by SIGKILL at its crash point but exited with {code}. "
-                            f"Its output:\n{proc.output()}")
-
-
-def expect_exit(proc: Proc, wanted: int = 0) -> None:
-    code = wait_exit(proc)
-    if code != wanted:
-        raise ScenarioError(f"{proc.name} exited with {code}, not {wanted}. Its output:\n{proc.output()}")
 
 
 def knew_at(proc: Proc, needle: str) -> float | None:
@@ -202,17 +124,11 @@ class Scenario:
         self.say = say
         self.stamp = stamp
         self.task = task
-        self.procs: list[Proc] = []
         self.provider_url = ""
         self.env: dict[str, str] = {}
 
     def run_id(self, engine: str) -> str:
         return f"scenario-{engine.replace('_', '-')}-{self.stamp}"
-
-    def spawn(self, name: str, args: list[str], crash_at: str = "") -> Proc:
-        proc = Proc(name, [sys.executable, *args], env={**self.env, "CRASH_AT": crash_at})
-        self.procs.append(proc)
-        return proc
 
     def observe_effects(self, obs: Observed) -> None:
         effects = fetch_effects(self.provider_url, run_id=obs.run_id)
@@ -221,156 +137,72 @@ class Scenario:
         obs.keys = [{"key": e.key, "kind": e.kind, "requests": e.requests, "applied": e.effects_applied}
                     for e in effects]
 
-    # -- the four engines ----------------------------------------------------
+    # -- one engine ------------------------------------------------------------
 
-    def in_memory(self) -> Observed:
-        obs = Observed("in_memory", self.run_id("in_memory"))
-        argv = ["-m", "lesson.in_memory", obs.run_id, self.task, "--email", EMAIL]
-        self.say(f"in memory: python -m lesson.in_memory {obs.run_id} ... with CRASH_AT={CRASH['in_memory']}")
-        first = self.spawn("in-memory-1", argv, CRASH["in_memory"])
-        expect_killed(first)
+    async def restart(self, driver: EngineDriver) -> Observed:
+        """The run killed at the engine's crash point between step 2 and step 3, then restarted."""
+        engine = driver.name
+        obs = Observed(engine, self.run_id(engine))
+        began, killed, knew = NARRATION[engine]
+        words = {"run": obs.run_id, "crash": CRASH[engine]}
+        self.say(began.format(**words))
+        first = await driver.start(obs.run_id, self.task, EMAIL, crash_at=CRASH[engine],
+                                   args=START_ARGS.get(engine, ()))
+        await driver.killed(first)
         killed_at = time.time()
-        # No record survives: the only witness of what was done is the dead process's own log.
-        obs.completed_before = [s for s in STEP_NAMES if f"step {s} completed:" in first.output()]
-        self.say(f"  killed after {', '.join(obs.completed_before)}; starting the same command again")
-        second = self.spawn("in-memory-2", argv)
-        expect_exit(second, 0)
-        watch(obs, first, second, killed_at, "")
-        obs.watched.ended_at = time.time()
-        obs.restarted_executed = executed(second.output())
-        obs.final_status = "completed"
+        status = await driver.status(obs.run_id)
+        if status is None:  # in memory: no record survives; the only witness is the dead process's own log
+            obs.completed_before = completed_steps(first.output())
+        else:
+            obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
+        self.say(killed.format(done=", ".join(obs.completed_before), **words))
+        resumed = await driver.resume(obs.run_id)
+        if resumed.code not in (0, None):
+            raise ScenarioError(f"{resumed.proc.name} exited with {resumed.code}, not 0. "
+                                f"Its output:\n{resumed.proc.output()}")
+        second = resumed.proc
+        if isinstance(driver, TemporalDriver):
+            second.stop()  # the run is done; the worker would serve on
+            obs.watched.names = ("worker 1", "worker 2")
+        watch(obs, first, second, killed_at, driver.knew)
+        obs.watched.ended_at, obs.watched.refused_restarts = time.time(), resumed.refused
+        obs.record = await self.engine_record(driver, obs.run_id)
+        obs.restarted_executed = started_steps(second)
+        obs.how_it_knew = driver.how_it_knew(second)
+        if knew:
+            self.say(knew.format(how=obs.how_it_knew))
+        obs.final_status = resumed.status["status"] if resumed.status is not None else "completed"
         return obs
 
-    def runrecord(self) -> Observed:
-        obs = Observed("runrecord", self.run_id("runrecord"))
-        self.say(f"run record: python -m runrecord start {obs.run_id} ... with CRASH_AT={CRASH['runrecord']}")
-        # A short lease, so the resume below need not wait out the default 10 s after the SIGKILL.
-        first = self.spawn("runrecord-start", ["-m", "runrecord", "start", obs.run_id, self.task, "--email", EMAIL,
-                                               "--lease-seconds", "1"], CRASH["runrecord"])
-        expect_killed(first)
-        killed_at = time.time()
-        status = self._record_status(obs.run_id)
-        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
-        self.say(f"  killed; the record says completed: {', '.join(obs.completed_before)}; "
-                 f"python -m runrecord resume {obs.run_id}")
-        deadline = time.monotonic() + PROCESS_TIMEOUT
-        while True:
-            resumer = self.spawn("runrecord-resume", ["-m", "runrecord", "resume", obs.run_id])
-            code = wait_exit(resumer)
-            if code != 5 or time.monotonic() > deadline:  # 5: the dead process's lease has not expired yet
-                break
-            obs.watched.refused_restarts += 1
-            time.sleep(0.2)
-        if code != 0:
-            raise ScenarioError(f"runrecord resume exited with {code}. Its output:\n{resumer.output()}")
-        watch(obs, first, resumer, killed_at, "read the record of run")
-        obs.watched.ended_at = time.time()
-        obs.restarted_executed = executed(resumer.output())
-        obs.how_it_knew = next((line for line in resumer.output().splitlines() if "read the record of run" in line), "")
-        self.say(f"  {obs.how_it_knew}")
-        obs.final_status = self._record_status(obs.run_id)["status"]
-        with RunRecord(self.state / "runrecord.db") as record:
-            obs.record = record_side(record, obs.run_id)
-        return obs
+    async def engine_record(self, driver: EngineDriver, run_id: str) -> dict[str, Any] | None:
+        """The engine's own record of the run, which its lane is drawn from (read while its server runs)."""
+        if isinstance(driver, RunRecordDriver):
+            with RunRecord(self.state / "runrecord.db") as record:
+                return record_side(record, run_id)
+        if isinstance(driver, TemporalDriver):
+            from flowclient.compare import temporal_side
 
-    def _record_status(self, run_id: str) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, "-m", "runrecord", "status", run_id, "--json"], cwd=REPO,
-                              env={**os.environ, **self.env}, capture_output=True, text=True,
-                              timeout=PROCESS_TIMEOUT)
-        if done.returncode not in (0, 1):
-            raise ScenarioError(f"runrecord status exited with {done.returncode}: {done.stderr}")
-        return json.loads(done.stdout)
-
-    async def temporal(self, server: DevServer) -> Observed:
-        from flowclient.connect import connect
-        from flowclient.runs import start_run
-        from flowclient.status import run_status
-        from runrecord.compare import temporal_side
-
-        obs = Observed("temporal", self.run_id("temporal"))
-        queue = f"lesson-scenario-{self.stamp}"
-        env = {**self.env, "CRASH_AT": CRASH["temporal"]}
-        self.say(f"Temporal: worker 1 with CRASH_AT={CRASH['temporal']}; starting run {obs.run_id}")
-        first = start_worker(server.address, self.provider_url, queue, env, name="worker1")
-        self.procs.append(first)
-        client = await connect({**os.environ, "TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
-        await start_run(client, obs.run_id, self.task, EMAIL, queue=queue)
-        expect_killed(first)
-        killed_at = time.time()
-        status = await run_status(client, obs.run_id)
-        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
-        self.say(f"  worker 1 killed; history says completed: {', '.join(obs.completed_before)}; starting worker 2")
-        second = start_worker(server.address, self.provider_url, queue, {**self.env, "CRASH_AT": ""}, name="worker2")
-        self.procs.append(second)
-        deadline = time.monotonic() + PROCESS_TIMEOUT
-        while status["status"] == "running":
-            if time.monotonic() > deadline:
-                raise ScenarioError(f"run {obs.run_id} still running after {PROCESS_TIMEOUT:.0f} s: {status}\n"
-                                    f"worker 2 output:\n{second.output()}")
-            await asyncio.sleep(0.1)
-            status = await run_status(client, obs.run_id)
-        second.stop()
-        watch(obs, first, second, killed_at, "history events of run")
-        obs.watched.ended_at, obs.watched.names = time.time(), ("worker 1", "worker 2")
-        obs.record = await temporal_side(client, obs.run_id)  # while the dev server still runs
-        obs.restarted_executed = executed(second.output())
-        replayed = [line for line in second.output().splitlines() if "history events of run" in line]
-        obs.how_it_knew = replayed[0].split("temporalio.workflow: ", 1)[-1] if replayed else ""
-        self.say(f"  worker 2 {obs.how_it_knew}")
-        obs.final_status = status["status"]
-        return obs
-
-    def dbos(self) -> Observed:
-        obs = Observed("dbos", self.run_id("dbos"))
-        self.say(f"DBOS: python -m dbosflow start {obs.run_id} ... with CRASH_AT={CRASH['dbos']}")
-        first = self.spawn("dbosflow-start", ["-m", "dbosflow", "start", obs.run_id, self.task, "--email", EMAIL],
-                           CRASH["dbos"])
-        expect_killed(first)
-        killed_at = time.time()
-        status = self._dbosflow("status", obs.run_id)
-        obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
-        self.say(f"  killed; DBOS's step rows say completed: {', '.join(obs.completed_before)}; "
-                 f"python -m dbosflow resume {obs.run_id}")
-        resumer = self.spawn("dbosflow-resume", ["-m", "dbosflow", "resume", obs.run_id])
-        expect_exit(resumer, 0)
-        watch(obs, first, resumer, killed_at, "launched DBOS")
-        obs.watched.ended_at = time.time()
-        obs.restarted_executed = executed(resumer.output())
-        obs.how_it_knew = next((line for line in resumer.output().splitlines() if "launched DBOS" in line), "")
-        self.say(f"  {obs.how_it_knew}")
-        obs.final_status = self._dbosflow("status", obs.run_id)["status"]
-        obs.record = self._dbosflow("steps", obs.run_id)  # DBOS's step rows, as compare --dbos reads them
-        return obs
-
-    def _dbosflow(self, command: str, run_id: str) -> dict[str, Any]:
-        """``python -m dbosflow COMMAND RUN_ID --json`` (status, steps): this module imports no DBOS."""
-        done = subprocess.run([sys.executable, "-m", "dbosflow", command, run_id, "--json"], cwd=REPO,
-                              env={**os.environ, **self.env}, capture_output=True, text=True,
-                              timeout=PROCESS_TIMEOUT)
-        if done.returncode not in (0, 1):
-            raise ScenarioError(f"dbosflow {command} exited with {done.returncode}: {done.stderr}")
-        return json.loads(done.stdout)
+            side: dict[str, Any] = await temporal_side(await driver.client(), run_id)
+            return side
+        if isinstance(driver, DbosDriver):
+            return await driver.steps(run_id)  # DBOS's step rows, as compare --dbos reads them
+        return None  # in memory: nothing was recorded
 
     # -- all of it -------------------------------------------------------------
 
     def play(self) -> list[Observed]:
+        return asyncio.run(self._play())
+
+    async def _play(self) -> list[Observed]:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG)  # in memory, free ports
+        provider: ProviderProcess | None = None
+        drivers: list[EngineDriver] = []
+        self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
         # The dev server takes a few seconds to come up: start it while the first two engines play.
-        failure: list[BaseException] = []
-
-        def start_server() -> None:
-            try:
-                server.start()
-            except BaseException as err:  # handed to the main thread below
-                failure.append(err)
-
-        starter = threading.Thread(target=start_server, daemon=True)
+        server_up = asyncio.ensure_future(asyncio.to_thread(server.start))
         try:
-            self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
-            starter.start()
             provider = start_provider(self.state / "provider.db")
             self.provider_url = provider.url
-            self.procs.append(provider.proc)
             self.env = {
                 "PROVIDER_URL": self.provider_url,
                 "MEMORY_DB": str(self.state / "memory.db"),
@@ -378,36 +210,45 @@ class Scenario:
                 "DBOSFLOW_DB": str(self.state / "dbosflow.db"),
                 "PYTHONUNBUFFERED": "1",
             }
-            results = [self.in_memory(), self.runrecord()]
-            starter.join()
-            if failure:
-                raise ScenarioError(f"the Temporal dev server did not start: {failure[0]}")
-            results.append(asyncio.run(self.temporal(server)))
+            drivers += [InMemoryDriver(self.env, timeout=PROCESS_TIMEOUT),
+                        RunRecordDriver(self.env, timeout=PROCESS_TIMEOUT)]
+            results = [await self.restart(driver) for driver in drivers]
+            try:
+                await server_up
+            except Exception as err:  # noqa: BLE001 - said once, as the scenario's own error
+                raise ScenarioError(f"the Temporal dev server did not start: {err}") from None
+            drivers.append(TemporalDriver(server, self.env, queue=f"lesson-scenario-{self.stamp}",
+                                          timeout=PROCESS_TIMEOUT))
+            results.append(await self.restart(drivers[-1]))
             if HAVE_DBOS:
-                results.append(self.dbos())
+                drivers.append(DbosDriver(self.env, timeout=PROCESS_TIMEOUT))
+                results.append(await self.restart(drivers[-1]))
             else:
                 self.say("DBOS: left out, the optional extra is not installed (pip install -e '.[dbos]')")
             for obs in results:
                 self.observe_effects(obs)
             return results
         finally:
-            starter.join()
-            for proc in reversed(self.procs):
-                if proc.alive():
-                    proc.kill()  # workers and runners: nothing to hand back
+            try:
+                await server_up  # not stopped while still starting
+            except BaseException:  # noqa: BLE001 - reported above, or the scenario is ending anyway
+                pass
+            for driver in reversed(drivers):
+                driver.close()  # workers and runners: nothing to hand back
+            if provider is not None:
+                provider.kill()
             server.stop()
 
 
 def render(results: list[Observed]) -> str:
-    head = (f"{'engine':<24} {'resumed at':<22} {'executed again':<26} "
-            f"{'email (send_confirmation)':<31} {'ticket (record_outcome)':<31} check")
-    lines = [head, "-" * len(head)]
-    for obs in results:
-        where = f"step {STEP_NAMES.index(obs.resumed_at) + 1} {obs.resumed_at}" if obs.resumed_at else "-"
-        again = ", ".join(obs.executed_again) or "none"
-        email, ticket = (describe(obs.effects[s]) for s in ("send_confirmation", "record_outcome"))
-        lines.append(f"{LABELS[obs.engine]:<24} {where:<22} {again:<26} {email:<31} {ticket:<31} "
-                     f"{'as expected' if obs.ok else 'NOT AS EXPECTED'}")
+    head, *rows = summary(results)
+    widths = (24, 22, 26, 31, 31)
+
+    def row_text(cells: list[str]) -> str:
+        return " ".join(f"{cell:<{width}}" for cell, width in zip(cells, widths, strict=False)) + " " + cells[-1]
+
+    lines = [row_text(head), "-" * len(row_text(head))]
+    lines += [row_text(row) for row in rows]
     lines.append("")
     lines.append("expected: in memory resumes at step 1 and the email is applied twice (a fresh random key per")
     lines.append("execution, so the provider cannot tell the repeat); the run record and Temporal resume at step 3,")

@@ -2,28 +2,27 @@
 ``make scenario`` runs with ``.state/scenario.html``): a lane per engine, in
 the order they ran, each on its own time axis.
 
-The durable engines' lanes come from their records (``runrecord.picture``,
+The durable engines' lanes come from their records (``lesson.lanes``,
 the same lanes ``python -m runrecord compare --html`` draws) plus what the
 scenario watched: the kill, the restart, the moment the restarted process
 said what it had read. The in-memory "before" keeps no record, so its whole
 lane is drawn from observation: the moments its two processes printed
 ``step <name> started`` and ``step <name> completed`` (as the scenario read
-them), the kill and the restart. The provider's effects under every lane,
-the "before" lane's two emails included, are the provider's record.
+them: ``steps.startedline``, ``lesson.in_memory.completed_step``), the kill
+and the restart. The provider's effects under every lane, the "before"
+lane's two emails included, are the provider's record. The summary table
+above the lanes is the one the scenario prints (``lesson.observed.summary``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from lesson.effects import describe
-from runrecord.picture import dbos_lane, effects_of, record_lane, temporal_lane, watched_parts
+from lesson.in_memory import completed_step
+from lesson.lanes import dbos_lane, effects_of, record_lane, temporal_lane, watched_parts
+from lesson.observed import Observed, summary
 from steps.plan import STEP_NAMES
+from steps.startedline import parse_started
 from timeline import OBSERVED, Lane, Span, render_page
 from timeline.model import AGAIN, EXECUTED
-
-if TYPE_CHECKING:
-    from lesson.scenario import Observed
 
 
 def in_memory_lane(obs: Observed) -> Lane:
@@ -33,16 +32,16 @@ def in_memory_lane(obs: Observed) -> Lane:
     for process in (1, 2):
         started: dict[str, float] = {}
         for at, line in ((at, line) for n, at, line in seen.lines if n == process):
-            for step in STEP_NAMES:
-                if f"step {step} started:" in line:
-                    started[step] = at
-                elif f"step {step} completed:" in line and step in started:
-                    again = process == 2 and step in obs.completed_before
-                    spans.append(Span(step, started.pop(step), at, AGAIN if again else EXECUTED, OBSERVED, OBSERVED,
-                                      label="again" if again else f"process {process}",
-                                      note=f"{step}, run by process {process}"
-                                           + (" although process 1 had completed it: nothing recorded that" if again
-                                              else "") + " (its 'started' and 'completed' lines, observed)"))
+            begun, step = parse_started(line), completed_step(line)
+            if begun is not None:
+                started[begun.step] = at
+            elif step is not None and step in started:
+                again = process == 2 and step in obs.completed_before
+                spans.append(Span(step, started.pop(step), at, AGAIN if again else EXECUTED, OBSERVED, OBSERVED,
+                                  label="again" if again else f"process {process}",
+                                  note=f"{step}, run by process {process}"
+                                       + (" although process 1 had completed it: nothing recorded that" if again
+                                          else "") + " (its 'started' and 'completed' lines, observed)"))
     lane = Lane(engine="in_memory", title="in memory (the before)", run_id=obs.run_id,
                 start=seen.began_at or 0.0, rows=list(STEP_NAMES), spans=spans,
                 caption="No record: the restarted process could not know that steps 1 and 2 had run, so it ran them "
@@ -62,27 +61,17 @@ def lane_of(obs: Observed) -> Lane:
     if obs.record is None:
         raise ValueError(f"no record of the {obs.engine} run {obs.run_id} was read: nothing to draw it from")
     lane = draw(obs.record, obs.provider, obs.watched)
-    where = f"step {STEP_NAMES.index(obs.resumed_at) + 1} {obs.resumed_at}" if obs.resumed_at else "nowhere"
-    lane.verdict = f"resumed at {where}; " + lane.verdict.split("; ", 1)[-1]
+    lane.verdict = f"resumed at {obs.resumed_where or 'nowhere'}; " + lane.verdict.split("; ", 1)[-1]
     return lane
 
 
 def scenario_page(results: list[Observed], task: str) -> str:
-    from lesson.scenario import LABELS
-
-    summary = [["engine", "resumed at", "executed again", "emails (send_confirmation)", "tickets (record_outcome)",
-                "check"]]
-    for obs in results:
-        where = f"step {STEP_NAMES.index(obs.resumed_at) + 1} {obs.resumed_at}" if obs.resumed_at else "-"
-        summary.append([LABELS[obs.engine], where, ", ".join(obs.executed_again) or "none",
-                        describe(obs.effects["send_confirmation"]), describe(obs.effects["record_outcome"]),
-                        "as expected" if obs.ok else "NOT AS EXPECTED"])
     return render_page(
         "The restart between step 2 and step 3, on every engine",
         "make scenario: each engine's run was SIGKILLed between step 2 and step 3, then started again. The engines "
         "ran one after another: each lane has its own time axis, from the moment the scenario started that "
         "engine's first process. Hover a bar for where its two ends come from. The task: " + task,
         [lane_of(obs) for obs in results],
-        summary=summary,
+        summary=summary(results),
         summary_bad=[obs.effects["send_confirmation"]["applied"] > 1 for obs in results],
     )

@@ -12,7 +12,7 @@ One loop, whatever brought us here (start, or resume after a SIGKILL):
    with no outcome (``attempt_open``) is a *crash*: it spends no error budget
    and counts toward the worker-death limit (``steps.retry``);
 3. call the step function (``steps.flow``, shared with Temporal), logging
-   ``step <name> started: run <id> attempt <n>``;
+   ``step <name> started: run <id> attempt <n>`` (``steps.startedline``);
 4. success: result + intent outcome + advance (+ next attempt and intent) in
    ONE transaction. Transient failure: record it with the step's ledger (the
    budget spent, whether the outcome is in doubt, when the next try is due),
@@ -77,6 +77,7 @@ from steps.plan import FLOW, FlowStep
 from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule, StepLedger, rule_from_env
 from steps.settle import answer_text, what_retry_does
+from steps.startedline import started_line
 
 DEFAULT_FLOW: tuple[FlowStep, ...] = FLOW
 """The flow a ``Runner`` drives unless given another: ``steps.plan``'s, the one
@@ -443,7 +444,7 @@ class Runner:
         if beat is not None and beat.lost:
             raise LeaseLost(run.run_id, self.holder)
         crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
-        self.say(f"step {step.name} started: run {run.run_id} attempt {attempt.attempt}")
+        self.say(started_line(step.name, run.run_id, attempt.attempt))
         began = time.monotonic()
         try:
             result = await self._call(step, attempt.request, ledger.rule.attempt_timeout_for(step.name))

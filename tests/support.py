@@ -21,12 +21,14 @@ from typing import Any, TypeVar
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
-from flowclient.status import failure_text, run_status
+from flowclient.runs import wait_for_status
+from flowclient.status import failure_text
 from lab.processes import REPO, Proc, wait_until
 from providerclient import EffectRecord, fetch_effects
 from runrecord import DEFAULT_FLOW, RunRecord
 from runrecord.store import NextAttempt
 from steps.keys import idempotency_key
+from steps.startedline import started_steps
 
 T = TypeVar("T")
 
@@ -74,12 +76,9 @@ def poll_until_sync(check: Callable[[], T | None], *, timeout: float, describe: 
 
 
 def wait_exit(proc: Proc, timeout: float = 30.0) -> int:
-    """The process's exit code, once it has exited; fail with its output if it runs past ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while proc.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not proc.alive(), f"{proc.name} still running after {timeout} s:\n{proc.output()}"
-    return proc.popen.returncode
+    """The process's exit code, once it has exited and its output is read (``Proc.wait``); past ``timeout``,
+    ``ProcessTimeout`` with what it printed last (the fixture that started it kills it)."""
+    return proc.wait(timeout)
 
 
 def finished(proc: Proc, timeout: float = 60.0) -> int:
@@ -88,23 +87,19 @@ def finished(proc: Proc, timeout: float = 60.0) -> int:
 
 
 async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
-    """The Temporal run's status (flowclient.status) once it is no longer running."""
-    async def closed():
-        status = await run_status(client, run_id)
-        return status if status["status"] != "running" else None
-
-    return await poll_until(closed, timeout=timeout, what=f"run {run_id} to close")
+    """The Temporal run's status (flowclient.status) once it is no longer running: what the Temporal driver
+    (``lab.engines.TemporalDriver.settle``) waits for, for tests that hold a client rather than a driver."""
+    return await wait_for_status(client, run_id, lambda s: s["status"] != "running", poll=0.1, timeout=timeout)
 
 
 # -- counting --------------------------------------------------------------------
 
 
 def executions(proc_or_text: Proc | str, step: str) -> int:
-    """How many times a process began executing ``step``: a worker, a run
-    record runner and a DBOS runner all log ``step <name> started:`` once per
-    execution. Takes the process or text already read from one."""
+    """How many times a process began executing ``step``: every engine prints its started line
+    (``steps.startedline``) once per execution. Takes the process or text already read from one."""
     text = proc_or_text if isinstance(proc_or_text, str) else proc_or_text.output()
-    return text.count(f"step {step} started:")
+    return started_steps(text).count(step)
 
 
 def effects_by_key(provider_url: str, run_id: str) -> dict[str, EffectRecord]:

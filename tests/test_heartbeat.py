@@ -28,7 +28,7 @@ async def test_a_memory_lock_held_for_3_s_costs_no_heartbeat(client, workers, pr
     SQLiteStore(str(memory)).close()  # the file exists, so the lock can be held on it
     worker = workers(extra_env={"LAB_STEP_SECONDS": "0.5"})
     await start_run(client, run_id, "Confirm the refund for order 1234", "ada@example.com", queue=task_queue)
-    await poll_until(lambda: "step record_outcome started" in worker.output(), timeout=30,
+    await poll_until(lambda: executions(worker, "record_outcome"), timeout=30,
                      what="record_outcome to start")
     holder = Proc("lock-holder", [sys.executable, "-c", HOLD, str(memory)])
     try:

@@ -10,13 +10,15 @@ from flowclient.runs import start_run
 from flowclient.status import run_status
 from providerclient import fetch_effects
 from steps.keys import idempotency_key
+from steps.startedline import started_in
 from tests.support import poll_until
 
 RUNS = 8
 
 
 def started_steps(proc) -> int:
-    return sum(1 for line in proc.output().splitlines() if "step " in line and " started: run " in line)
+    """Executions a worker began, of any step and run (its started lines, ``steps.startedline``)."""
+    return len(started_in(proc.output()))
 
 
 async def test_two_workers_share_a_queue_and_one_dying_loses_nothing(client, workers, provider, run_id, task_queue):
