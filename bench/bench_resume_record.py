@@ -13,8 +13,8 @@ provider process:
 - **temporal** and **temporal+server**: ``bench_resume.one``, unchanged: a
   worker armed with CRASH_AT dies, a replacement worker is started at once;
   done = the WorkflowExecutionCompleted event's time. ``temporal`` is the
-  tuned client settings on a stock dev server (what the README's ~1.9 s
-  refers to); ``temporal+server`` the same on the lab's dev server
+  tuned client settings on a stock dev server (the setting of docs/results.md's
+  resume figures); ``temporal+server`` the same on the lab's dev server
   (``LAB_SERVER_CONFIG``).
 
 Both clocks start when the dead process is seen gone (polled every 20 ms),

@@ -142,7 +142,7 @@ async def connect(env: Mapping[str, str] | None = None, **overrides) -> Client:
     except Exception as err:  # the SDK raises RuntimeError with a transport message
         raise ConnectionError(
             f"cannot reach Temporal at {describe_target(config)}: {err}. "
-            "Start the dev server (see README) or set TEMPORAL_ADDRESS."
+            "Start the dev server (docs/commands.md, \"The manual way\") or set TEMPORAL_ADDRESS."
         ) from err
 
 

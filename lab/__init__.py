@@ -1,2 +1,38 @@
-"""The lab's orchestration: starting the real parts (dev server, provider,
-workers) as separate processes, and the demo that kills and resumes a run."""
+"""The lab's tools on real processes: each part started as its own OS process,
+so that "killed" means SIGKILL and effects are counted by a process that
+outlived the kill (README.md for the demo, LAB.md for the guided path).
+
+- ``lab.processes``: the harness every tool, test and benchmark starts parts
+  with: ``Proc`` (an OS process, its output, its ready line awaited with a
+  deadline), the Temporal dev server (``DevServer``, with the lab's server
+  settings ``LAB_SERVER_CONFIG``), workers and the codec server, free ports.
+- ``lab.engines``: one driver per engine (in memory, run record, Temporal,
+  DBOS): start a run with a crash point, resume it, read its status and the
+  steps a process started; what the tools, the lessons and the tests use.
+- ``lab.provider_process``: the provider as a real process: started, SIGKILLed
+  (a crash, or an outage) and restarted on the same store and port.
+- ``lab.loopback``: an HTTP server on 127.0.0.1 in a thread of this process,
+  for stand-ins read in place (the grader's model, the tests' OpenAI server).
+- ``lab.demo``: the kill-and-resume demo (``make demo``): a worker SIGKILLed
+  after step 2, a new one finishing the run, each effect counted once.
+- ``lab.chaos``: many concurrent runs on Temporal while workers are SIGKILLed
+  and the provider fails and loses answers (``make chaos``); no effect
+  doubled or lost.
+- ``lab.outage``: the provider really stopped while runs on both engines reach
+  their email, for each outage length; ``retry`` for a run that ran out of
+  budget.
+- ``lab.resets``: ``temporal workflow reset`` on completed and failed runs, to
+  each of their workflow tasks, with a model that words every answer
+  differently too; each effect still once.
+- ``lab.powercut``: a FUSE file system that loses every write never synced:
+  the lab's power cut (a SIGKILL leaves the page cache intact).
+- ``lab.powercut_matrix``: power cuts on every engine, placement, cut point,
+  directory rule and sync level (``make powercut``), in one table.
+- ``lab.browser``: headless Chromium, for what needs a real browser (the
+  Temporal UI through the codec server, the scenario's page, the inbox).
+- ``lab.import_graph``: the import graph between the packages and between
+  their modules, its cycles and sizes (``tests/test_architecture.py`` holds
+  docs/architecture.md to it).
+
+Nothing here is imported by the engines: the tools drive them from outside.
+"""

@@ -62,7 +62,7 @@ MULTILINE_RULE = ("control characters (C0 and C1) other than newline and tab, DE
 SINGLE_LINE_RULE = ("the field is a single line of printable text: control characters (C0 and C1, newline and "
                     "tab included), DEL, bidirectional override/isolate characters and bytes that are not UTF-8 "
                     "are refused")
-"""The rule, as refusals quote it (the README's input limits state it in full)."""
+"""The rule, as refusals quote it (docs/commands.md, "Input limits and control characters", states it in full)."""
 
 
 def check_text(field: str, value: str, *, multiline: bool = False,

@@ -3,7 +3,8 @@
 The PyYAML checks always run: the file parses, the services and ports are the
 documented ones, every image is pinned to an explicit tag, the workers reach
 the server and the provider by service name, and every path the Dockerfile
-and the compose file refer to exists. ``docker compose config`` (the client
+and the compose file refer to exists, and the image ships the packages
+pyproject.toml finds and nothing it leaves out. ``docker compose config`` (the client
 validates against the Compose schema without a daemon) runs only where the
 compose plugin is installed.
 """
@@ -25,6 +26,10 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra: pip insta
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# What pyproject.toml leaves out of the wheel, and so mypy and the image too.
+NOT_SHIPPED = ("tests", "bench", "exercises", "docs")
 
 EXPECTED_SERVICES = {
     "postgresql", "temporal-schema", "temporal", "temporal-create-namespace",
@@ -84,7 +89,7 @@ def test_every_image_is_pinned_to_an_explicit_tag(compose):
 
 def test_postgres_flushes_every_commit_before_acknowledging_it(compose):
     """A power cut of the compose stack loses no acknowledged history: fsync and synchronous_commit
-    are on, written out in the file (README, "Kill it anywhere")."""
+    are on, written out in the file (docs/powercut.md, "What a learner's laptop promises")."""
     command = compose["services"]["postgresql"].get("command") or []
     settings = dict(arg.split("=", 1) for flag, arg in zip(command, command[1:], strict=False) if flag == "-c")
     for name in ("fsync", "synchronous_commit", "full_page_writes"):
@@ -150,22 +155,97 @@ def test_paths_in_compose_and_dockerfile_exist(compose):
         assert key in dynamic, f"{dyn_file.name} lacks {key} (lab/processes.py sets it)"
         assert str(dynamic[key][0]["value"]) == str(yaml.safe_load(value)), (key, dynamic[key])
 
-    copied: list[str] = []
-    for line in DOCKERFILE.read_text().splitlines():
-        if line.startswith("COPY "):
-            *sources, _dest = line.split()[1:]
-            copied += [s.rstrip("/") for s in sources]
-    for source in copied:
+    for source in _copied():
         assert (REPO / source).exists(), f"deploy/Dockerfile copies {source}, which does not exist"
-    # `pip install .` needs every package and module pyproject.toml lists.
-    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    needed = set(setup["packages"]) | {f"{m}.py" for m in setup["py-modules"]} | {"pyproject.toml", "README.md"}
-    assert needed <= set(copied), f"the Dockerfile does not copy {sorted(needed - set(copied))}"
     # Locked: the dependencies from requirements/deploy.lock with their hashes, then the project alone.
     text = DOCKERFILE.read_text()
     assert "pip install --require-hashes -r requirements/deploy.lock" in text
     assert "pip install --no-deps --no-build-isolation ." in text
     assert text.index("requirements/deploy.lock") < text.index("--no-deps")
+
+
+def _copied() -> list[str]:
+    copied: list[str] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, _dest = line.split()[1:]
+            copied += [s.rstrip("/") or "." for s in sources]
+    return copied
+
+
+def _shipped_packages() -> list[str]:
+    """The packages `pip install .` builds, found as setuptools finds them (the one list there is)."""
+    from setuptools import find_namespace_packages, find_packages
+
+    find = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
+    finder = find_namespace_packages if find.get("namespaces", True) else find_packages
+    found = []
+    for where in find.get("where", ["."]):
+        found += finder(str(REPO / where), include=find.get("include", ["*"]), exclude=find.get("exclude", []))
+    return found
+
+
+def _dockerignore_rules() -> list[re.Pattern[str]]:
+    """.dockerignore as Docker reads it (moby's patternmatcher): patterns relative to the context's root,
+    `**` any number of directories, `*` and `?` within one name; a directory left out takes its contents."""
+    rules = []
+    for raw in (REPO / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        assert not line.startswith("!"), f".dockerignore: {line!r}: keep it a plain deny list (no exceptions read)"
+        pattern = line.strip("/")
+        regex, i = "", 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        rules.append(re.compile(regex))
+    return rules
+
+
+def _ignored(relative: str, rules: list[re.Pattern[str]]) -> bool:
+    parts = relative.split("/")
+    return any(rule.fullmatch("/".join(parts[:n])) for n in range(1, len(parts) + 1) for rule in rules)
+
+
+def test_the_image_ships_what_pyproject_ships_and_nothing_it_leaves_out():
+    """One list of packages: pyproject's `packages.find`. The image copies the tree and .dockerignore
+    leaves out the rest; mypy checks the same tree. Nothing here may name a package."""
+    copied = _copied()
+    assert "." in copied, f"deploy/Dockerfile must copy the tree (`COPY . .`), not a list of packages: {copied}"
+    packages = _shipped_packages()
+    tops = {name.split(".")[0] for name in packages}
+    assert {"steps", "workflows", "activities", "provider", "dbosflow"} <= tops, sorted(tops)
+    assert not tops & set(NOT_SHIPPED), f"pyproject.toml ships {sorted(tops & set(NOT_SHIPPED))}"
+    rules = _dockerignore_rules()
+    modules = [f"{name}.py" for name in PYPROJECT["tool"]["setuptools"]["py-modules"]]
+    needed = [PYPROJECT["project"]["readme"], "pyproject.toml", "requirements/deploy.lock", *modules]
+    for package in packages:
+        directory = REPO / package.replace(".", "/")
+        needed += [str(path.relative_to(REPO)) for path in directory.iterdir()
+                   if path.is_file() and not path.name.endswith((".pyc", ".pyo"))]
+    left_out = [path for path in needed if _ignored(path, rules)]
+    assert not left_out, f".dockerignore leaves out what `pip install .` in the image needs: {left_out}"
+    # What does not ship stays out of the image, and out of mypy's tree.
+    must_not = [*NOT_SHIPPED, ".git", ".venv", ".state", "steps/__pycache__/flow.cpython-311.pyc",
+                ".state/provider.db", "provider.db-wal"]
+    kept = [path for path in must_not if not _ignored(path, rules)]
+    assert not kept, f"the image would hold {kept}, which does not ship: leave it out in .dockerignore"
+    mypy = PYPROJECT["tool"]["mypy"]
+    assert mypy["files"] == ["."], "mypy checks the tree; what it leaves out is in its exclude"
+    excludes = [mypy["exclude"]] if isinstance(mypy["exclude"], str) else mypy["exclude"]
+    for name in NOT_SHIPPED:
+        assert any(re.search(pattern, f"{name}/") for pattern in excludes), f"mypy does not exclude {name}/"
+    for name in tops:
+        assert not any(re.search(pattern, f"{name}/") for pattern in excludes), f"mypy excludes {name}/, which ships"
 
 
 def _compose_cli() -> list[str] | None:
@@ -185,3 +265,37 @@ def test_docker_compose_config_accepts_the_file():
     done = subprocess.run([*cli, "-f", str(COMPOSE), "config", "--quiet"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def _as_compose_fills(value: object) -> str:
+    """A value as compose fills it when the host sets nothing: ``${VAR:-default}`` is the default."""
+    found = re.fullmatch(r"\$\{\w+:-(.*)\}", str(value))
+    return found.group(1) if found else str(value)
+
+
+def test_the_stack_runs_production_options_that_its_processes_accept(compose):
+    """The options docs/operations.md recommends for production, as the stack sets them:
+    each parses with the reader the process uses (a typo would stop every worker), the
+    shutdown grace outlasts the longest attempt, and compose waits longer than the grace
+    before its SIGKILL, so a rolling restart lets attempts in flight finish."""
+    from drafting import model_from_env
+    from flowclient.runs import parking_window, workflow_task_timeout
+    from flowclient.worker_options import graceful_shutdown_timeout, worker_options
+    from steps.retry import ATTEMPT_TIMEOUT_SECONDS
+
+    svc = compose["services"]
+    worker = {k: _as_compose_fills(v) for k, v in svc["worker"]["environment"].items()}
+    starter = {k: _as_compose_fills(v) for k, v in svc["starter"]["environment"].items()}
+    options = worker_options(env=worker)
+    assert options["max_concurrent_activities"] == int(worker["LAB_MAX_CONCURRENT_ACTIVITIES"])
+    assert options["sticky_queue_schedule_to_start_timeout"].total_seconds() == float(
+        worker["LAB_STICKY_TIMEOUT_SECONDS"])
+    grace = graceful_shutdown_timeout(worker).total_seconds()
+    assert grace >= max(ATTEMPT_TIMEOUT_SECONDS.values()), grace
+    stop = re.fullmatch(r"(\d+)s", svc["worker"]["stop_grace_period"])
+    assert stop and int(stop.group(1)) >= grace + 5, (svc["worker"]["stop_grace_period"], grace)
+    # Two requests of the model (its parse attempts) fit the draft's attempt timeout.
+    llm = model_from_env({**worker, "LLM_BASE_URL": "http://model:11434/v1", "LLM_MODEL": "m"})
+    assert llm.timeout * llm.max_parse_attempts < ATTEMPT_TIMEOUT_SECONDS["draft"], llm.timeout
+    assert workflow_task_timeout(starter).total_seconds() == 10
+    assert parking_window(starter).total_seconds() >= 3 * 86400  # outlasts a weekend

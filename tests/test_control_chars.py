@@ -1,4 +1,4 @@
-"""Control characters (README, input limits): refused where they can do harm,
+"""Control characters (docs/commands.md, input limits): refused where they can do harm,
 never printed raw.
 
 One list of hostile strings goes through every path a user's text takes:

@@ -1,4 +1,4 @@
-"""The README's manual path, verbatim: its block of commands, run as a
+"""The manual path (docs/commands.md), verbatim: its block of commands, run as a
 newcomer would on a fresh clone (in a scratch copy, so nothing lands in this
 checkout's .state/): the dev server, the provider and a worker in the
 background, then the starter, whose run must complete. `make install` and
@@ -18,12 +18,13 @@ import pytest
 
 from lab.processes import REPO, port_is_free, wait_for_port
 
-FIXED_PORTS = (7233, 8233, 8780)  # the dev server, its UI, the provider: the README uses the defaults
+FIXED_PORTS = (7233, 8233, 8780)  # the dev server, its UI, the provider: the manual path uses the defaults
+PAGE = REPO / "docs" / "commands.md"
 
 
 def manual_block() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## The manual way"):]
+    page = PAGE.read_text()
+    section = page[page.index("## The manual way"):]
     block = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1)
     commands, pending = [], ""
     for line in block.splitlines():
@@ -41,7 +42,7 @@ def manual_block() -> list[str]:
 def test_the_manual_path_runs_verbatim(tmp_path):
     taken = [p for p in FIXED_PORTS if not port_is_free(p)]
     if taken:
-        pytest.fail(f"ports {taken} are taken: the README's manual path uses the defaults; stop what holds them")
+        pytest.fail(f"ports {taken} are taken: docs/commands.md's manual path uses the defaults; stop what holds them")
     commands = manual_block()
     assert commands[:3] == ["make install", "source .venv/bin/activate", "mkdir -p .state"], commands
     clone = tmp_path / "clone"

@@ -77,18 +77,18 @@ async def test_a_closed_pipe_is_quiet(client, dev_server, workers, provider, run
     assert done.stdout.strip() in ("exit=141", "exit=0"), done.stdout
 
 
-async def test_the_readmes_status_json_has_the_real_shape(client, dev_server, workers, provider, run_id, task_queue):
+async def test_the_documented_status_json_has_the_real_shape(client, dev_server, workers, provider, run_id, task_queue):
     import re
 
-    readme = (REPO / "README.md").read_text()
-    shown = json.loads(re.search(r"<!-- status-json -->\n```json\n(.*?)\n```", readme, re.S).group(1))
+    page = (REPO / "docs" / "commands.md").read_text()  # "A run's state"
+    shown = json.loads(re.search(r"<!-- status-json -->\n```json\n(.*?)\n```", page, re.S).group(1))
     workers()
     await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
     await wait_closed(client, run_id)
     done = starter(dev_server, "status", run_id, "--json")
     real = json.loads(done.stdout)
     assert list(shown) == list(real)
-    # the README shows some steps
+    # the page shows some steps
     assert all(list(a) == list(b) for a, b in zip(shown["steps"], real["steps"], strict=False))
     assert set(shown["steps"][0]["result"]) <= set(real["steps"][0]["result"])
-    assert done.stdout.startswith("{\n  \"run_id\"")  # indented, as the README says
+    assert done.stdout.startswith("{\n  \"run_id\"")  # indented, as the page says
