@@ -65,10 +65,6 @@ ResultT = TypeVar("ResultT", covariant=True)
 
 log = logging.getLogger("activities")
 
-# Error types the retry policies of runs recorded before the workflow-side
-# retries list as non-retryable (IdempotencyConflict is a PermanentError subclass,
-# raised under its own type name, so it is listed too).
-NON_RETRYABLE_TYPES = ["PermanentError", "InputError", "IdempotencyConflict"]
 
 
 def step_attempt() -> int:

@@ -23,8 +23,8 @@ they change how a string looks, not what a terminal does.
 display: ESC becomes ``\\x1b``, U+202E ``\\u202e``; newline is kept only when
 the caller renders multi-line text. Every place that prints run data (the
 starter's tables, the run record's CLI, the demo, the lesson scripts, log
-lines) goes through it, so data recorded before the rule, or read back from
-the provider or from Temporal's history, never reaches a terminal raw. A
+lines) goes through it, so data that did not pass the rule (read back from a
+record, the provider or Temporal's history) never reaches a terminal raw. A
 backslash is left as it is: the escape is for a reader, not a round trip
 (``--json`` is the exact form). Log lines go through ``PrintableFormatter``
 (installed by ``basic_config``, which every command's logging set-up uses:

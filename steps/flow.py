@@ -12,7 +12,8 @@ The model's words are checked against the text rule (``steps.controls``)
 before anything is sent: subject and summary single-line printable text, body
 multi-line. A draft that breaks it is a ``PermanentError`` naming the rule
 (the same model, asked again with the same prompt, would write it again). The
-send and record steps check once more, for drafts recorded before the rule.
+send and record steps check once more: a draft also reaches them from a
+record (a recorded result, a resumed run), not only from the model.
 """
 
 from __future__ import annotations

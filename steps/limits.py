@@ -9,8 +9,8 @@ with a message that says what is wrong and what to do about it.
 
 Control characters (``steps.controls``): ``check_text`` refuses them, naming
 the field, the character and its position; the ``check_*`` functions below
-apply it first unless ``controls=False``, which only the workflow passes, for
-runs started before the rule (they must replay as they ran).
+apply that text rule first, and the field's own shape (length, pattern)
+after; ``text_rule=False`` checks the shape alone.
 """
 
 from __future__ import annotations
@@ -95,10 +95,10 @@ def check_single_line(field: str, value: str, max_chars: int) -> str:
     return value
 
 
-def check_run_id(run_id: str, *, controls: bool = True) -> str:
+def check_run_id(run_id: str, *, text_rule: bool = True) -> str:
     if not isinstance(run_id, str) or not run_id:
         raise InputError("run id is empty: give a name such as order-1234")
-    if controls:
+    if text_rule:
         check_text("run id", run_id)
     check_single_line("run id", run_id, MAX_RUN_ID_CHARS)
     if not _RUN_ID.fullmatch(run_id):
@@ -109,10 +109,10 @@ def check_run_id(run_id: str, *, controls: bool = True) -> str:
     return run_id
 
 
-def check_conversation_id(conversation_id: str, *, controls: bool = True) -> str:
+def check_conversation_id(conversation_id: str, *, text_rule: bool = True) -> str:
     if not isinstance(conversation_id, str) or not conversation_id:
         raise InputError("conversation id is empty: give one, or leave it out to use the run id")
-    if controls:
+    if text_rule:
         check_text("conversation id", conversation_id)
     check_single_line("conversation id", conversation_id, MAX_CONVERSATION_ID_CHARS)
     if not _RUN_ID.fullmatch(conversation_id):
@@ -122,10 +122,10 @@ def check_conversation_id(conversation_id: str, *, controls: bool = True) -> str
     return conversation_id
 
 
-def check_task(task: str, *, controls: bool = True) -> str:
+def check_task(task: str, *, text_rule: bool = True) -> str:
     if not isinstance(task, str):
         raise InputError(f"task must be text, got {type(task).__name__}")
-    if controls:
+    if text_rule:
         # Before stripping: the position counts from the task as given.
         check_text("task", task, multiline=True)
     stripped = task.strip()
@@ -141,10 +141,10 @@ def check_task(task: str, *, controls: bool = True) -> str:
     return stripped
 
 
-def check_email(address: str, *, controls: bool = True) -> str:
+def check_email(address: str, *, text_rule: bool = True) -> str:
     if not isinstance(address, str) or not address:
         raise InputError("email address is empty: give one with --email, e.g. --email ada@example.com")
-    if controls:
+    if text_rule:
         check_text("email address", address)
     check_single_line("email address", address, MAX_EMAIL_CHARS)
     if not _EMAIL.fullmatch(address):

@@ -32,8 +32,8 @@ class RunInputs:
     """What a run was started with.
 
     ``start_id`` names this start of the run id (Temporal: the original
-    execution run id; run record and DBOS: a token drawn at start); empty for
-    runs recorded before it existed, whose requests then carry no metadata.
+    execution run id; run record and DBOS: a token drawn at start); empty:
+    the requests carry no start metadata.
     ``created_at`` is the memory cut-off (Unix seconds; None: no cut-off).
     """
 

@@ -144,35 +144,11 @@ class AgentFlow:
     @workflow.run
     async def run(self, inp: FlowInput) -> RunStatus:
         # First, before the input checks: the marker picks the rules a run runs
-        # under, the input rules included. Runs recorded without it (started
-        # before the control-character rule, steps.controls) must replay as
-        # they ran, so their input is checked as it was then.
-        live = workflow.patched(LIVE_PATCH)
-        try:
-            check_run_id(inp.run_id, controls=live)
-            if inp.run_id != workflow.info().workflow_id:
-                # Keys derive from the run id; it must be the workflow id, the
-                # one identity that survives resets and continue-as-new.
-                raise InputError(
-                    f"run id {inp.run_id!r} differs from the workflow id "
-                    f"{workflow.info().workflow_id!r}; start runs with starter.py"
-                )
-            task = check_task(inp.task, controls=live)
-            email = check_email(inp.email, controls=live)
-            conversation_id = check_conversation_id(inp.conversation_id or inp.run_id, controls=live)
-            if inp.timeouts not in ("tuned", "defaults"):  # a compatibility field (workflows.state)
-                raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
-            try:
-                rule = RetryRule.from_dict(inp.retry)
-            except (TypeError, ValueError) as err:
-                raise InputError(f"retry rule {inp.retry!r} is unusable: {err}") from None
-        except InputError as err:
-            self._status = "failed"
-            self._error = f"input refused: {err}"
-            raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
-
-        if not live:
-            return await run_recorded_before_live(self, inp, task, email, conversation_id)
+        # under, the input rules included. Runs recorded without it keep the path,
+        # and the input rules, they started with (workflows.before_live).
+        if not workflow.patched(LIVE_PATCH):
+            return await run_recorded_before_live(self, inp)
+        task, email, conversation_id, rule = self.checked_input(inp)
 
         info = workflow.info()
         # Both kept by a reset: the start id tells this run's earlier effects from
@@ -199,6 +175,35 @@ class AgentFlow:
         self._status = "completed"
         workflow.set_current_details("completed: every step done")
         return self._snapshot()
+
+    def checked_input(self, inp: FlowInput, *, text_rule: bool = True) -> tuple[str, str, str, RetryRule]:
+        """(task, email, conversation id, retry rule) from the run's input, cleaned, or the
+        run FAILED with the refusal (``steps.limits``: the same words as every entry
+        point). ``text_rule``: refuse control characters too; the frozen path's runs
+        were checked without (``workflows.before_live``)."""
+        try:
+            check_run_id(inp.run_id, text_rule=text_rule)
+            if inp.run_id != workflow.info().workflow_id:
+                # Keys derive from the run id; it must be the workflow id, the
+                # one identity that survives resets and continue-as-new.
+                raise InputError(
+                    f"run id {inp.run_id!r} differs from the workflow id "
+                    f"{workflow.info().workflow_id!r}; start runs with starter.py"
+                )
+            task = check_task(inp.task, text_rule=text_rule)
+            email = check_email(inp.email, text_rule=text_rule)
+            conversation_id = check_conversation_id(inp.conversation_id or inp.run_id, text_rule=text_rule)
+            if inp.timeouts not in ("tuned", "defaults"):  # a compatibility field (workflows.state)
+                raise InputError(f"timeouts must be 'tuned' or 'defaults', not {inp.timeouts!r}")
+            try:
+                rule = RetryRule.from_dict(inp.retry)
+            except (TypeError, ValueError) as err:
+                raise InputError(f"retry rule {inp.retry!r} is unusable: {err}") from None
+        except InputError as err:
+            self._status = "failed"
+            self._error = f"input refused: {err}"
+            raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
+        return task, email, conversation_id, rule
 
     def _show(self, index: int) -> None:
         """What the Temporal UI shows for this run while it is open."""

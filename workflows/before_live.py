@@ -8,6 +8,13 @@ activity). Do not edit: it must replay as it ran. Retire it with
 Functions of the ``AgentFlow`` instance (``self``), kept out of the workflow
 module: passed through the sandbox, so the frozen code is not compiled and
 executed again each time a worker builds the run afresh. It holds no state of its own.
+
+Everything the lab keeps for these runs is here, in workflows/state.py's
+compatibility field and in flowclient/status.py's reading of server-side
+retries, with one exception: the ``remember_exchange`` activity, which the
+oldest of them schedule, is registered by ``activities`` (an activity cannot
+live in workflow code). steps/ knows nothing of them. Why the path is kept
+rather than retired: docs/architecture.md, "Two generations of runs".
 """
 
 from __future__ import annotations
@@ -20,14 +27,16 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-from activities import NON_RETRYABLE_TYPES, FlowActivities
+from activities import FlowActivities
 from steps.crashpoints import crash_point
 from steps.keys import idempotency_key
 from steps.models import DraftRequest, RecordRequest, RememberRequest, SendRequest, to_jsonable
 from workflows.state import FlowInput, RunStatus
 
 
-async def run_recorded_before_live(self, inp: FlowInput, task: str, email: str, conversation_id: str) -> RunStatus:
+async def run_recorded_before_live(self, inp: FlowInput) -> RunStatus:
+    # Checked as the input was then: without the text rule, which came with the live path.
+    task, email, conversation_id, _ = self.checked_input(inp, text_rule=False)
     options = _BEFORE_LIVE_TUNED if inp.timeouts == "tuned" else _BEFORE_LIVE_DEFAULTS
     drafted = await _step_before_live(
         self,
@@ -104,6 +113,9 @@ async def _step_before_live(self, index: int, activity: Any, request: Any, optio
 
 # The previous rules, for this path only.
 MEMORY_IN_RECORD_PATCH = "memory-in-record-outcome"
+# The error types these runs' server-side retry policies do not retry (the activity
+# wrapper raises them under these type names; IdempotencyConflict is a PermanentError).
+NON_RETRYABLE_TYPES = ["PermanentError", "InputError", "IdempotencyConflict"]
 _BEFORE_LIVE_DRAFT = dict(
     start_to_close_timeout=timedelta(seconds=60),
     heartbeat_timeout=timedelta(seconds=1),
