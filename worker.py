@@ -16,8 +16,17 @@ the others. The options (``flowclient.worker_options``) are tuned for a fast
 resume after SIGKILL and for throughput: a workflow cache with a 100 ms sticky
 timeout (``--cache 0``: none), Temporal's default sandbox plus ``sqlite3``
 (non-deterministic calls in workflow code are refused), at most 8 workflow
-tasks at a time, and workflow-task failures left to park a run (a bad deploy)
-rather than fail it. docs/benchmarks.md has the measurements behind each.
+tasks and 20 attempts at a time, and workflow-task failures left to park a run
+(a bad deploy) rather than fail it. docs/benchmarks.md has the measurements
+behind each; docs/operations.md the variables that change them
+(LAB_MAX_CONCURRENT_ACTIVITIES, LAB_STICKY_TIMEOUT_SECONDS,
+LAB_GRACEFUL_SHUTDOWN_SECONDS) and the values a production worker would take.
+
+Before polling, the worker loads what its first step would otherwise load on
+the event loop that heartbeats (``wiring.preload``: the OpenAI-compatible
+model's client), so that the first draft does not stall every attempt's
+heartbeats. On SIGTERM or Ctrl-C it stops polling and lets running attempts
+finish for the shutdown grace (5 s unless LAB_GRACEFUL_SHUTDOWN_SECONDS says).
 
 Prints ``worker ready`` once polling starts; tests and the demo wait for it.
 """
@@ -30,7 +39,6 @@ import logging
 import os
 import signal
 import sys
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -40,10 +48,10 @@ from activities import FlowActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
-from flowclient.worker_options import DEFAULT_CACHE, worker_options
+from flowclient.worker_options import DEFAULT_CACHE, graceful_shutdown_timeout, worker_options
 from providerclient import provider_url_from_env
 from steps import crashpoints
-from wiring import deps_from_env
+from wiring import deps_from_env, preload
 from workflows.agent_flow import AgentFlow
 
 log = logging.getLogger("worker")
@@ -51,7 +59,11 @@ log = logging.getLogger("worker")
 
 async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
     options = worker_options(cache=cache)
+    grace = graceful_shutdown_timeout()
     deps = deps_from_env()  # configuration errors first, before any connection
+    # Now, not at the first draft: an import there holds the event loop that
+    # sends every running attempt's heartbeats (docs/benchmarks.md).
+    preload(deps)
     runtime, metrics_url = metrics_runtime()  # LAB_METRICS_ADDRESS: the SDK's Prometheus metrics
     named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
     client = await connect(runtime=runtime, **named)
@@ -61,7 +73,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
         task_queue=queue,
         workflows=[AgentFlow],
         activities=activities.all(),
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        graceful_shutdown_timeout=grace,
         **options,
     )
     stop = asyncio.Event()
@@ -80,11 +92,12 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
             f"model {deps.llm.name}, provider {provider_url_from_env()}, crash points {armed}, "
             f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}, "
-            f"identity {client.identity}",
+            f"activity slots {options['max_concurrent_activities']}, "
+            f"shutdown grace {grace.total_seconds():g} s, identity {client.identity}",
             flush=True,
         )
         await stop.wait()
-        print("worker stopping (finishing in-flight activities, up to 5 s)", flush=True)
+        print(f"worker stopping (finishing in-flight activities, up to {grace.total_seconds():g} s)", flush=True)
     await deps.provider.aclose()
 
 

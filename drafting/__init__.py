@@ -20,7 +20,11 @@ Environment variables:
     Sent as the bearer token. Optional: local servers ignore it.
 ``LLM_TIMEOUT``
     Seconds each request may take (default 30). Local models on a CPU are slow;
-    raise it rather than let every draft time out.
+    raise it rather than let every draft time out. One draft makes up to two
+    requests (an unusable answer is asked again once), and both must fit the
+    draft's attempt timeout (60 s), or the attempt's timeout, not the model's
+    answer, decides how the draft ends: keep it at most 25 s, or raise
+    ``LAB_ATTEMPT_TIMEOUT_SECONDS`` with it (docs/operations.md).
 ``LLM_JSON_MODE``
     ``1`` (default) sends ``response_format={"type": "json_object"}``; ``0``
     leaves it out, for servers that refuse that field.
@@ -97,7 +101,7 @@ def _timeout(raw: str | None) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"LLM_TIMEOUT={raw!r} is not a positive number of seconds: use e.g. LLM_TIMEOUT=120")
+        raise ValueError(f"LLM_TIMEOUT={raw!r} is not a positive number of seconds: use e.g. LLM_TIMEOUT=25")
     return value
 
 

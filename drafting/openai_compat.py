@@ -120,6 +120,20 @@ class OpenAIChatModel:
                 base_url=self.base_url, api_key=self._secret or "not-needed", max_retries=0, timeout=self.timeout)
         return self._client
 
+    def preload(self) -> None:
+        """Import the client library and build the client now, not at the first request.
+
+        For a process that drafts on an event loop that must keep answering:
+        the Temporal worker, whose heartbeats share that loop with every
+        attempt. The first request otherwise holds the loop ~0.4-0.6 s
+        (``openai``'s import, the client, its chat resource), long enough for a
+        1 s heartbeat timeout to take a live worker for dead
+        (docs/benchmarks.md, "The stall a busy worker has"). A process that may
+        never draft does not call it, and pays nothing.
+        """
+        client = self._connection()
+        _ = client.chat.completions  # a cached property: imports the resource modules the request uses
+
     def __repr__(self) -> str:
         return f"OpenAIChatModel(base_url={self._shown_url!r}, model={self.model!r})"
 

@@ -116,8 +116,9 @@ V1_HEARTBEAT_TIMEOUT = 1.0
 """Version 1's heartbeat timeout (seconds), for runs that recorded none: never edited."""
 
 RULE_VERSION = 2
-DEFAULT_HEARTBEAT_TIMEOUT = 1.0
-"""Seconds without a heartbeat before Temporal takes an attempt's worker for dead (new runs record it)."""
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0
+"""Seconds without a heartbeat before Temporal takes an attempt's worker for dead (new runs record it):
+several times the longest event-loop stall a busy worker showed (docs/operations.md, "Heartbeat timeout")."""
 ATTEMPTS_PER_STEP = 50
 INTERVALS_PER_BUDGET = 30
 

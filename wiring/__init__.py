@@ -9,7 +9,7 @@ Nothing inside the engines imports this package: it imports them (or what
 they need), never the other way round.
 """
 
-from wiring.deps import deps_from_env, pace_from_env
+from wiring.deps import deps_from_env, pace_from_env, preload
 from wiring.memory import memory_from_env
 
-__all__ = ["deps_from_env", "memory_from_env", "pace_from_env"]
+__all__ = ["deps_from_env", "memory_from_env", "pace_from_env", "preload"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from drafting import model_from_env
+from drafting import OpenAIChatModel, model_from_env
 from providerclient import ProviderClient, provider_url_from_env
 from steps.flow import StepDeps
 from steps.limits import InputError
@@ -46,3 +46,14 @@ def deps_from_env(env: Mapping[str, str] | None = None) -> StepDeps:
         remember=remember,
         pace_seconds=pace_from_env(env),
     )
+
+
+def preload(deps: StepDeps) -> None:
+    """Load now what the steps would load at their first call, for a process
+    that runs steps on an event loop that also heartbeats (``worker.py``, before
+    it polls): the OpenAI-compatible model's client (``OpenAIChatModel.preload``,
+    ~0.4-0.6 s of imports). The offline model, the provider client and memory
+    need nothing. The other processes that build ``StepDeps`` (a status command,
+    a resume past the draft) do not call it, so they never import ``openai``."""
+    if isinstance(deps.llm, OpenAIChatModel):
+        deps.llm.preload()
