@@ -57,7 +57,7 @@ from flowclient.runs import NoWorker, RestartRefused, live_status, restart_faile
 from flowclient.status import TemporalRunNotFound, run_status
 from steps.controls import printable
 from steps.limits import check_conversation_id, check_email, check_run_id, check_task
-from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, exit_code
+from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, RunEntry, exit_code
 from steps.runview import render_table, rich_table, step_ticker
 
 DEV_SERVER_UI = "http://localhost:8233"
@@ -76,7 +76,7 @@ def ui_url(run_id: str, env=None) -> str:
     return f"{base}/namespaces/{quote(namespace, safe='')}/workflows/{quote(run_id, safe='')}"
 
 
-def _print_status(status: dict, as_json: bool) -> None:
+def _print_status(status: RunEntry, as_json: bool) -> None:
     if as_json:
         print(json.dumps(status, indent=2), flush=True)
     else:
@@ -88,7 +88,7 @@ def _interactive(args) -> bool:
     return not getattr(args, "json", False) and sys.stdout.isatty()
 
 
-async def follow_live(client: Client, run_id: str) -> dict:
+async def follow_live(client: Client, run_id: str) -> RunEntry:
     """Follow the run in a live rich table until it closes."""
     from rich.console import Console
     from rich.live import Live
@@ -99,7 +99,7 @@ async def follow_live(client: Client, run_id: str) -> dict:
         return await wait_for_close(client, run_id, lambda s: live.update(rich_table(s, caption)))
 
 
-def _exit_code(status: dict) -> int:
+def _exit_code(status: RunEntry) -> int:
     return exit_code(status)
 
 

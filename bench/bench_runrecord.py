@@ -111,9 +111,9 @@ async def _noop_effect2(req, deps):
 
 
 NOOP_FLOW = (
-    FlowStep("draft", _noop_draft, DEFAULT_FLOW[0].request, effect=False),
-    FlowStep("send_confirmation", _noop_effect, DEFAULT_FLOW[1].request, effect=True),
-    FlowStep("record_outcome", _noop_effect2, DEFAULT_FLOW[2].request, effect=True),
+    FlowStep("draft", _noop_draft, DEFAULT_FLOW[0].request),
+    FlowStep("send_confirmation", _noop_effect, DEFAULT_FLOW[1].request, kind=DEFAULT_FLOW[1].kind),
+    FlowStep("record_outcome", _noop_effect2, DEFAULT_FLOW[2].request, kind=DEFAULT_FLOW[2].kind),
 )
 
 

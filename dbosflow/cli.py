@@ -1,6 +1,6 @@
 """``python -m dbosflow``: the agent flow on DBOS Transact (SQLite, no server).
 
-    python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID]
+    python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m dbosflow resume RUN_ID
     python -m dbosflow status RUN_ID [--json]
     python -m dbosflow steps RUN_ID [--json] # DBOS's own rows for the run, as it stores them
@@ -16,6 +16,13 @@ completed (attempt n)`` for every step DBOS records.
 run of this application version in the database (not only RUN_ID), then the
 command waits for RUN_ID and for those (``start`` launches DBOS too, so it
 recovers them as well). A run of another version is not recovered (exit 6).
+The flow is the lab's (``steps.plan.FLOW``), or the one ``LAB_FLOW`` names
+(``module:NAME``); the application version is derived from it
+(``dbosflow.engine.app_version``). Before launching, ``start`` and ``resume``
+check every pending run the launch would recover against this process's
+flow, and refuse (exit 6, nothing launched) rather than let DBOS dispatch a
+run into another flow's steps. ``--param NAME=VALUE`` gives the run a
+parameter a step reads (``steps.params``), recorded with its inputs.
 ``status``, ``steps`` and ``list`` only read (``DBOSClient``): nothing is
 recovered by looking. ``steps --json`` prints ``dbosflow.compare.dbos_side``:
 ``python -m runrecord compare ... --dbos RUN_ID`` runs it for its DBOS column,
@@ -27,9 +34,10 @@ Exit codes, as ``python -m runrecord`` where they mean the same:
 0   completed (start, resume, status); status of a running run; steps; list
 1   the run failed (start, resume, status): a step's error, DBOS's dead letter, a changed flow
 2   bad input, unknown run id
-3   start: RUN_ID already exists (resume it); status: parked (another application version)
+3   start: RUN_ID already exists (resume it); status: parked (another application version, or another flow)
 4   resume: the run has failed; DBOS does not run a failed workflow again on launch
-6   resume: the run belongs to another application version; this process does not recover it
+6   resume: the run belongs to another application version, or another flow; start, resume: a pending run the
+    launch would recover was started by another flow; nothing was launched
 ==  =====================================================================
 """
 
@@ -48,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.params import parse_params
+from steps.plan import missing_params
 from steps.runstate import exit_code
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_VERSION = 0, 1, 2, 3, 4, 6
@@ -57,6 +67,17 @@ def _db(args) -> Path:
     from dbosflow.engine import db_path_from
 
     return db_path_from(args.db)
+
+
+def _set_flow() -> None:
+    """This process's flow (``LAB_FLOW``, or the lab's), given to the engine before anything reads its version."""
+    from dbosflow import engine
+    from steps.plan import flow_from_env
+
+    try:
+        engine.set_flow(flow_from_env())
+    except ValueError as err:
+        raise InputError(str(err)) from err
 
 
 def _print_status(db: Path, run_id: str) -> int:
@@ -82,7 +103,7 @@ async def _launched(db: Path) -> AsyncIterator[None]:
         deps_from_env(env)  # configuration errors (provider URL, model, memory) before anything runs
     except ValueError as err:
         raise InputError(str(err)) from err
-    engine.set_environment(lambda: deps_from_env(env), db)
+    engine.set_environment(lambda: deps_from_env(env), db, flow=engine.current_flow())
     engine.configure(db)
     await asyncio.to_thread(DBOS.launch)
     try:
@@ -104,6 +125,29 @@ def _pending(db: Path, version: str) -> list[str]:
         return [wf.workflow_id for wf in c.list_workflows(status="PENDING", app_version=version)]
     finally:
         c.destroy()
+
+
+def _mismatched(db: Path, run_ids: list[str]) -> str | None:
+    """Why launching would mis-resume one of ``run_ids`` (pending runs it would recover), or None."""
+    from dbosflow.status import plan_mismatch, read
+
+    for run_id in run_ids:
+        mismatch = plan_mismatch(read(db, run_id))
+        if mismatch is not None:
+            return f"run {run_id}: {mismatch}"
+    return None
+
+
+def _refuse_mismatched(db: Path, version: str, recovered: list[str]) -> int | None:
+    """EXIT_VERSION, said why, when a run this launch would recover was started by another flow."""
+    mismatch = _mismatched(db, recovered)
+    if mismatch is None:
+        return None
+    print(f"refused: launching DBOS under application version {version!r} would recover every pending run of that "
+          f"version, and {mismatch}. DBOS would run this flow's steps against that run's record (and end it in "
+          "DBOSUnexpectedStepError), so nothing was launched. Resume it with the code that started it, or launch "
+          "under this flow's own version (unset DBOSFLOW_APP_VERSION).", file=sys.stderr, flush=True)
+    return EXIT_VERSION
 
 
 async def _finish(run_id: str) -> None:
@@ -141,10 +185,15 @@ async def _cmd_start(args) -> int:
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
     conversation = check_conversation_id(args.conversation or run_id)
+    params = parse_params(args.param)
     try:
         rule = rule_from_env()
     except ValueError as err:
         raise InputError(str(err)) from err
+    _set_flow()
+    missing = missing_params(engine.current_flow(), params)
+    if missing is not None:
+        raise InputError(f"run {run_id} was not started: {missing}")
     db = _db(args)
     try:
         read(db, run_id)
@@ -155,9 +204,12 @@ async def _cmd_start(args) -> int:
               f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
         return EXIT_EXISTS
     recovered = _pending(db, engine.app_version())
+    refused = _refuse_mismatched(db, engine.app_version(), recovered)
+    if refused is not None:
+        return refused
     async with _launched(db):
         await engine.start_run(run_id, engine.new_inputs(run_id, task, email, conversation,
-                                                         secrets.token_hex(8), rule))
+                                                         secrets.token_hex(8), rule, params=params))
         print(f"run {run_id} started in {db} (DBOS workflow id {run_id}, application version "
               f"{engine.app_version()})", flush=True)
         return await _wait(db, run_id, recovered)
@@ -165,11 +217,13 @@ async def _cmd_start(args) -> int:
 
 async def _cmd_resume(args) -> int:
     from dbosflow import engine
-    from dbosflow.status import read
+    from dbosflow.status import read, version_refusal
 
     run_id = check_run_id(args.run_id)
+    _set_flow()
     db = _db(args)
-    before = read(db, run_id)["workflow"]  # unknown id: say so before launching anything
+    raw = read(db, run_id)  # unknown id: say so before launching anything
+    before = raw["workflow"]
     version = engine.app_version()
     if before.status == "SUCCESS":
         print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
@@ -180,13 +234,13 @@ async def _cmd_resume(args) -> int:
               "launch, so nothing was done", file=sys.stderr, flush=True)
         return EXIT_TERMINAL
     if before.app_version != version:
-        print(f"refused: run {run_id} was started under application version {before.app_version!r}, and this "
-              f"code is {version!r}. DBOS recovers a pending run only in a process of its own version, so launching "
-              f"here would leave it waiting. Resume it with the code that started it "
-              f"(DBOSFLOW_APP_VERSION={before.app_version} python -m dbosflow resume {run_id}).",
-              file=sys.stderr, flush=True)
+        print(f"refused: run {run_id} was {version_refusal(raw, version, engine.current_flow())}. Launching here "
+              "would leave it waiting, so nothing was launched.", file=sys.stderr, flush=True)
         return EXIT_VERSION
     recovered = _pending(db, version)
+    refused = _refuse_mismatched(db, version, sorted(set(recovered) | {run_id}))
+    if refused is not None:
+        return refused
     async with _launched(db):
         print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
               f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
@@ -197,6 +251,7 @@ def _cmd_status(args) -> int:
     from dbosflow import status as st
 
     run_id = check_run_id(args.run_id)
+    _set_flow()
     db = _db(args)
     raw = st.read(db, run_id)
     status = st.status_of(raw)
@@ -208,6 +263,7 @@ def _cmd_steps(args) -> int:
     from dbosflow.compare import dbos_side
 
     run_id = check_run_id(args.run_id)
+    _set_flow()
     side = dbos_side(_db(args), run_id)
     if args.json:
         print(json.dumps(side, indent=2, default=str), flush=True)
@@ -252,6 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("task", metavar="TASK")
     p.add_argument("--email", required=True)
     p.add_argument("--conversation", default=None)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter a step of the flow reads (e.g. amount=1250), recorded with the run; repeatable")
     p.set_defaults(func=_cmd_start)
     p = sub.add_parser("resume", parents=[common], help="launch DBOS (recovering pending runs) and wait for RUN_ID")
     p.add_argument("run_id", metavar="RUN_ID")

@@ -15,30 +15,40 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 from dbosflow.status import DbosRunNotFound, read, status_of
 from steps.runstate import iso
 from steps.runview import short_result
+from steps.sides import DbosRow, DbosSide, DbosStep, DbosTotals
 
 TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
 
 
-def _footprint(con: sqlite3.Connection, run_id: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for table in TABLES:
-        cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
-        size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
-        count, total = con.execute(
-            f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE workflow_uuid = ?", (run_id,)
-        ).fetchone()
-        out[f"{table}_rows"], out[f"{table}_bytes"] = count, total
-    out["rows"] = sum(v for k, v in out.items() if k.endswith("_rows"))
-    out["bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
-    return out
+def _held(con: sqlite3.Connection, table: str, run_id: str) -> tuple[int, int]:
+    """The rows ``table`` holds for the run, and their bytes."""
+    cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+    size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
+    count, total = con.execute(
+        f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE workflow_uuid = ?", (run_id,)
+    ).fetchone()
+    return count, total
 
 
-def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
+def _footprint(con: sqlite3.Connection, run_id: str) -> DbosTotals:
+    held = {table: _held(con, table, run_id) for table in TABLES}
+    return {
+        "workflow_status_rows": held["workflow_status"][0], "workflow_status_bytes": held["workflow_status"][1],
+        "workflow_input_rows": held["workflow_input"][0], "workflow_input_bytes": held["workflow_input"][1],
+        "workflow_output_rows": held["workflow_output"][0], "workflow_output_bytes": held["workflow_output"][1],
+        "operation_outputs_rows": held["operation_outputs"][0],
+        "operation_outputs_bytes": held["operation_outputs"][1],
+        "rows": sum(rows for rows, _ in held.values()),
+        "bytes": sum(size for _, size in held.values()),
+        "detail": ", ".join(f"{table} {held[table][0]}" for table in TABLES),
+    }
+
+
+def dbos_side(db: Path, run_id: str) -> DbosSide:
     """The run as DBOS recorded it: its rows per step, totals, what only DBOS keeps."""
     raw = read(db, run_id)
     status = status_of(raw)
@@ -48,12 +58,13 @@ def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
         size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
         sizes = dict(con.execute(f"SELECT function_id, {size} FROM operation_outputs WHERE workflow_uuid = ?",
                                  (run_id,)).fetchall())
-        totals: dict[str, Any] = dict(_footprint(con, run_id))  # row counts, then a "detail" line
+        totals = _footprint(con, run_id)
     finally:
         con.close()
     wf = raw["workflow"]
     by_name = {r["function_name"]: r for r in raw["steps"]}
-    rows, steps = [], []
+    rows: list[DbosRow] = []
+    steps: list[DbosStep] = []
     for r in raw["steps"]:
         out = r["output"] if isinstance(r["output"], dict) else {}
         rows.append({"function_id": r["function_id"], "name": r["function_name"],
@@ -73,7 +84,6 @@ def dbos_side(db: Path, run_id: str) -> dict[str, Any]:
         steps.append({"name": s["name"], "status": s["status"], "attempts": s["attempts"],
                       "crashes": s["crashes"], "rows": 1 if r is not None else 0, "seconds": seconds,
                       "result": s["result"]})
-    totals["detail"] = ", ".join(f"{t} {totals[t + '_rows']}" for t in TABLES)
     return {
         "run_id": run_id,
         "status": status["status"],

@@ -5,11 +5,17 @@ database (no server).
 What DBOS does here, and what the lab adds:
 
 - **One workflow per run**, DBOS workflow id = RUN_ID (``SetWorkflowID``).
-  Its inputs (task, email, conversation, start id, creation time, retry rule)
-  are recorded by DBOS with the workflow, so every dispatch builds the same
-  requests: the flow is ``steps.plan``'s and its request builders
-  ``steps.requests``, which read only the inputs and the recorded results of
-  earlier steps.
+  Its inputs (task, email, conversation, start id, creation time, retry rule,
+  the run's parameters, and the flow's signature: each step's name and kind,
+  ``steps.plan.plan_signature``) are recorded by DBOS with the workflow, so
+  every dispatch builds the same requests: the flow is a parameter of the
+  process (``set_environment(flow=...)``, the lab's ``steps.plan.FLOW`` by
+  default, ``LAB_FLOW`` on the command line), each step's function and
+  request builder looked up in it, the builders (``steps.requests``) reading
+  only the inputs and the recorded results of earlier steps. A dispatch of a
+  run whose recorded signature is not the process's flow's fails before any
+  step (``StepFailed``, naming both flows); the commands refuse to launch
+  such a run first (``python -m dbosflow``: exit 6, nothing recovered).
 - **Each step is ``DBOS.run_step_async``** under the step's own name. DBOS
   writes one row per step to ``operation_outputs`` *after* the step returns
   (output or error): nothing is written when a step starts. A process that
@@ -22,11 +28,17 @@ What DBOS does here, and what the lab adds:
   exists returns the recorded output without running the step, after checking
   that the recorded name at that position is the step's name (otherwise DBOS
   raises ``DBOSUnexpectedStepError`` and the run ends in ERROR).
-- **Application version pinned** (``APP_VERSION``, ``DBOSFLOW_APP_VERSION``
-  overrides): DBOS would otherwise derive it from a hash of the workflow
-  code, so any edit would strand pending runs. Pinned, recovering runs after a
-  code change is a decision: bump the version and the old runs wait (status
-  ``parked``) until a process of their version runs.
+- **Application version derived from the flow** (``app_version``:
+  ``VERSION_LABEL`` + ``+`` + ``steps.plan.plan_digest`` of the flow, so
+  ``APP_VERSION`` for the lab's; ``DBOSFLOW_APP_VERSION`` overrides): DBOS
+  would otherwise derive it from a hash of the workflow code, so any edit
+  would strand pending runs. Derived from the flow's step names and kinds, a
+  change to the flow is a new version by itself, and the runs started by the
+  old flow wait (status ``parked``) until a process of their version runs;
+  any other edit keeps the version. Runs started before the version carried
+  the digest are ``agentlab-flow-1``'s: the lab's flow of three steps, which
+  this code resumes under that label (``DBOSFLOW_APP_VERSION=agentlab-flow-1``,
+  as the refusal says).
 - **Retries by DBOS's step options** (``step_options``): a transient error is
   retried in process ``max_attempts`` times with DBOS's backoff; a permanent
   one (``should_retry`` false) fails at once. The lab's rule is a time budget
@@ -73,25 +85,29 @@ from steps.errors import PermanentError, StepError
 from steps.flow import StepDeps
 from steps.limits import InputError
 from steps.models import to_jsonable
-from steps.plan import FLOW, FlowStep
+from steps.params import ParamValue
+from steps.plan import FLOW, FlowStep, check_flow_shape, plan_digest, plan_signature
 from steps.requests import RunInputs, remember_request
 from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
 from steps.startedline import started_line
 
 APP_NAME = "agentlab"
-APP_VERSION = "agentlab-flow-1"
-"""The pinned application version. Change it (or set ``DBOSFLOW_APP_VERSION``)
-only on purpose: DBOS recovers a pending run only in a process of the version
-that started it."""
+VERSION_LABEL = "agentlab-flow-1"
+"""The application version's label: the digest of the flow follows it (``version_of``). Change it (or set
+``DBOSFLOW_APP_VERSION``) only on purpose: DBOS recovers a pending run only in a process of the version that
+started it. Runs started before the digest was added carry the label alone."""
 WORKFLOW_NAME = "agent_flow"
 DEFAULT_DB = ".state/dbosflow.db"
 DB_ENV = "DBOSFLOW_DB"
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
-RECOVERY_BACKSTOP = len(FLOW) * MOST_WORKER_DEATHS + 1
-"""DBOS's own ``max_recovery_attempts``, fixed per process. Above the most dispatches any recorded rule
-lets a run reach (every step at its limit, then one death more): the run's rule always decides first."""
+MOST_STEPS = 20
+"""The longest flow this engine runs (``set_flow``): the backstop below stays behind every rule for it."""
+RECOVERY_BACKSTOP = MOST_STEPS * MOST_WORKER_DEATHS + 1
+"""DBOS's own ``max_recovery_attempts``, fixed per process whatever flow it runs. Above the most dispatches
+any recorded rule lets a run of any flow reach (every step at its limit, then one death more): the run's rule
+always decides first."""
 
 
 class WorkerDeaths(PermanentError):
@@ -128,9 +144,20 @@ def db_url(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def app_version(env: Mapping[str, str] | None = None) -> str:
+def version_of(flow: tuple[FlowStep, ...]) -> str:
+    """The application version of ``flow``: the label and the digest of its step names and kinds."""
+    return f"{VERSION_LABEL}+{plan_digest(flow)}"
+
+
+APP_VERSION = version_of(FLOW)
+"""The lab's flow's application version (``version_of(FLOW)``)."""
+
+
+def app_version(env: Mapping[str, str] | None = None, flow: tuple[FlowStep, ...] | None = None) -> str:
+    """This process's application version: ``DBOSFLOW_APP_VERSION`` if set, else ``version_of`` its flow
+    (``flow``, or the one ``set_flow`` gave)."""
     env = os.environ if env is None else env
-    return (env.get(VERSION_ENV) or "").strip() or APP_VERSION
+    return (env.get(VERSION_ENV) or "").strip() or version_of(flow or current_flow())
 
 
 def dbos_max_attempts(rule: RetryRule) -> int:
@@ -168,7 +195,8 @@ def step_options(step: str, rule: RetryRule) -> StepOptions:
 
 
 def configure(db: Path, *, version: str | None = None) -> DBOS:
-    """The process's DBOS instance on the SQLite file ``db`` (created on launch)."""
+    """The process's DBOS instance on the SQLite file ``db`` (created on launch), under ``version`` or this
+    process's (``app_version``: of the flow ``set_environment`` gave, so give the flow first)."""
     db.parent.mkdir(parents=True, exist_ok=True)
     config: DBOSConfig = {
         "name": APP_NAME,
@@ -187,16 +215,34 @@ _DEPS: dict[int, StepDeps] = {}  # per event loop: an httpx client belongs to th
 _MAKE_DEPS: list[Callable[[], StepDeps]] = []
 _SAY = [lambda line: print(line, flush=True)]
 _DB: list[Path] = []
+_FLOW: list[tuple[FlowStep, ...]] = [FLOW]
 
 
-def set_environment(make_deps: Callable[[], StepDeps], db: Path, say=None) -> None:
+def set_environment(make_deps: Callable[[], StepDeps], db: Path, say=None, *,
+                    flow: tuple[FlowStep, ...] = FLOW) -> None:
     """What the steps use in this process: ``make_deps()`` builds their provider,
     model and memory (the caller's choice, e.g. ``wiring.deps_from_env``), once
-    per event loop; ``db`` is DBOS's system database."""
+    per event loop; ``db`` is DBOS's system database; ``flow`` the steps the
+    workflow walks (``set_flow``)."""
     _MAKE_DEPS[:] = [make_deps]
     _DB[:] = [db]
+    set_flow(flow)
     if say is not None:
         _SAY[0] = say
+
+
+def set_flow(flow: tuple[FlowStep, ...]) -> None:
+    """The flow this process's workflow walks, and whose version it runs under (``app_version``): set it
+    before ``configure``. ``ValueError`` for a flow no engine can walk, or one longer than ``MOST_STEPS``."""
+    steps = check_flow_shape(flow)
+    if len(steps) > MOST_STEPS:
+        raise ValueError(f"the flow has {len(steps)} steps; DBOS's backstop (RECOVERY_BACKSTOP) is set for at "
+                         f"most {MOST_STEPS}: raise MOST_STEPS in dbosflow/engine.py")
+    _FLOW[0] = steps
+
+
+def current_flow() -> tuple[FlowStep, ...]:
+    return _FLOW[0]
 
 
 def _deps() -> StepDeps:
@@ -235,7 +281,17 @@ def dispatch_of(run_id: str) -> int:
 
 def _inputs(raw: Mapping[str, Any]) -> RunInputs:
     return RunInputs(raw["run_id"], raw["task"], raw["email"], raw["conversation_id"],
-                     start_id=raw.get("start_id", ""), created_at=raw.get("created_at"))
+                     start_id=raw.get("start_id", ""), created_at=raw.get("created_at"),
+                     params=raw.get("params") or {})
+
+
+def flow_changed(recorded: Any, flow: tuple[FlowStep, ...]) -> str | None:
+    """Why ``flow`` cannot run a run whose inputs recorded the signature ``recorded``, or None (also for a run
+    recorded before signatures: DBOS checks its recorded step names itself, ``dbosflow.status.plan_mismatch``)."""
+    if recorded is None or list(recorded) == list(plan_signature(flow)):
+        return None
+    return (f"the run was started by a flow with steps {list(recorded)}, and this process's flow is "
+            f"{list(plan_signature(flow))}")
 
 
 def _reason(err: BaseException) -> str:
@@ -247,14 +303,19 @@ def _reason(err: BaseException) -> str:
 
 @DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=RECOVERY_BACKSTOP)
 async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
-    """Run the three steps; returns ``{step: result}``. See the module docstring."""
+    """Run the flow's steps; returns ``{step: result}``. See the module docstring."""
     run_id = raw["run_id"]
+    flow = current_flow()
+    changed = flow_changed(raw.get("plan"), flow)
+    if changed is not None:
+        # Before any step: running another flow's steps against this run's record would mis-resume it.
+        raise StepFailed(f"run {run_id} was not resumed: {changed}. Resume it with the flow that started it")
     inputs = _inputs(raw)
     rule = RetryRule.from_dict(raw.get("retry_rule"))
     dispatch = await asyncio.to_thread(dispatch_of, run_id)
     results: dict[str, Any] = {}
     previous_dispatch = 1
-    for step in FLOW:
+    for step in flow:
         request = step.request(inputs, results)
         ran = {"attempts": 0}
         try:
@@ -326,7 +387,11 @@ async def start_run(run_id: str, raw: dict[str, Any]):
 
 
 def new_inputs(run_id: str, task: str, email: str, conversation_id: str, start_id: str, rule: RetryRule,
-               created_at: float | None = None) -> dict[str, Any]:
+               created_at: float | None = None, *, params: Mapping[str, ParamValue] | None = None,
+               flow: tuple[FlowStep, ...] | None = None) -> dict[str, Any]:
+    """A new run's inputs, as DBOS records them: ``params`` the run's parameters (``steps.params``, checked by
+    the caller), ``plan`` the signature of the flow that starts it (``flow``, or ``current_flow()``)."""
     return {"run_id": run_id, "task": task, "email": email, "conversation_id": conversation_id,
             "start_id": start_id, "created_at": time.time() if created_at is None else created_at,
-            "retry_rule": rule.to_dict()}
+            "retry_rule": rule.to_dict(), "params": dict(params or {}),
+            "plan": list(plan_signature(flow or current_flow()))}

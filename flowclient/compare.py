@@ -2,7 +2,7 @@
 compare``): what the event history records for one run, read through
 ``flowclient.status`` as ``starter.py status`` reads it.
 
-``temporal_side(client, run_id)`` returns a dict:
+``temporal_side(client, run_id)`` returns a ``steps.sides.TemporalSide``:
 
 - ``steps``: per step, the activity's events, attempts, scheduled / started /
   closed times and result (the status ``run_status`` reads);
@@ -21,7 +21,6 @@ its own (``dbosflow.compare.dbos_side``); the lesson lays them side by side.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
@@ -29,6 +28,7 @@ from temporalio.client import Client
 
 from flowclient.status import activity_traces, read_history
 from flowclient.status import run_status as temporal_status
+from steps.sides import TemporalSide, TemporalStep, WorkflowTask
 
 
 def _camel(event_type: EventType.ValueType) -> str:
@@ -59,12 +59,12 @@ def _identities(history) -> list[str]:
     return seen
 
 
-def _workers(history) -> tuple[dict[int, str], list[dict[str, Any]]]:
+def _workers(history) -> tuple[dict[int, str], list[WorkflowTask]]:
     """Who ran what, as history says: the worker that started each activity execution (by its
     scheduled event id; the last attempt's, as history keeps only that one's start), and each
     workflow task's start, close and worker."""
     activity_worker: dict[int, str] = {}
-    tasks: dict[int, dict[str, Any]] = {}
+    tasks: dict[int, WorkflowTask] = {}
     for ev in history.events:
         et = ev.event_type
         if et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -75,9 +75,10 @@ def _workers(history) -> tuple[dict[int, str], list[dict[str, Any]]]:
                                   "outcome": None, "identity": ev.workflow_task_started_event_attributes.identity}
         elif et in _TASK_CLOSED:
             attrs = getattr(ev, _TASK_CLOSED[et])
-            if attrs.started_event_id in tasks:
-                tasks[attrs.started_event_id].update(closed_at=_dt(ev.event_time.ToDatetime()),
-                                                     outcome=_camel(et).removeprefix("WorkflowTask").lower())
+            task = tasks.get(attrs.started_event_id)
+            if task is not None:
+                task["closed_at"] = _dt(ev.event_time.ToDatetime())
+                task["outcome"] = _camel(et).removeprefix("WorkflowTask").lower()
     return activity_worker, list(tasks.values())
 
 
@@ -88,7 +89,7 @@ _TASK_CLOSED = {
 }
 
 
-async def temporal_side(client: Client, run_id: str) -> dict[str, Any]:
+async def temporal_side(client: Client, run_id: str) -> TemporalSide:
     """The run as Temporal's history holds it (module docstring), for ``lesson.compare`` and the lanes."""
     _, history = await read_history(client, run_id)
     status = await temporal_status(client, run_id)
@@ -99,7 +100,7 @@ async def temporal_side(client: Client, run_id: str) -> dict[str, Any]:
     for ev in history.events:
         name = _camel(ev.event_type)
         counts[name] = counts.get(name, 0) + 1
-    steps = []
+    steps: list[TemporalStep] = []
     for s in status["steps"]:
         t = traces.get(s["name"])
         steps.append(

@@ -9,7 +9,11 @@ the demo, the lessons, the benches and the tests call them directly.
   "attach". The retry rule (``steps.retry``) goes into the run's input, so
   the numbers a run runs under are in its history. The workflow task timeout
   is 2 s (a worker that dies mid workflow task is noticed then, not after
-  Temporal's 10 s); the execution timeout is ``execution_timeout``.
+  Temporal's 10 s; ``LAB_WORKFLOW_TASK_TIMEOUT_SECONDS``); the execution
+  timeout is ``execution_timeout``: the budgets plus a 24-hour parking window
+  (``LAB_PARKING_WINDOW_SECONDS``). Both are the starter's to choose and are
+  recorded in the run; docs/operations.md gives the lab's values against a
+  production deployment's.
 - ``restart_failed_run``: a Temporal reset to the workflow task that first scheduled
   the failed step, so the completed steps are not run again and the step gets
   a fresh retry budget. The run id, and so every idempotency key, stays the
@@ -37,30 +41,51 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from flowclient.connect import task_queue
+from flowclient.settings import env_seconds
 from flowclient.status import activity_traces, read_history, run_status
 from steps.limits import InputError
 from steps.plan import STEP_NAMES
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
+from steps.runstate import RunEntry
 from workflows.agent_flow import WORKFLOW_NAME
 from workflows.state import FlowInput
 
 # A worker that dies mid workflow task is noticed after this, not the 10 s default.
+# Tuned for a worker beside its server: a replay of a long history after a cache
+# miss, or a round trip over a network, must fit in it too (docs/operations.md).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
+TASK_TIMEOUT_ENV = "LAB_WORKFLOW_TASK_TIMEOUT_SECONDS"
+MOST_TASK_TIMEOUT_SECONDS = 120.0  # the server silently caps a longer one here
 PARKING_WINDOW = timedelta(hours=24)
 """How long a run may wait beyond its retry budgets (parked by a bad deploy, or
-with no worker running) before Temporal closes it as timed out."""
+with no worker running) before Temporal closes it as timed out. The lab's: a
+production deployment gives a weekend's bad deploy time to be fixed (docs/operations.md)."""
+PARKING_WINDOW_ENV = "LAB_PARKING_WINDOW_SECONDS"
+MOST_PARKING_SECONDS = 30 * 86400.0
+
+
+def workflow_task_timeout(env: Mapping[str, str] | None = None) -> timedelta:
+    """``WORKFLOW_TASK_TIMEOUT``, or ``LAB_WORKFLOW_TASK_TIMEOUT_SECONDS`` (at most 120 s) when set."""
+    env = os.environ if env is None else env
+    return env_seconds(env, TASK_TIMEOUT_ENV, WORKFLOW_TASK_TIMEOUT, low=0, high=MOST_TASK_TIMEOUT_SECONDS)
+
+
+def parking_window(env: Mapping[str, str] | None = None) -> timedelta:
+    """``PARKING_WINDOW``, or ``LAB_PARKING_WINDOW_SECONDS`` (0 to 30 days) when set."""
+    env = os.environ if env is None else env
+    return env_seconds(env, PARKING_WINDOW_ENV, PARKING_WINDOW, low=0, high=MOST_PARKING_SECONDS, allow_zero=True)
 
 
 def execution_timeout(rule: RetryRule | None = None, env: Mapping[str, str] | None = None) -> timedelta:
     """The run's execution timeout: ``RUN_TIMEOUT_SECONDS``, or by default every
-    step's retry budget plus the parking window. Never below the budgets: a
-    timeout that could cut a retrying step short is refused."""
+    step's retry budget plus the parking window (``parking_window``). Never
+    below the budgets: a timeout that could cut a retrying step short is refused."""
     env = os.environ if env is None else env
     rule = rule or rule_from_env(env)
     floor = run_timeout_floor(rule, len(STEP_NAMES))
     raw = (env.get("RUN_TIMEOUT_SECONDS") or "").strip()
     if not raw:
-        return timedelta(seconds=floor) + PARKING_WINDOW
+        return timedelta(seconds=floor) + parking_window(env)
     try:
         seconds = float(raw)
         if not seconds > 0:
@@ -79,15 +104,17 @@ def execution_timeout(rule: RetryRule | None = None, env: Mapping[str, str] | No
 async def start_run(
     client: Client, run_id: str, task: str, email: str, conversation_id: str | None = None,
     queue: str | None = None, rule: RetryRule | None = None, *,
-    task_timeout: timedelta = WORKFLOW_TASK_TIMEOUT,
-) -> tuple[bool, dict | None]:
+    task_timeout: timedelta | None = None,
+) -> tuple[bool, RunEntry | None]:
     """Start the run, or attach to the existing one. Returns (created, existing status).
 
     See the module docstring for the id policies and the timeouts; the retry
-    rule comes from the environment unless given. ``task_timeout`` is there
-    for a benchmark that compares with Temporal's default (10 s).
+    rule and the workflow task timeout come from the environment unless given
+    (``task_timeout`` is there for a benchmark that compares with Temporal's
+    default, 10 s).
     """
     rule = rule or rule_from_env()
+    task_timeout = task_timeout or workflow_task_timeout()
     try:
         await client.start_workflow(
             WORKFLOW_NAME,
@@ -106,9 +133,9 @@ async def start_run(
     return True, None
 
 
-async def wait_for_status(client: Client, run_id: str, until: Callable[[dict], bool],
-                          on_change: Callable[[dict], Any] | None = None, poll: float = 0.25,
-                          timeout: float | None = None) -> dict:
+async def wait_for_status(client: Client, run_id: str, until: Callable[[RunEntry], bool],
+                          on_change: Callable[[RunEntry], Any] | None = None, poll: float = 0.25,
+                          timeout: float | None = None) -> RunEntry:
     """Poll the run's status until ``until(status)``; ``on_change`` sees each new status."""
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
@@ -124,8 +151,8 @@ async def wait_for_status(client: Client, run_id: str, until: Callable[[dict], b
         await asyncio.sleep(poll)
 
 
-async def wait_for_close(client: Client, run_id: str, on_change: Callable[[dict], Any] | None = None,
-                         poll: float = 0.25) -> dict:
+async def wait_for_close(client: Client, run_id: str, on_change: Callable[[RunEntry], Any] | None = None,
+                         poll: float = 0.25) -> RunEntry:
     """Until the run completes, fails or is parked (which needs an operator)."""
     return await wait_for_status(client, run_id, lambda s: s["status"] != "running", on_change, poll)
 
@@ -137,7 +164,7 @@ class NoWorker(RuntimeError):
 LIVE_TIMEOUT = timedelta(seconds=5)
 
 
-async def live_status(client: Client, run_id: str) -> dict:
+async def live_status(client: Client, run_id: str) -> RunEntry:
     try:
         return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=LIVE_TIMEOUT)
     except RPCError as err:

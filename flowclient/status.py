@@ -52,7 +52,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from steps.errors import WORKER_SHUTDOWN_TYPE
 from steps.plan import EFFECT_STEPS, STEP_NAMES
-from steps.runstate import describe_step, iso, run_entry, step_entry
+from steps.retry import RetryRule
+from steps.runstate import DONE_STEP_STATES, RunEntry, StepEntry, describe_step, iso, run_entry, step_entry
 
 IN_DOUBT_NOTE = ("an attempt's outcome is unknown: the effect may have been applied; "
                  "`python starter.py settle RUN_ID` asks the provider")
@@ -80,7 +81,8 @@ class ActivityTrace:
     attempts: int = 0
     output: Any = None
     failure: str | None = None
-    crashed: bool = False  # heartbeat timeout or worker shutdown
+    crashed: bool = False  # heartbeat timeout, or a worker shutdown under a version 1 rule (steps.retry)
+    shutdown: bool = False  # a worker's graceful shutdown cut it short
     in_doubt: bool = False  # the failure said the effect may have been applied, or it was cancelled mid-run
     cancel_requested: bool = False  # the workflow asked for it to be cancelled (it may still run)
     workflow_task_completed_event_id: int = 0  # the task that scheduled it (a reset point)
@@ -134,8 +136,23 @@ async def read_history(client: Client, run_id: str):
     return description, history
 
 
+async def _rule_version(converter: DataConverter, history) -> int:
+    """The version of the retry rule the run recorded in its input (``steps.retry``): it
+    decides, as it does for the workflow, whether a worker shutdown counts as a death."""
+    for ev in history.events[:1]:
+        if ev.HasField("workflow_execution_started_event_attributes"):
+            payload = await _decode(converter, ev.workflow_execution_started_event_attributes.input)
+            retry = payload.get("retry") if isinstance(payload, dict) else None
+            try:
+                return RetryRule.from_dict(retry if isinstance(retry, dict) else None).version
+            except (TypeError, ValueError):
+                return 1  # refused at start: no attempt to count
+    return 1
+
+
 async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
     converter = run_converter(client, getattr(history, "workflow_id", None))
+    shutdown_is_death = await _rule_version(converter, history) < 2
     traces: dict[int, ActivityTrace] = {}
     for ev in history.events:
         et = ev.event_type
@@ -164,7 +181,10 @@ async def activity_traces(client: Client, history) -> dict[int, ActivityTrace]:
             details = getattr(error, "details", None) or ()
             detail = details[0] if details and isinstance(details[0], dict) else {}
             t.in_doubt = bool(detail.get("in_doubt"))
-            t.crashed = getattr(error, "type", None) == WORKER_SHUTDOWN_TYPE
+            t.shutdown = getattr(error, "type", None) == WORKER_SHUTDOWN_TYPE
+            t.crashed = t.shutdown and shutdown_is_death
+            # Cut short mid-attempt: an effect's request may have gone (only effects are judged so).
+            t.in_doubt = t.in_doubt or t.shutdown
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             a = ev.activity_task_timed_out_event_attributes
             t = _closed(traces[a.scheduled_event_id], ev, "timed_out", "ActivityTaskTimedOut")
@@ -288,7 +308,7 @@ async def _close_error(client: Client, history, current: str | None, timeout) ->
     return None
 
 
-def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bool) -> dict[str, Any]:
+def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bool) -> StepEntry:
     """The step's entry from its attempts; ``closed``: the run closed without completing."""
     if not runs:
         return step_entry(name)
@@ -300,19 +320,18 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
     # Only an effect can have been applied; an attempt open when the run closed may have sent its request.
     in_doubt = name in EFFECT_STEPS and (any(t.in_doubt or t.crashed for t in errors)
                                          or (closed and any(t.outcome == "running" for t in runs)))
-    common: dict[str, Any] = {"crashes": crashes, "last_error": last_error}
     if last.outcome == "completed":
         out = last.output or {}
         result = out.get("result")
         adopted = result.get("adopted") if isinstance(result, dict) else None
         attempts = out.get("attempt", attempts + max(last.attempts, 1))
-        return step_entry(name, "adopted" if adopted else "completed", attempts, result, **common,
-                          note=adopted.get("reason") if adopted else None)
+        return step_entry(name, "adopted" if adopted else "completed", attempts, result, crashes=crashes,
+                          last_error=last_error, note=adopted.get("reason") if adopted else None)
     if last.outcome == "running":
         p = pending.get(name)
         attempts += p.attempt if p is not None else 1
         if closed:
-            return _ended(name, attempts, in_doubt, common)
+            return _ended(name, attempts, in_doubt, crashes, last_error)
         if p is not None and p.attempt > 1 and p.HasField("last_failure") and \
                 p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
             # A run recorded before the workflow-side retries: the server backs off.
@@ -321,7 +340,7 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
                               next_try_at=iso(_utc(p.scheduled_time.ToDatetime())))
         if p is not None and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
             since = iso(_utc(p.scheduled_time.ToDatetime())) if p.HasField("scheduled_time") else None
-            return step_entry(name, "waiting", attempts, **common,
+            return step_entry(name, "waiting", attempts, crashes=crashes, last_error=last_error,
                               note=f"no worker has taken attempt {attempts} since {since}")
         beat = None
         if p is not None and p.HasField("last_heartbeat_time"):
@@ -331,27 +350,30 @@ def _step_from(name: str, runs: list[ActivityTrace], pending, timers, closed: bo
         notes = ["cancel requested"] if last.cancel_requested else []
         if beat is not None:
             notes.append(f"last heartbeat {max(0.0, time.time() - beat):.1f} s ago")
-        return step_entry(name, "running", attempts, **common, note="; ".join(notes) or None)
+        return step_entry(name, "running", attempts, crashes=crashes, last_error=last_error,
+                          note="; ".join(notes) or None)
     attempts += max(last.attempts, 1)
     if closed:
-        return _ended(name, attempts, in_doubt, common)
+        return _ended(name, attempts, in_doubt, crashes, last_error)
     due = [d for event_id, d, done in timers if event_id > last.scheduled_event_id and not done]
     if due:
-        return step_entry(name, "retrying", attempts, **common, next_try_at=iso(_utc(due[-1])))
-    if last.crashed:
+        return step_entry(name, "retrying", attempts, crashes=crashes, last_error=last_error,
+                          next_try_at=iso(_utc(due[-1])))
+    if last.crashed or last.shutdown:
         # The workflow schedules the next attempt at once, in a workflow task a worker must run.
-        return step_entry(name, "waiting", attempts, **common,
-                          note=f"the worker running attempt {attempts} died; the next attempt waits for a worker")
-    return step_entry(name, "retrying", attempts, **common)
+        what = "died" if last.crashed else "shut down"
+        return step_entry(name, "waiting", attempts, crashes=crashes, last_error=last_error,
+                          note=f"the worker running attempt {attempts} {what}; the next attempt waits for a worker")
+    return step_entry(name, "retrying", attempts, crashes=crashes, last_error=last_error)
 
 
-def _ended(name: str, attempts: int, in_doubt: bool, common: dict[str, Any]) -> dict[str, Any]:
+def _ended(name: str, attempts: int, in_doubt: bool, crashes: int, last_error: str | None) -> StepEntry:
     """The entry of the step a run closed at without completing it: failed, or in doubt."""
-    return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, **common,
+    return step_entry(name, "in_doubt" if in_doubt else "failed", attempts, crashes=crashes, last_error=last_error,
                       note=IN_DOUBT_NOTE if in_doubt else None)
 
 
-async def run_status(client: Client, run_id: str) -> dict:
+async def run_status(client: Client, run_id: str) -> RunEntry:
     """The status JSON shape (``steps.runstate``), from history and describe."""
     description, history = await read_history(client, run_id)
     traces = await activity_traces(client, history)
@@ -367,7 +389,7 @@ async def run_status(client: Client, run_id: str) -> dict:
              for name in STEP_NAMES]
     if wf_status == WorkflowExecutionStatus.COMPLETED:
         return run_entry(run_id, "completed", steps)
-    current = next((s["name"] for s in steps if s["status"] not in ("completed", "adopted")), None)
+    current = next((s["name"] for s in steps if s["status"] not in DONE_STEP_STATES), None)
     if closed:
         timeout = description.raw_description.execution_config.workflow_execution_timeout
         error = await _close_error(client, history, current,

@@ -22,9 +22,11 @@ by itself and kills every process it started):
 4. the checks, from Temporal's history and the provider's own store: every
    run completed (a worker's death is not the step's fault, and a provider
    fault is ridden out: none may fail); no duplicate effect (per run at most
-   one email and one ticket, each under the run's own key); no lost effect
-   (every completed run has its email and its ticket applied, with the ids its
-   history recorded, adopted ones included).
+   one effect of each effect step, the email and the ticket, each under the
+   run's own key: ``steps.plan.KIND_OF_STEP``); no lost effect (every
+   completed run has each effect applied, with the ids its history recorded,
+   adopted ones included, and every id an applied request cites, the ticket's
+   email, is one the run recorded).
 
 ``--vary`` gives the workers a model that words every answer differently
 (``LLM_OFFLINE_VARY=1``): a draft run again after a kill differs from the
@@ -48,6 +50,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from temporalio.client import Client
 
@@ -58,7 +61,9 @@ from lab.provider_process import start_provider
 from providerclient import ProviderClient, fetch_effects
 from steps.controls import printable
 from steps.keys import idempotency_key
-from steps.plan import EFFECT_STEPS, STEP_NAMES
+from steps.plan import KIND_OF_STEP, STEP_NAMES
+from steps.runstate import RunEntry, result_fields
+from steps.settle import made_ids
 
 TASKS = [
     "Confirm the refund for order {n}",
@@ -87,7 +92,7 @@ class ChaosReport:
     task_queue: str = ""
     duration: float = 0.0
     kill_phase: float = 0.0
-    runs: dict[str, dict] = field(default_factory=dict)  # run id -> final status
+    runs: dict[str, RunEntry] = field(default_factory=dict)  # run id -> final status
     waves: int = 0
     kills: int = 0
     kills_with_two_workers: int = 0
@@ -100,8 +105,7 @@ class ChaosReport:
     adopted: int = 0
     requests: int = 0
     effects_applied: int = 0
-    emails: int = 0
-    tickets: int = 0
+    applied: Counter = field(default_factory=Counter)  # kind of effect -> how many the provider applied
     failures: list[str] = field(default_factory=list)  # check failures, human readable
 
     @property
@@ -132,8 +136,8 @@ class ChaosReport:
             f"  retries      {sum(self.retries.values())} attempts beyond the first ("
             + ", ".join(f"{s} {self.retries[s]}" for s in STEP_NAMES) + f"), {sum(self.crashes.values())} of them "
             f"after a worker died; {self.adopted} step(s) adopted an effect their run had applied",
-            f"  provider     {self.requests} effect requests, {self.effects_applied} effects applied "
-            f"({self.emails} emails, {self.tickets} tickets)",
+            f"  provider     {self.requests} effect requests, {self.effects_applied} effects applied ("
+            + ", ".join(f"{n} {kind}s" for kind, n in self.applied.items()) + ")",
         ]
         checks = ["every run completed", "no duplicate effect", "no lost effect"]
         failed_checks = {f.split(":", 1)[0] for f in self.failures}
@@ -361,10 +365,10 @@ def _check(report: ChaosReport, url: str) -> None:
     key, or lose one: that is what is counted here.)"""
     fail = report.failures.append
     for rid, s in report.runs.items():
-        for step in s["steps"]:
-            report.retries[step["name"]] += max(0, step["attempts"] - 1)
-            report.crashes[step["name"]] += step.get("crashes") or 0
-            report.adopted += step["status"] == "adopted"
+        for entry in s["steps"]:
+            report.retries[entry["name"]] += max(0, entry["attempts"] - 1)
+            report.crashes[entry["name"]] += entry.get("crashes") or 0
+            report.adopted += entry["status"] == "adopted"
         if s["status"] != "completed":
             fail(f"every run completed: {rid} is {s['status']}: {s.get('error') or s.get('detail')}")
 
@@ -373,43 +377,44 @@ def _check(report: ChaosReport, url: str) -> None:
     report.effects_applied = sum(e.effects_applied for e in effects)
     by_key = {e.key: e for e in effects}
 
+    for step, kind in KIND_OF_STEP.items():
+        report.applied[kind] += sum(e.effects_applied for e in effects if e.kind == kind)
+        mine = [e for e in effects if e.kind == kind and e.effects_applied]
+        for run, n in Counter(effect.run_id for effect in mine).items():
+            if n > 1:
+                fail(f"no duplicate effect: run {run} has {n} {kind}s")
+        for effect in mine:
+            if effect.run_id is None or effect.key != idempotency_key(effect.run_id, step):
+                fail(f"no duplicate effect: a {kind} of run {effect.run_id} went out under key {effect.key}")
+            if effect.run_id not in report.runs:
+                fail(f"no duplicate effect: a {kind} for unknown run {effect.run_id}")
+
     import httpx
 
     with httpx.Client(base_url=url, timeout=10) as http:
-        emails = http.get("/v1/emails").json()["emails"]
-        tickets = http.get("/v1/tickets").json()["tickets"]
-    report.emails, report.tickets = len(emails), len(tickets)
-    for kind, rows, step in (("email", emails, "send_confirmation"), ("ticket", tickets, "record_outcome")):
-        per_run = Counter(r["run_id"] for r in rows)
-        for rid, n in per_run.items():
-            if n > 1:
-                fail(f"no duplicate effect: run {rid} has {n} {kind}s")
-        for r in rows:
-            if r["idempotency_key"] != idempotency_key(r["run_id"], step):
-                fail(f"no duplicate effect: a {kind} of run {r['run_id']} went out under key {r['idempotency_key']}")
-            if r["run_id"] not in report.runs:
-                fail(f"no duplicate effect: a {kind} for unknown run {r['run_id']}")
-
-    emails_by_run = {e["run_id"]: e for e in emails}
-    tickets_by_run = {t["run_id"]: t for t in tickets}
-    for rid, s in report.runs.items():
-        if s["status"] != "completed":
-            continue
-        for step in EFFECT_STEPS:
-            e = by_key.get(idempotency_key(rid, step))
-            if e is None or e.effects_applied != 1:
-                fail(f"no lost effect: completed run {rid} has {step} applied "
-                     f"{0 if e is None else e.effects_applied} times")
-        sent, recorded = s["steps"][1]["result"] or {}, s["steps"][2]["result"] or {}
-        if emails_by_run.get(rid, {}).get("message_id") != sent.get("message_id"):
-            fail(f"no lost effect: run {rid} recorded email {sent.get('message_id')}, the provider holds "
-                 f"{emails_by_run.get(rid, {}).get('message_id')}")
-        if tickets_by_run.get(rid, {}).get("ticket_id") != recorded.get("ticket_id"):
-            fail(f"no lost effect: run {rid} recorded ticket {recorded.get('ticket_id')}, the provider holds "
-                 f"{tickets_by_run.get(rid, {}).get('ticket_id')}")
-        if tickets_by_run.get(rid, {}).get("email_message_id") != sent.get("message_id"):
-            fail(f"no lost effect: run {rid}'s ticket cites email "
-                 f"{tickets_by_run.get(rid, {}).get('email_message_id')}, the run sent {sent.get('message_id')}")
+        for rid, s in report.runs.items():
+            if s["status"] != "completed":
+                continue
+            results = {entry["name"]: result_fields(entry) for entry in s["steps"]}
+            recorded_ids = {v for fields in results.values() for k, v in fields.items()
+                            if k.endswith("_id") and isinstance(v, str)}
+            for step, kind in KIND_OF_STEP.items():
+                key = idempotency_key(rid, step)
+                found = by_key.get(key)
+                if found is None or found.effects_applied != 1:
+                    fail(f"no lost effect: completed run {rid} has {step} applied "
+                         f"{0 if found is None else found.effects_applied} times")
+                    continue
+                held = http.get(f"/v1/requests/{quote(key, safe='')}").json()
+                made = made_ids(held.get("response") or {}, held.get("request") or {})
+                for name, value in made.items():
+                    if results.get(step, {}).get(name) != value:
+                        fail(f"no lost effect: run {rid} recorded {kind} {name} {results.get(step, {}).get(name)}, "
+                             f"the provider holds {value}")
+                for name, value in (held.get("request") or {}).items():
+                    if name.endswith("_id") and name != "run_id" and value not in recorded_ids:
+                        fail(f"no lost effect: run {rid}'s {kind} cites {name} {value}, which the run never "
+                             "recorded")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,7 +44,11 @@ from lab.processes import (
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import fetch_effects
 from steps.controls import printable
+from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runview import render_table, step_ticker
+
+LAST = STEP_NAMES[-1]  # the step the demo kills worker 1 in: the plan's last, whose effect comes last
+_COUNTS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 console = Console(highlight=False)
 if not console.is_terminal:  # piped or logged: don't wrap at 80 columns
@@ -76,16 +80,17 @@ async def _story(temporal: TemporalDriver, pace: str, run_id: str) -> int:
     tick = step_ticker(indent="    ")  # shared by both workers' halves: a step is printed when it changes
     # Until the status shows step 3 running (step 2 completed before it), so the
     # ticker prints that line every time, however quickly step 3 is scheduled.
-    await temporal.wait_for(run_id, lambda s: s["steps"][2]["status"] == "running", tick, timeout=120)
+    await temporal.wait_for(run_id, lambda s: s["steps"][-1]["status"] == "running", tick, timeout=120)
     # Kill inside step 3, before its effect (the step's pace comes first), so
     # the story is the same every time; at --pace 0 the step may beat the kill.
-    await wait_until(lambda: "record_outcome" in started_steps(first), 60, "worker 1 to start step 3",
+    await wait_until(lambda: LAST in started_steps(first), 60, f"worker 1 to start step {len(STEP_NAMES)}",
                      interval=0.02)
 
-    say(f"step 2 is recorded and step 3 has begun: SIGKILL worker 1 (pid {first.pid}), no cleanup, no goodbye")
+    say(f"step {len(STEP_NAMES) - 1} is recorded and step {len(STEP_NAMES)} has begun: SIGKILL worker 1 "
+        f"(pid {first.pid}), no cleanup, no goodbye")
     first.kill()
     # Temporal notices by the missing heartbeats (about a second): then the step is waiting for a worker.
-    waiting = await temporal.wait_for(run_id, lambda s: s["steps"][2]["status"] in ("waiting", "completed"),
+    waiting = await temporal.wait_for(run_id, lambda s: s["steps"][-1]["status"] in ("waiting", "completed"),
                                       timeout=60)
     tick(waiting)
     say("with no worker alive, Temporal's record of the run says:")
@@ -112,15 +117,17 @@ async def _story(temporal: TemporalDriver, pace: str, run_id: str) -> int:
 
     ran_1, ran_2 = started_steps(first), started_steps(second)
     console.print(f"    worker 1 started: {', '.join(ran_1) or 'nothing'}"
-                  + (" (killed inside the last one, before its effect)" if "record_outcome" in ran_1 else ""))
+                  + (" (killed inside the last one, before its effect)" if LAST in ran_1 else ""))
     console.print(f"    worker 2 started: {', '.join(ran_2) or 'nothing'}")
     console.print(f"    worker 2 ready -> run completed: {elapsed:.1f} s (includes {pace} s of demo pacing)")
 
     checks = [
         ("run completed", final["status"] == "completed"),
-        ("run was waiting at step 3 after the kill", waiting["current_step"] == "record_outcome"),
-        ("worker 2 did not run step 1 or step 2 again", not {"draft", "send_confirmation"} & set(ran_2)),
-        ("two effects, each applied exactly once", len(effects) == 2 and all(e.effects_applied == 1 for e in effects)),
+        (f"run was waiting at step {len(STEP_NAMES)} after the kill", waiting["current_step"] == LAST),
+        (f"worker 2 did not run {' or '.join(f'step {n}' for n in range(1, len(STEP_NAMES)))} again",
+         not set(STEP_NAMES[:-1]) & set(ran_2)),
+        (f"{_COUNTS.get(len(EFFECT_STEPS), str(len(EFFECT_STEPS)))} effects, each applied exactly once",
+         len(effects) == len(EFFECT_STEPS) and all(e.effects_applied == 1 for e in effects)),
     ]
     for label, ok in checks:
         console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {label}")

@@ -63,11 +63,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from lab.processes import REPO, DevServer, Proc
 from steps import startedline
+from steps.runstate import RunEntry
+from steps.sides import DbosSide
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-Status = dict[str, Any]
+Status = RunEntry
 """A run's status in the shape every engine prints (``steps.runstate``)."""
 
 ENGINES = ("in_memory", "runrecord", "temporal", "dbos")
@@ -235,10 +237,12 @@ class _CliDriver(EngineDriver):
         return await self.settle(run_id, proc, timeout)
 
     async def status(self, run_id: str) -> Status | None:
-        return await self.cli_json("status", run_id)
+        found: Status | None = await self.cli_json("status", run_id)
+        return found
 
-    async def cli_json(self, command: str, run_id: str) -> Status | None:
-        """``python -m MODULE COMMAND RUN_ID --json``: what it printed, or None if it knows no such run.
+    async def cli_json(self, command: str, run_id: str) -> Any:
+        """``python -m MODULE COMMAND RUN_ID --json``: what it printed (the caller names its shape), or None if it
+        knows no such run.
         Its exit code says the run's state (0 completed or running, 1 failed, 3 parked); 2 with "no run"
         is an unknown run; anything else is an error."""
         argv = [sys.executable, "-m", self.module, command, run_id, "--json"]
@@ -249,8 +253,7 @@ class _CliDriver(EngineDriver):
         if done.returncode not in (0, 1, 3) or "{" not in done.stdout:
             raise EngineError(f"`python -m {self.module} {command} {run_id} --json` exited {done.returncode}: "
                               f"{(done.stderr or done.stdout)[-2000:]}")
-        found: Status = json.loads(done.stdout[done.stdout.index("{"):])  # after any line a library logged
-        return found
+        return json.loads(done.stdout[done.stdout.index("{"):])  # after any line a library logged
 
 
 class RunRecordDriver(_CliDriver):
@@ -290,9 +293,10 @@ class DbosDriver(_CliDriver):
     module = "dbosflow"
     knew = "launched DBOS"
 
-    async def steps(self, run_id: str) -> Status | None:
+    async def steps(self, run_id: str) -> DbosSide | None:
         """DBOS's own rows for the run (``python -m dbosflow steps --json``): this process imports no DBOS."""
-        return await self.cli_json("steps", run_id)
+        side: DbosSide | None = await self.cli_json("steps", run_id)
+        return side
 
 
 class TemporalDriver(EngineDriver):

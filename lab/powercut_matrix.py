@@ -69,6 +69,7 @@ from providerclient import fetch_effects
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from steps.plan import EFFECT_STEPS, STEP_NAMES
+from steps.runstate import DONE_STEP_STATES
 
 ENGINES = ("runrecord", "temporal", "dbos")
 PLACEMENTS = ("worker", "laptop")
@@ -284,8 +285,8 @@ class _Case:
         if f"CRASH_AT={point}" not in text:
             raise RuntimeError(f"the {first.name} process did not reach {point}:\n{text[-2000:]}")
         if isinstance(driver, TemporalDriver):  # acknowledged: what the history holds, as `starter.py status` says
-            status = await driver.status(self.run_id) or {"steps": []}
-            steps = [s["name"] for s in status["steps"] if s["status"] in ("completed", "adopted")]
+            status = await driver.status(self.run_id)
+            steps = [s["name"] for s in status["steps"] if s["status"] in DONE_STEP_STATES] if status else []
         else:  # what the process told its user; reading its files now would sync them before the cut
             steps = _completed_steps(text)
         return _Acknowledged(steps=steps, memory=point == "memory:after_append")

@@ -14,7 +14,7 @@ record_side``, Temporal ``flowclient.compare.temporal_side``, DBOS
 ``dbosflow.compare.dbos_side`` (asked of ``python -m dbosflow steps --json``
 in a process of its own: the DBOS engine is an optional extra). This module,
 in the layer that puts engines side by side, lays them out and asks the
-provider. ``compare(...)`` returns a dict (``--json`` prints it); ``render``
+provider. ``compare(...)`` returns a ``Comparison`` (``--json`` prints it); ``render``
 makes the table, ``compare_page`` the picture (``--html``, a lane per engine
 from ``lesson.lanes``). Figures:
 
@@ -54,9 +54,11 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
+
+from temporalio.client import Client
 
 from flowclient.compare import temporal_side
 from flowclient.connect import connect
@@ -71,27 +73,60 @@ from steps.controls import basic_config, printable
 from steps.keys import idempotency_key
 from steps.limits import InputError, check_run_id
 from steps.plan import EFFECT_STEPS
+from steps.runstate import JsonValue
+from steps.sides import DbosSide, EffectEntry, RecordSide, Side, SideStep, TemporalSide
 from timeline import render_page
 
 EXIT_OK, EXIT_INPUT = 0, 2
 DBOS_SIDE_TIMEOUT = 120.0  # seconds for `python -m dbosflow steps --json` (it only reads DBOS's tables)
 
 
-def _checks(side: dict[str, Any], effects: dict[str, dict[str, Any]], engine: str) -> list[dict[str, Any]]:
-    checks = []
-    for step in side["steps"]:
+class Check(TypedDict):
+    """One check of an engine's record against the provider's count."""
+
+    engine: str
+    step: str
+    what: str
+    engine_value: int
+    provider_value: int
+    ok: bool
+
+
+class ProviderCounts(TypedDict):
+    """The provider's count per key (``lesson.effects.provider_side``) for each engine's run."""
+
+    url: str
+    record: dict[str, EffectEntry]
+    temporal: dict[str, EffectEntry]
+    dbos: NotRequired[dict[str, EffectEntry]]
+
+
+class Comparison(TypedDict):
+    """What ``compare`` returns and ``--json`` prints: each engine's side (``steps.sides``), the provider's
+    counts (None without PROVIDER_URL) and the checks against them."""
+
+    record: RecordSide
+    temporal: TemporalSide
+    provider: ProviderCounts | None
+    checks: list[Check]
+    dbos: NotRequired[DbosSide]
+
+
+def _checks(run_id: str, steps: Sequence[SideStep], effects: Mapping[str, EffectEntry], engine: str) -> list[Check]:
+    checks: list[Check] = []
+    for step in steps:
         if step["name"] not in EFFECT_STEPS:
             continue
-        key = idempotency_key(side["run_id"], step["name"])
-        counted = effects.get(key, {"requests": 0, "effects_applied": 0})
+        found = effects.get(idempotency_key(run_id, step["name"]))
+        counted = (found["requests"], found["effects_applied"]) if found else (0, 0)
         checks.append(
             {
                 "engine": engine,
                 "step": step["name"],
                 "what": "attempts == provider requests",
                 "engine_value": step["attempts"],
-                "provider_value": counted["requests"],
-                "ok": step["attempts"] == counted["requests"],
+                "provider_value": counted[0],
+                "ok": step["attempts"] == counted[0],
             }
         )
         want = 1 if step["status"] == "completed" else None
@@ -102,47 +137,47 @@ def _checks(side: dict[str, Any], effects: dict[str, dict[str, Any]], engine: st
                     "step": step["name"],
                     "what": "completed step's effect applied exactly once",
                     "engine_value": 1,
-                    "provider_value": counted["effects_applied"],
-                    "ok": counted["effects_applied"] == 1,
+                    "provider_value": counted[1],
+                    "ok": counted[1] == 1,
                 }
             )
     return checks
 
 
-async def compare(record: RunRecord, record_run_id: str, client: Any, temporal_run_id: str,
-                  provider_url: str | None, dbos: dict[str, Any] | None = None) -> dict[str, Any]:
+async def compare(record: RunRecord, record_run_id: str, client: Client, temporal_run_id: str,
+                  provider_url: str | None, dbos: DbosSide | None = None) -> Comparison:
     """The whole comparison as a dict; see the module docstring for each figure.
 
     ``client``: a Temporal client (``flowclient.connect``). ``dbos``: DBOS's column, as
     ``dbosflow.compare.dbos_side`` reads it (the caller reads it: the DBOS engine is an optional extra)."""
     rec = record_side(record, record_run_id)
     tmp = await temporal_side(client, temporal_run_id)
-    out: dict[str, Any] = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
-    dbos_run_id = dbos["run_id"] if dbos else None
+    out: Comparison = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
     if dbos:
         out["dbos"] = dbos
     if provider_url:
-        effects = {"record": provider_side(provider_url, record_run_id),
-                   "temporal": provider_side(provider_url, temporal_run_id)}
-        if dbos_run_id:
-            effects["dbos"] = provider_side(provider_url, dbos_run_id)
-        out["provider"] = {"url": provider_url, **effects}
-        out["checks"] = _checks(rec, effects["record"], "record") + _checks(tmp, effects["temporal"], "temporal")
-        if dbos_run_id:
-            out["checks"] += _checks(out["dbos"], effects["dbos"], "dbos")
+        counts: ProviderCounts = {"url": provider_url, "record": provider_side(provider_url, record_run_id),
+                                  "temporal": provider_side(provider_url, temporal_run_id)}
+        out["provider"] = counts
+        out["checks"] = (_checks(record_run_id, rec["steps"], counts["record"], "record")
+                         + _checks(temporal_run_id, tmp["steps"], counts["temporal"], "temporal"))
+        if dbos:
+            counts["dbos"] = provider_side(provider_url, dbos["run_id"])
+            out["checks"] += _checks(dbos["run_id"], dbos["steps"], counts["dbos"], "dbos")
     return out
 
 
-def _short(value: Any) -> str:
+def _short(value: JsonValue) -> str:
     if not isinstance(value, dict):
         return "" if value is None else str(value)
-    for k in ("message_id", "ticket_id", "subject"):
+    # An effect's id, whatever its kind (message_id, ticket_id, refund_id), else a draft's subject.
+    for k in [k for k in value if k.endswith("_id") and k != "run_id"] + ["subject"]:
         if k in value:
             return f"{k}={value[k]}" + (" (replayed)" if value.get("replayed") else "")
     return ""
 
 
-def render(report: dict[str, Any]) -> str:
+def render(report: Comparison) -> str:
     """The comparison as text: per step a row per engine, each followed by the
     provider's count for its key; then the totals, what only one engine keeps,
     and the checks against the provider."""
@@ -156,30 +191,41 @@ def render(report: dict[str, Any]) -> str:
         *_totals(report),
         "",
         *_only_here(report),
-        *_checks_against_the_provider(report.get("checks") or []),
+        *_checks_against_the_provider(report["checks"]),
     ]
     # Results, identities and the provider's values are data: escaped for the terminal.
     return "\n".join(printable(line) for line in lines)
 
 
-def _engine_row(name: str, engine: str, step: dict[str, Any], rows: int, recorded: str) -> str:
+def _engine_row(name: str, engine: str, step: SideStep, rows: int, recorded: str) -> str:
     seconds = "" if step["seconds"] is None else step["seconds"]
     return (f"  {name:<18} {engine:<9} {step['status']:<10} {step['attempts']:>3} {rows:>7} {seconds:>6}  "
             f"{recorded}  {_short(step['result'])}")
 
 
-def _provider_row(counted: dict[str, Any] | None) -> list[str]:
+def _provider_row(counted: EffectEntry | None) -> list[str]:
     """The provider's count for one engine's key of a step; nothing when it holds no such key."""
     if not counted:
         return []
     return [f"  {'':<18} {'provider':<9} requests {counted['requests']}, effects applied {counted['effects_applied']}"]
 
 
-def _step_rows(report: dict[str, Any]) -> list[str]:
-    rec, tmp, dbs = report["record"], report["temporal"], report.get("dbos")
-    prov = report.get("provider") or {}
+def _counts(report: Comparison) -> dict[str, dict[str, EffectEntry]]:
+    """The provider's count per key, by engine; empty without a provider."""
+    prov = report["provider"]
+    if prov is None:
+        return {}
+    counts = {"record": prov["record"], "temporal": prov["temporal"]}
+    if "dbos" in prov:
+        counts["dbos"] = prov["dbos"]
+    return counts
 
-    def counted(engine: str, run_id: str, step: str) -> dict[str, Any] | None:
+
+def _step_rows(report: Comparison) -> list[str]:
+    rec, tmp, dbs = report["record"], report["temporal"], report.get("dbos")
+    prov = _counts(report)
+
+    def counted(engine: str, run_id: str, step: str) -> EffectEntry | None:
         return prov.get(engine, {}).get(idempotency_key(run_id, step))
 
     lines: list[str] = []
@@ -197,7 +243,7 @@ def _step_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _totals(report: dict[str, Any]) -> list[str]:
+def _totals(report: Comparison) -> list[str]:
     tt, rt, dbs = report["temporal"]["totals"], report["record"]["totals"], report.get("dbos")
     lines = [
         f"  totals   temporal: {tt['events']} events, {tt['bytes']} bytes of history "
@@ -212,7 +258,7 @@ def _totals(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _only_here(report: dict[str, Any]) -> list[str]:
+def _only_here(report: Comparison) -> list[str]:
     """What each engine records that the others do not."""
     tmp, rec, dbs = report["temporal"]["only_here"], report["record"]["only_here"], report.get("dbos")
     lines = [
@@ -234,7 +280,7 @@ def _only_here(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _checks_against_the_provider(checks: list[dict[str, Any]]) -> list[str]:
+def _checks_against_the_provider(checks: list[Check]) -> list[str]:
     if not checks:
         return []
     return ["", "  checks against the provider:", *(
@@ -244,25 +290,24 @@ def _checks_against_the_provider(checks: list[dict[str, Any]]) -> list[str]:
     )]
 
 
-def compare_page(report: Mapping[str, Any]) -> str:
+def compare_page(report: Comparison) -> str:
     """``--html PATH``: the comparison's runs as one page, a lane per engine (``lesson.lanes``)."""
-    provider = report.get("provider") or {}
-    lanes = [record_lane(report["record"], provider.get("record")),
-             temporal_lane(report["temporal"], provider.get("temporal"))]
-    if report.get("dbos"):
-        lanes.append(dbos_lane(report["dbos"], provider.get("dbos")))
+    provider = _counts(report)
+    rec, tmp, dbs = report["record"], report["temporal"], report.get("dbos")
+    lanes = [record_lane(rec, provider.get("record")), temporal_lane(tmp, provider.get("temporal"))]
+    # Per engine: its side, its steps' attempts, its size
+    columns: list[tuple[str, Side, Sequence[SideStep], str]] = [
+        ("record", rec, rec["steps"], f"{rec['totals']['rows']} rows"),
+        ("temporal", tmp, tmp["steps"], f"{tmp['totals']['events']} events")]
+    if dbs:
+        lanes.append(dbos_lane(dbs, provider.get("dbos")))
+        columns.append(("dbos", dbs, dbs["steps"], f"{dbs['totals']['rows']} rows"))
     rows: list[list[str]] = [["engine", "run", "status", "attempts per step", "rows / events", "checks"]]
-    sizes = {"record": f"{report['record']['totals']['rows']} rows",
-             "temporal": f"{report['temporal']['totals']['events']} events",
-             "dbos": f"{report['dbos']['totals']['rows']} rows" if report.get("dbos") else ""}
-    for engine in ("record", "temporal", "dbos"):
-        side = report.get(engine)
-        if not side:
-            continue
-        checks = [c for c in report.get("checks", []) if c["engine"] == engine]
-        rows.append([engine, side["run_id"], side["status"], ", ".join(str(s["attempts"]) for s in side["steps"]),
-                     sizes[engine], (f"{sum(c['ok'] for c in checks)} of {len(checks)} ok" if checks else
-                                     "no provider (PROVIDER_URL)")])
+    for engine, side, steps, size in columns:
+        checks = [c for c in report["checks"] if c["engine"] == engine]
+        rows.append([engine, side["run_id"], side["status"], ", ".join(str(s["attempts"]) for s in steps),
+                     size, (f"{sum(c['ok'] for c in checks)} of {len(checks)} ok" if checks else
+                            "no provider (PROVIDER_URL)")])
     notes = ["Each lane has its own time axis: the runs ran at different times. Times from a record are drawn "
              "with solid edges, times only observed with dashed ones; this page was drawn from the records "
              "alone, so it has no kill or restart marks (make scenario draws those)."]
@@ -271,7 +316,7 @@ def compare_page(report: Mapping[str, Any]) -> str:
                        lanes, summary=rows, notes=notes)
 
 
-def _dbos_side(args) -> dict[str, Any] | None:
+def _dbos_side(args: argparse.Namespace) -> DbosSide | None:
     """DBOS's column of ``--dbos``, asked of DBOS's own command in a process of
     its own (``python -m dbosflow steps RUN_ID --json``, which prints
     ``dbosflow.compare.dbos_side``): the DBOS engine is an optional extra, and
@@ -286,14 +331,15 @@ def _dbos_side(args) -> dict[str, Any] | None:
     done = subprocess.run(argv + (["--db", args.dbos_db] if args.dbos_db else []), capture_output=True, text=True,
                           timeout=DBOS_SIDE_TIMEOUT)
     if done.returncode == 0:
-        return json.loads(done.stdout)
+        side: DbosSide = json.loads(done.stdout)
+        return side
     said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     if done.returncode == 2 and said:  # dbosflow's own refusal (no such run, or bad input): this command's input
         raise InputError(said[-1].removeprefix("error: "))
     raise RuntimeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
-async def _compare(args) -> int:
+async def _compare(args: argparse.Namespace) -> int:
     record_id = check_run_id(args.run_id)
     temporal_id = check_run_id(args.temporal)
     with RunRecord(db_path_from(args.db)) as record:

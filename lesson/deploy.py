@@ -79,7 +79,7 @@ def _pause_release(where: str, workflow_call: str, next_step: str) -> list[tuple
         ("workflows/agent_flow.py", workflow_call,
          f"        await workflow.sleep(0.01)  # the release: a pause {where}\n" + workflow_call),
         ("steps/plan.py", f'    FlowStep("{next_step}",',
-         f'    FlowStep("pause", _pause, _no_request, effect=False),  # the release: a pause {where}\n'
+         f'    FlowStep("pause", _pause, _no_request),  # the release: a pause {where}\n'
          f'    FlowStep("{next_step}",'),
         ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (", PAUSE_STEP + "FLOW: tuple[FlowStep, ...] = ("),
     ]

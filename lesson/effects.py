@@ -3,9 +3,11 @@
     python -m lesson.effects RUN_ID [--json]
 
 One line per idempotency key (requests that carried it, effects applied: 0 or
-1), then per step the totals: the email is ``send_confirmation``, the ticket
-``record_outcome``. Reads ``PROVIDER_URL`` (default http://127.0.0.1:8780).
-Exit 0, or 2 if the provider cannot be reached.
+1), then per step the totals: each effect step of the flow counts the effects
+of its kind (``steps.plan``: the email is ``send_confirmation``'s, the ticket
+``record_outcome``'s; ``LAB_FLOW`` names another flow). Reads ``PROVIDER_URL``
+(default http://127.0.0.1:8780). Exit 0, or 2 if the provider cannot be
+reached.
 
 ``effect_entries`` / ``provider_side``: the same count per key, with when the
 provider first and last saw each key, as the comparison (``lesson.compare``)
@@ -23,22 +25,35 @@ from typing import Any
 
 from providerclient import EffectRecord, fetch_effects, provider_url_from_env
 from steps.controls import printable
+from steps.plan import FLOW, FlowStep, flow_from_env
+from steps.sides import EffectEntry
 
-STEP_OF_KIND = {"email": "send_confirmation", "ticket": "record_outcome"}
+
+def step_of(effect: EffectRecord, flow: Iterable[FlowStep] = FLOW) -> str | None:
+    """The step of ``flow`` whose effect ``effect`` is: the one step of its kind, or, when several steps have
+    that kind, the one its key names (``steps.keys``: the step is the key's last part); None if none is."""
+    mine = [step.name for step in flow if step.kind == effect.kind]
+    if len(mine) == 1:
+        return mine[0]
+    named = [name for name in mine if name in effect.key.split("/")]
+    return named[0] if len(named) == 1 else None
 
 
-def per_step(effects: Iterable[EffectRecord]) -> dict[str, dict[str, int]]:
-    """Per effectful step: how many keys, requests and effects applied the provider saw."""
-    out = {step: {"keys": 0, "requests": 0, "applied": 0} for step in STEP_OF_KIND.values()}
+def per_step(effects: Iterable[EffectRecord], flow: Iterable[FlowStep] = FLOW) -> dict[str, dict[str, int]]:
+    """Per effect step of ``flow`` (the lab's by default): how many keys, requests and effects applied the
+    provider saw. An effect no step of the flow has is counted apart, under ``<kind> (no step of the flow)``."""
+    steps = tuple(flow)
+    out = {step.name: {"keys": 0, "requests": 0, "applied": 0} for step in steps if step.kind is not None}
     for e in effects:
-        row = out[STEP_OF_KIND[e.kind]]
+        row = out.setdefault(step_of(e, steps) or f"{e.kind} (no step of the flow)",
+                             {"keys": 0, "requests": 0, "applied": 0})
         row["keys"] += 1
         row["requests"] += e.requests
         row["applied"] += e.effects_applied
     return out
 
 
-def effect_entries(effects: Iterable[EffectRecord]) -> dict[str, dict[str, Any]]:
+def effect_entries(effects: Iterable[EffectRecord]) -> dict[str, EffectEntry]:
     """The provider's count per key, and when it first and last saw the key (its record)."""
     return {
         e.key: {"kind": e.kind, "requests": e.requests, "effects_applied": e.effects_applied,
@@ -47,7 +62,7 @@ def effect_entries(effects: Iterable[EffectRecord]) -> dict[str, dict[str, Any]]
     }
 
 
-def provider_side(url: str, run_id: str) -> dict[str, dict[str, Any]]:
+def provider_side(url: str, run_id: str) -> dict[str, EffectEntry]:
     """``effect_entries`` for one run, asked of the provider at ``url``."""
     return effect_entries(fetch_effects(url, run_id=run_id))
 
@@ -68,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a CLI: say what went wrong and stop
         print(printable(f"error: {err}"), file=sys.stderr)
         return 2
-    steps = per_step(effects)
+    try:
+        steps = per_step(effects, flow_from_env())
+    except ValueError as err:  # LAB_FLOW names no flow
+        print(printable(f"error: {err}"), file=sys.stderr)
+        return 2
     if args.json:
         report: dict[str, Any] = {"run_id": args.run_id, "keys": [e.__dict__ for e in effects], "steps": steps}
         print(json.dumps(report, indent=2))

@@ -4,7 +4,10 @@ Temporal: ``flowclient.compare.temporal_side``; DBOS:
 ``dbosflow.compare.dbos_side``) and the provider's count, plus, when someone
 watched the processes (``lesson.scenario``), what they saw. Drawn by the
 comparison's page (``lesson.compare --html PATH``) and the scenario's
-(``lesson.scenario_page``).
+(``lesson.scenario_page``). A lane's rows are its flow's (``flow``: the lab's
+``steps.plan.FLOW`` by default): a row per step, and a row per kind of effect
+the flow has (``steps.plan.effect_kinds``), to which the provider's count adds
+any other kind it saw.
 
 Where each time comes from (``timeline.model``: RECORD or OBSERVED):
 
@@ -35,13 +38,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from steps.plan import STEP_NAMES
+from steps.plan import FLOW, FlowStep, effect_kinds
 from steps.runstate import unix
 from steps.runview import short_result
+from steps.sides import DbosSide, EffectEntry, EngineSide, RecordSide, Side, TemporalSide
 from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span
-from timeline.model import EXECUTED, KILL, READ, REPLAY, REPLAYED, RESTART, UNRECORDED, WAITING
+from timeline.model import (
+    EXECUTED,
+    KILL,
+    READ,
+    REPLAY,
+    REPLAYED,
+    RESTART,
+    UNRECORDED,
+    WAITING,
+    SpanKind,
+    Verdict,
+)
 
 TITLES = {"runrecord": "run record (SQLite)", "temporal": "Temporal", "dbos": "DBOS (SQLite)"}
 
@@ -61,7 +75,7 @@ class Watched:
     lines: list[tuple[int, float, str]] = field(default_factory=list)  # (process 1 or 2, arrival, line)
 
 
-def effects_of(entries: Mapping[str, Mapping[str, Any]]) -> list[Effect]:
+def effects_of(entries: Mapping[str, EffectEntry]) -> list[Effect]:
     """The provider's count for one run (``lesson.effects.provider_side``) as the lane's effects."""
     return [Effect(key=key, kind=e["kind"], requests=e["requests"], applied=e["effects_applied"],
                    first_seen=unix(e["first_seen"]), last_seen=unix(e["last_seen"]))
@@ -90,32 +104,30 @@ def watched_parts(lane: Lane, seen: Watched | None) -> None:
                                f"{second} started: the time the watcher started it (observed){refused}"))
 
 
-def _lane(engine: str, side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]] | None,
-          seen: Watched | None, spans: list[Span], caption: str) -> Lane:
+def _lane(engine: str, side: Side, provider: Mapping[str, EffectEntry] | None,
+          seen: Watched | None, spans: list[Span], caption: str, flow: Sequence[FlowStep]) -> Lane:
     effects = effects_of(provider or {})
     times = [t for s in spans for t in (s.start, s.end)] + [e.first_seen for e in effects if e.first_seen]
     starts = [t for t in (seen.began_at if seen else None, *times) if t is not None]
     lane = Lane(engine=engine, title=TITLES.get(engine, engine), run_id=side["run_id"],
-                start=min(starts) if starts else 0.0, rows=list(STEP_NAMES), spans=spans, caption=caption)
+                start=min(starts) if starts else 0.0, rows=[step.name for step in flow], spans=spans,
+                caption=caption, effect_rows=list(effect_kinds(flow)))
     lane.effects = effects
     watched_parts(lane, seen)
-    emails = sum(e.applied for e in effects if e.kind == "email")
-    tickets = sum(e.applied for e in effects if e.kind == "ticket")
-    lane.verdict = f"{side['status']}; the customer got {emails} email{'' if emails == 1 else 's'}, " \
-                   f"{tickets} ticket{'' if tickets == 1 else 's'} recorded"
-    lane.bad = emails > 1 or tickets > 1
+    lane.verdict = Verdict.of(side["status"], effects)
+    lane.bad = any(n > 1 for _, n in lane.verdict.applied)
     return lane
 
 
-def _read_spans(seen: Watched | None, done_before: Sequence[str], kind: str, what: str) -> list[Span]:
+def _read_spans(seen: Watched | None, done_before: Sequence[str], kind: SpanKind, what: str) -> list[Span]:
     if seen is None or seen.knew_at is None:
         return []
     return [Span(name, seen.knew_at, seen.knew_at, kind, OBSERVED, OBSERVED, label=kind,
                  note=f"{name}: {what} (when the restarted process said so: observed)") for name in done_before]
 
 
-def record_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]] | None = None,
-                seen: Watched | None = None) -> Lane:
+def record_lane(side: RecordSide, provider: Mapping[str, EffectEntry] | None = None,
+                seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
     """The run record's lane, from ``runrecord.compare.record_side``."""
     spans: list[Span] = []
     restart = seen.restarted_at if seen else None
@@ -159,11 +171,11 @@ def record_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any
     caption = ("The restarted process read the run row and the step rows, and ran only the steps not "
                "recorded as completed." if seen else
                "From the record alone: no kill or restart marks (make scenario draws them from what it watched).")
-    return _lane("runrecord", side, provider, seen, spans, caption)
+    return _lane("runrecord", side, provider, seen, spans, caption, flow)
 
 
-def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]] | None = None,
-                  seen: Watched | None = None) -> Lane:
+def temporal_lane(side: TemporalSide, provider: Mapping[str, EffectEntry] | None = None,
+                  seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
     """Temporal's lane, from ``flowclient.compare.temporal_side`` (its executions and workflow tasks)."""
     spans: list[Span] = []
     counted: dict[str, int] = {}
@@ -225,13 +237,13 @@ def temporal_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, A
         if seen is not None and seen.killed_at is not None:
             caption += (" Between the kill and the replay nothing ran: Temporal waited for the dead worker's "
                         "heartbeat, then for its workflow task to time out on the dead worker's queue.")
-    lane = _lane("temporal", side, provider, seen, spans, caption)
+    lane = _lane("temporal", side, provider, seen, spans, caption, flow)
     lane.marks += marks
     return lane
 
 
-def dbos_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]] | None = None,
-              seen: Watched | None = None) -> Lane:
+def dbos_lane(side: DbosSide, provider: Mapping[str, EffectEntry] | None = None,
+              seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
     """DBOS's lane, from ``dbosflow.compare.dbos_side`` (its step rows)."""
     spans: list[Span] = []
     rows = side.get("rows", [])
@@ -258,4 +270,14 @@ def dbos_lane(side: Mapping[str, Any], provider: Mapping[str, Mapping[str, Any]]
     caption = (f"DBOS recovered the run on launch (dispatch {last_dispatch}): the workflow function ran again "
                "and every step with a row returned its recorded output." if last_dispatch > 1 else
                "One dispatch ran the whole run.")
-    return _lane("dbos", side, provider, seen, spans, caption)
+    return _lane("dbos", side, provider, seen, spans, caption, flow)
+
+
+def engine_lane(side: EngineSide, provider: Mapping[str, EffectEntry] | None = None,
+                seen: Watched | None = None) -> Lane:
+    """The lane of whichever engine ``side`` is from, told by the keys only its side has."""
+    if "executions" in side:
+        return temporal_lane(side, provider, seen)
+    if "workflow" in side:
+        return dbos_lane(side, provider, seen)
+    return record_lane(side, provider, seen)

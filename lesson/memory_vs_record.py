@@ -34,7 +34,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from lab.engines import RunRecordDriver, started_steps
 from lab.provider_process import start_provider
@@ -42,6 +41,7 @@ from lesson.effects import describe, per_step
 from memory import MemoryPolicy, Message, open_store, read_window
 from providerclient import fetch_effects
 from steps.controls import printable
+from steps.runstate import RunEntry, result_fields
 from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"
@@ -72,7 +72,7 @@ class Story:
         self.stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.earlier, self.run_id = f"mvr-{self.stamp}-1", f"mvr-{self.stamp}-2"
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> RunEntry:
         status = await self.record.status(self.run_id)
         if status is None:
             raise StoryError(f"the run record holds no run {self.run_id}")
@@ -137,7 +137,7 @@ class Story:
         """What the resume did, from the record and the provider; True if it followed the record."""
         after = await self.status()
         effects = per_step(fetch_effects(self.provider_url, run_id=self.run_id))
-        draft = after["steps"][0]["result"]
+        draft = result_fields(after["steps"][0])
         print(f"    the resumed process executed: {', '.join(ran) or 'nothing'}")
         print(f"    run status: {after['status']}; draft result still the recorded one "
               f"(context_messages={draft['context_messages']}, written before the tampering)")

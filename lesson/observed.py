@@ -17,6 +17,7 @@ from typing import Any
 from lesson.effects import describe
 from lesson.lanes import Watched
 from steps.plan import STEP_NAMES
+from steps.sides import EffectEntry, EngineSide
 
 LABELS = {
     "in_memory": "in memory (the before)",
@@ -57,8 +58,8 @@ class Observed:
     how_it_knew: str = ""
     # For the picture: what the scenario saw, the engine's own record of the run, the provider's count with times.
     watched: Watched = field(default_factory=Watched)
-    record: dict[str, Any] | None = None
-    provider: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: EngineSide | None = None
+    provider: dict[str, EffectEntry] = field(default_factory=dict)
 
     @property
     def resumed_at(self) -> str | None:

@@ -58,7 +58,6 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from lab.engines import (
     DbosDriver,
@@ -78,6 +77,7 @@ from runrecord.compare import record_side
 from runrecord.store import RunRecord
 from steps.controls import printable
 from steps.limits import InputError, check_task
+from steps.sides import EngineSide
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -174,7 +174,7 @@ class Scenario:
         obs.final_status = resumed.status["status"] if resumed.status is not None else "completed"
         return obs
 
-    async def engine_record(self, driver: EngineDriver, run_id: str) -> dict[str, Any] | None:
+    async def engine_record(self, driver: EngineDriver, run_id: str) -> EngineSide | None:
         """The engine's own record of the run, which its lane is drawn from (read while its server runs)."""
         if isinstance(driver, RunRecordDriver):
             with RunRecord(self.state / "runrecord.db") as record:
@@ -182,8 +182,7 @@ class Scenario:
         if isinstance(driver, TemporalDriver):
             from flowclient.compare import temporal_side
 
-            side: dict[str, Any] = await temporal_side(await driver.client(), run_id)
-            return side
+            return await temporal_side(await driver.client(), run_id)
         if isinstance(driver, DbosDriver):
             return await driver.steps(run_id)  # DBOS's step rows, as compare --dbos reads them
         return None  # in memory: nothing was recorded

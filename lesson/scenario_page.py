@@ -16,13 +16,15 @@ above the lanes is the one the scenario prints (``lesson.observed.summary``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from lesson.in_memory import completed_step
-from lesson.lanes import dbos_lane, effects_of, record_lane, temporal_lane, watched_parts
+from lesson.lanes import effects_of, engine_lane, watched_parts
 from lesson.observed import Observed, summary
 from steps.plan import STEP_NAMES
 from steps.startedline import parse_started
 from timeline import OBSERVED, Lane, Span, render_page
-from timeline.model import AGAIN, EXECUTED
+from timeline.model import AGAIN, EXECUTED, Verdict
 
 
 def in_memory_lane(obs: Observed) -> Lane:
@@ -48,20 +50,24 @@ def in_memory_lane(obs: Observed) -> Lane:
                         "again, with fresh idempotency keys the provider could not match.")
     lane.effects = effects_of(obs.provider)
     watched_parts(lane, seen)
-    emails = obs.effects["send_confirmation"]["applied"]
-    lane.verdict = f"resumed at step 1; the customer got {emails} email{'' if emails == 1 else 's'}"
-    lane.bad = emails != 1
+    lane.verdict = Verdict.of(resumed(obs), lane.effects)
+    lane.bad = obs.effects["send_confirmation"]["applied"] != 1
     return lane
+
+
+def resumed(obs: Observed) -> str:
+    """Where the restarted process resumed, as every lane's verdict says it (the summary table's column)."""
+    return f"resumed at {obs.resumed_where or 'nowhere'}"
 
 
 def lane_of(obs: Observed) -> Lane:
     if obs.engine == "in_memory":
         return in_memory_lane(obs)
-    draw = {"runrecord": record_lane, "temporal": temporal_lane, "dbos": dbos_lane}[obs.engine]
     if obs.record is None:
         raise ValueError(f"no record of the {obs.engine} run {obs.run_id} was read: nothing to draw it from")
-    lane = draw(obs.record, obs.provider, obs.watched)
-    lane.verdict = f"resumed at {obs.resumed_where or 'nowhere'}; " + lane.verdict.split("; ", 1)[-1]
+    lane = engine_lane(obs.record, obs.provider, obs.watched)
+    # From its record, the lane knows the run's status; the scenario knows where it resumed.
+    lane.verdict = replace(lane.verdict, where=resumed(obs))
     return lane
 
 

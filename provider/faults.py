@@ -1,7 +1,8 @@
 """Injected faults, for tests of retries and timeouts. In memory, thread-safe.
 
 Three faults, each a countdown of the next N effect requests (POST /v1/emails,
-POST /v1/tickets) that pass validation, optionally limited to some kinds:
+/v1/tickets, /v1/refunds: every kind of ``provider.kinds``) that pass
+validation, optionally limited to some kinds:
 
 - ``fail_next``: answer ``status`` (default 503, with ``Retry-After`` when
   ``retry_after`` is set) and apply nothing. A 5xx's message says this
@@ -23,7 +24,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("email", "ticket")
+from provider.kinds import NAMES
+
+KINDS = NAMES
 MAX_COUNT = 1_000_000
 MAX_HANG_SECONDS = 600.0
 MAX_RETRY_AFTER = 3600.0

@@ -1,5 +1,6 @@
-"""The provider: a local stand-in for an external email API and ticket API that
-honours ``Idempotency-Key`` the way Stripe does. Run it with ``python -m provider``.
+"""The provider: a local stand-in for an external email API, ticket API and
+refund API that honours ``Idempotency-Key`` the way Stripe does. Run it with
+``python -m provider``.
 
 Exactly-once execution of an external effect is impossible in general. The
 engines deliver at-least-once execution; this receiver is idempotent, which
@@ -13,13 +14,15 @@ docs/provider-contract.md is the contract as both sides must honour it, with
 the table of limits; what follows is the server's side in detail, and
 ``provider.validation`` is what it accepts.
 
-Effect endpoints: ``POST /v1/emails`` ``{"run_id", "to", "subject", "body"}``
-and ``POST /v1/tickets`` ``{"run_id", "summary", "email_message_id"}``, each
-with an optional ``"metadata"`` object (as real APIs have: at most 10 entries,
-keys 1-40 of ``[A-Za-z0-9_.-]``, values single-line strings of at most 200
-characters), stored with the effect and part of the request. Both require an
-``Idempotency-Key`` header: 1 to 255 printable ASCII characters, no
-whitespace. One key names one request, across both endpoints.
+Effect endpoints, one per kind of ``provider.kinds``: ``POST /v1/emails``
+``{"run_id", "to", "subject", "body"}``, ``POST /v1/tickets`` ``{"run_id",
+"summary", "email_message_id"}`` and ``POST /v1/refunds`` ``{"run_id",
+"order_id", "amount"}`` (``amount``: a whole number of the currency's minor
+units), each with an optional ``"metadata"`` object (as real APIs have: at
+most 10 entries, keys 1-40 of ``[A-Za-z0-9_.-]``, values single-line strings
+of at most 200 characters), stored with the effect and part of the request.
+Each requires an ``Idempotency-Key`` header: 1 to 255 printable ASCII
+characters, no whitespace. One key names one request, across every endpoint.
 
 - The fingerprint of a request is sha256 over its method, path and the
   canonical JSON of its body (sorted keys, no insignificant whitespace).
@@ -61,7 +64,7 @@ Bookkeeping, per key (``GET /v1/effects[?run_id=]``): ``kind`` and ``run_id``
 (those of the request that applied the effect; until then, of the latest
 request), ``requests`` (every request that carried the key: first, replays,
 conflicts, validation failures and injected failures), ``effects_applied``
-(0 or 1, counted from the stored emails and tickets themselves),
+(0 or 1, counted from the stored effects of every kind themselves),
 ``status_code`` (of the latest response for that key, as sent, so 503 after a
 lost response), ``first_seen`` and ``last_seen`` (ISO 8601 UTC).
 
@@ -114,6 +117,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from provider.errors import ApiError
 from provider.faults import Faults, FaultSpecError
 from provider.inbox import BODY_START_CHARS, CONTENT_SECURITY_POLICY, INBOX_LIMIT, render_inbox
+from provider.kinds import KINDS, EffectKind
 from provider.store import Store
 from provider.validation import (
     MAX_REQUEST_BYTES,
@@ -121,8 +125,6 @@ from provider.validation import (
     bookkeeping_run_id,
     check_idempotency_key,
     parse_json_object,
-    validate_email,
-    validate_ticket,
 )
 
 DEFAULT_PORT = 8780
@@ -351,17 +353,15 @@ class Handler(BaseHTTPRequestHandler):
             "Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
             "Cache-Control": "no-store"}
 
-    def get_emails(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return 200, {"emails": self.server.store.emails(self._run_id_filter(query))}, {}
+    def get_effects_of(self, kind: EffectKind, query: dict[str, list[str]]
+                       ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``GET /v1/emails`` and the like: the applied effects of one kind."""
+        return 200, {kind.table: self.server.store.items(kind, self._run_id_filter(query))}, {}
 
-    def get_tickets(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return 200, {"tickets": self.server.store.tickets(self._run_id_filter(query))}, {}
-
-    def post_email(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return self._post_effect("email", validate_email, query)
-
-    def post_ticket(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return self._post_effect("ticket", validate_ticket, query)
+    def post_effect_of(self, kind: EffectKind, query: dict[str, list[str]]
+                       ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``POST /v1/emails`` and the like: apply one effect of ``kind`` under its key."""
+        return self._post_effect(kind.name, kind.validate, query)
 
     def _post_effect(
         self, kind: str, validate: Callable[[dict[str, Any]], dict[str, str]], query: dict[str, list[str]]
@@ -438,11 +438,18 @@ class Handler(BaseHTTPRequestHandler):
 
 REQUESTS_PREFIX = "/v1/requests/"
 
-ROUTES: dict[str, dict[str, Callable[..., tuple[int, dict[str, Any] | str, dict[str, str]]]]] = {
+Route = Callable[..., tuple[int, dict[str, Any] | str, dict[str, str]]]
+
+
+def _kind_routes(kind: EffectKind) -> dict[str, Route]:
+    return {"GET": lambda handler, query: handler.get_effects_of(kind, query),
+            "POST": lambda handler, query: handler.post_effect_of(kind, query)}
+
+
+ROUTES: dict[str, dict[str, Route]] = {
     "/healthz": {"GET": Handler.get_health},
     "/inbox": {"GET": Handler.get_inbox},
-    "/v1/emails": {"GET": Handler.get_emails, "POST": Handler.post_email},
-    "/v1/tickets": {"GET": Handler.get_tickets, "POST": Handler.post_ticket},
+    **{kind.path: _kind_routes(kind) for kind in KINDS},
     "/v1/effects": {"GET": Handler.get_effects},
     "/admin/faults": {"GET": Handler.get_faults, "POST": Handler.post_faults, "DELETE": Handler.delete_faults},
 }
@@ -484,7 +491,7 @@ def _env_port(env: Mapping[str, str]) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m provider",
-        description="Local stand-in for the external email and ticket APIs; honours Idempotency-Key.",
+        description="Local stand-in for the external email, ticket and refund APIs; honours Idempotency-Key.",
     )
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; loopback only unless PROVIDER_ALLOW_REMOTE=1)")

@@ -1,5 +1,6 @@
-"""The provider's durable store: the effects (emails, tickets) and the
-idempotency bookkeeping, in one SQLite file.
+"""The provider's durable store: the effects (a table per kind: emails,
+tickets, refunds; ``provider.kinds``) and the idempotency bookkeeping, in one
+SQLite file.
 
 The guarantee that matters lives here: the effect, the stored response and the
 key's bookkeeping are written in ONE ``BEGIN IMMEDIATE`` transaction. SQLite
@@ -13,6 +14,13 @@ second email.
 ``effects_applied`` is not a stored counter: it is counted from the effect
 tables themselves, so it reports what really happened, never what the
 bookkeeping believes happened.
+
+Schema versions (``PRAGMA user_version``; ``storage.sqlite.migrate``): 1, the
+emails, tickets and bookkeeping; 2, the optional request metadata of each
+effect; 3, the kinds of ``provider.kinds`` (a refunds table, and the
+bookkeeping's ``CHECK (kind IN (...))`` rebuilt from the table, every row
+kept). A new file runs version 1's statements and then every upgrade, the
+very statements an old file gets.
 """
 
 from __future__ import annotations
@@ -29,11 +37,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from provider.kinds import BY_NAME, KINDS, NAMES, EffectKind
 from storage import sqlite
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-_SCHEMA = """
+# Version 1, as released: never edited (files in the field were made by it, and a new file starts with it).
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key           TEXT PRIMARY KEY,
     seq           INTEGER NOT NULL,            -- arrival order, for stable listings
@@ -73,15 +83,60 @@ CREATE INDEX IF NOT EXISTS tickets_run ON tickets (run_id);
 # Version 2: the optional request metadata, stored with the effect (JSON, NULL when none).
 _ADDED_COLUMNS = (("emails", "metadata", "TEXT"), ("tickets", "metadata", "TEXT"))
 
+# The bookkeeping, as every version from 3 builds it: its CHECK from the kinds' table.
+_KEYS_TABLE = """
+CREATE TABLE {name} (
+    key           TEXT PRIMARY KEY,
+    seq           INTEGER NOT NULL,            -- arrival order, for stable listings
+    kind          TEXT NOT NULL CHECK (kind IN ({kinds})),
+    run_id        TEXT,
+    requests      INTEGER NOT NULL,
+    status_code   INTEGER,                     -- status of the latest response for this key
+    method        TEXT,                        -- set, with the rest, once the effect is applied
+    path          TEXT,
+    fingerprint   TEXT,
+    response_json TEXT,
+    first_seen    TEXT NOT NULL,
+    last_seen     TEXT NOT NULL
+)"""
+_KEY_COLUMNS = ("key, seq, kind, run_id, requests, status_code, method, path, fingerprint, response_json, "
+                "first_seen, last_seen")
 
-def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Whatever of the current schema is missing, added: creates it on an empty file, upgrades a
-    version 1 file, and completes one that an older provider stopped in the middle of creating
-    or upgrading (it did so outside a transaction)."""
-    sqlite.run_script(conn, _SCHEMA)
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Version 1's schema completed (an older provider created and upgraded it outside a transaction, and may
+    have stopped in the middle), then the metadata columns added where missing."""
+    sqlite.run_script(conn, _SCHEMA_V1)
     for table, column, kind in _ADDED_COLUMNS:
         if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
+def _kinds_schema(conn: sqlite3.Connection) -> None:
+    """The schema of ``provider.kinds``' table: each kind's table where it is missing, and the bookkeeping
+    rebuilt with the table's ``CHECK`` (SQLite cannot alter a CHECK): a new table, every row copied, the old
+    one dropped, the new one renamed, its index made again; inside ``migrate``'s transaction, so a crash
+    leaves the file as it was. The upgrade of every version that adds a kind."""
+    for kind in KINDS:
+        sqlite.run_script(conn, kind.create_table())
+    allowed = ", ".join(f"'{name}'" for name in NAMES)
+    conn.execute(_KEYS_TABLE.format(name="idempotency_keys_rebuilt", kinds=allowed))
+    conn.execute(f"INSERT INTO idempotency_keys_rebuilt ({_KEY_COLUMNS}) "
+                 f"SELECT {_KEY_COLUMNS} FROM idempotency_keys")
+    conn.execute("DROP TABLE idempotency_keys")
+    conn.execute("ALTER TABLE idempotency_keys_rebuilt RENAME TO idempotency_keys")
+    conn.execute("CREATE INDEX idempotency_keys_run ON idempotency_keys (run_id, seq)")
+
+
+# Key = the version a step upgrades *from*. Add a step for each new version; never edit a released one.
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _kinds_schema}
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """An empty file (or one an older provider stopped creating): version 1's schema, then every upgrade."""
+    sqlite.run_script(conn, _SCHEMA_V1)
+    for version in sorted(_UPGRADES):
+        _UPGRADES[version](conn)
 
 
 # Bookkeeping for a request with a key. Until an effect is applied, kind and
@@ -98,10 +153,9 @@ ON CONFLICT (key) DO UPDATE SET
     run_id      = CASE WHEN fingerprint IS NULL THEN coalesce(excluded.run_id, run_id) ELSE run_id END
 """
 
-_EFFECTS_APPLIED = """
-    (SELECT count(*) FROM emails e WHERE e.idempotency_key = k.key)
-  + (SELECT count(*) FROM tickets t WHERE t.idempotency_key = k.key)
-"""
+# Counted from the effects themselves: every kind's table.
+_EFFECTS_APPLIED = "(" + " + ".join(
+    f"(SELECT count(*) FROM {kind.table} x WHERE x.idempotency_key = k.key)" for kind in KINDS) + ")"
 
 
 def utc_now() -> str:
@@ -131,8 +185,7 @@ class Store:
         self._write_lock = threading.Lock()
         with self._connect(create_parent=True) as conn:
             sqlite.use_wal(conn)
-            sqlite.migrate(conn, version=SCHEMA_VERSION, create=_ensure_schema, upgrades={1: _ensure_schema},
-                           refuse=self._newer)
+            sqlite.migrate(conn, version=SCHEMA_VERSION, create=_create, upgrades=_UPGRADES, refuse=self._newer)
 
     def _newer(self, version: int) -> RuntimeError:
         return RuntimeError(
@@ -227,16 +280,11 @@ class Store:
         with self._connect() as conn:
             return [dict(r) for r in conn.execute(sql + " ORDER BY seq", params)]
 
-    def emails(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        sql = (
-            "SELECT message_id, idempotency_key, run_id, to_address AS \"to\", subject, body, created_at"
-            " FROM emails"
-        )
-        return self._items(sql, run_id)
-
-    def tickets(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT ticket_id, idempotency_key, run_id, summary, email_message_id, created_at FROM tickets"
-        return self._items(sql, run_id)
+    def items(self, kind: EffectKind, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The applied effects of ``kind`` (of ``run_id``, if given), oldest first: the id, the key, the
+        request's fields and when."""
+        fields = ", ".join(column if column == name else f'{column} AS "{name}"' for name, column, _ in kind.columns)
+        return self._items(f"SELECT {kind.id_field}, idempotency_key, {fields}, created_at FROM {kind.table}", run_id)
 
     def inbox(self, run_id: str | None, limit: int, body_chars: int) -> tuple[list[dict[str, Any]], int]:
         """The newest ``limit`` applied emails (of ``run_id``, if given), newest first, and how many
@@ -272,22 +320,12 @@ class Store:
             }
             if row["response_json"] is None:
                 return found
-            if row["kind"] == "email":
-                effect = conn.execute(
-                    "SELECT run_id, to_address, subject, body, metadata, created_at FROM emails "
-                    "WHERE idempotency_key = ?",
-                    (key,),
-                ).fetchone()
-                request = {"run_id": effect["run_id"], "to": effect["to_address"], "subject": effect["subject"],
-                           "body": effect["body"]}
-            else:
-                effect = conn.execute(
-                    "SELECT run_id, summary, email_message_id, metadata, created_at FROM tickets "
-                    "WHERE idempotency_key = ?",
-                    (key,),
-                ).fetchone()
-                request = {"run_id": effect["run_id"], "summary": effect["summary"],
-                           "email_message_id": effect["email_message_id"]}
+            kind = BY_NAME[row["kind"]]
+            columns = ", ".join(column for _, column, _ in kind.columns)
+            effect = conn.execute(
+                f"SELECT {columns}, metadata, created_at FROM {kind.table} WHERE idempotency_key = ?", (key,),
+            ).fetchone()
+            request = {name: effect[column] for name, column, _ in kind.columns}
             if effect["metadata"] is not None:
                 request["metadata"] = json.loads(effect["metadata"])
             found.update(
@@ -307,40 +345,20 @@ class Store:
 
 def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dict[str, Any],
                    now: str) -> dict[str, Any]:
+    """The effect of ``kind`` applied: its row in the kind's table; the answer the provider stores and sends."""
+    effect = BY_NAME.get(kind)
+    if effect is None:
+        raise ValueError(f"unknown effect kind {kind!r}: provider.kinds lists {', '.join(NAMES)}")
     metadata = None if fields.get("metadata") is None else json.dumps(fields["metadata"], sort_keys=True)
-    if kind == "email":
-        message_id = "msg_" + secrets.token_hex(12)
-        conn.execute(
-            "INSERT INTO emails (message_id, idempotency_key, run_id, to_address, subject, body, metadata, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (message_id, key, fields["run_id"], fields["to"], fields["subject"], fields["body"], metadata, now),
-        )
-        return {
-            "message_id": message_id,
-            "run_id": fields["run_id"],
-            "to": fields["to"],
-            "subject": fields["subject"],
-            "idempotency_key": key,
-            "created_at": now,
-            "replayed": False,
-        }
-    if kind == "ticket":
-        ticket_id = "tkt_" + secrets.token_hex(12)
-        conn.execute(
-            "INSERT INTO tickets (ticket_id, idempotency_key, run_id, summary, email_message_id, metadata, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ticket_id, key, fields["run_id"], fields["summary"], fields["email_message_id"], metadata, now),
-        )
-        return {
-            "ticket_id": ticket_id,
-            "run_id": fields["run_id"],
-            "summary": fields["summary"],
-            "email_message_id": fields["email_message_id"],
-            "idempotency_key": key,
-            "created_at": now,
-            "replayed": False,
-        }
-    raise ValueError(f"unknown effect kind {kind!r}")
+    effect_id = effect.id_prefix + secrets.token_hex(12)
+    columns = ", ".join(column for _, column, _ in effect.columns)
+    conn.execute(
+        f"INSERT INTO {effect.table} ({effect.id_field}, idempotency_key, {columns}, metadata, created_at)"
+        f" VALUES (?, ?, {', '.join('?' for _ in effect.columns)}, ?, ?)",
+        (effect_id, key, *(fields[name] for name, _, _ in effect.columns), metadata, now),
+    )
+    return {effect.id_field: effect_id, **{name: fields[name] for name in effect.answer}, "idempotency_key": key,
+            "created_at": now, "replayed": False}
 
 
 def _conflict_body(key: str, first_method: str, first_path: str, method: str, path: str) -> dict[str, Any]:

@@ -25,11 +25,14 @@ MAX_SUBJECT_CHARS = 200
 MAX_BODY_CHARS = 20000
 MAX_SUMMARY_CHARS = 500
 MAX_MESSAGE_ID_CHARS = 128
+MAX_ORDER_ID_CHARS = 64
+MAX_REFUND_AMOUNT = 1_000_000  # in the currency's minor units (cents): 10,000.00 at most
 MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
 MAX_JSON_DEPTH = 32  # arrays and objects inside one another; the effect bodies need 2 (the body, its metadata)
 
 EMAIL_FIELDS = ("run_id", "to", "subject", "body")
 TICKET_FIELDS = ("run_id", "summary", "email_message_id")
+REFUND_FIELDS = ("run_id", "order_id", "amount")
 OPTIONAL_FIELDS = ("metadata",)
 MAX_METADATA_ENTRIES = 10
 MAX_METADATA_KEY_CHARS = 40
@@ -153,7 +156,9 @@ def _refuse_lone_surrogates(payload: dict[str, Any]) -> None:
             )
 
 
-def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> None:
+def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...],
+                       numbers: tuple[str, ...] = ()) -> None:
+    """Every field of ``expected`` present, no other (but the optional ones), each a string but ``numbers``."""
     for name in expected:
         if name not in payload:
             raise ApiError(422, "invalid_request",
@@ -164,7 +169,7 @@ def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...]) -> No
             raise ApiError(422, "invalid_request",
                            f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
     for name in expected:
-        if not isinstance(payload[name], str):
+        if name not in numbers and not isinstance(payload[name], str):
             raise ApiError(422, "invalid_request",
                            f"{name} must be a string, got {type(payload[name]).__name__}", field=name)
 
@@ -263,6 +268,21 @@ def validate_ticket(payload: dict[str, Any]) -> dict[str, Any]:
         "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
         "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
         "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
+        "metadata": _metadata(payload),
+    }
+
+
+def validate_refund(payload: dict[str, Any]) -> dict[str, Any]:
+    _check_field_names(payload, REFUND_FIELDS, numbers=("amount",))
+    amount = payload["amount"]
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_REFUND_AMOUNT:
+        raise ApiError(422, "invalid_request",
+                       f"amount must be a whole number of the currency's minor units (cents) from 1 to "
+                       f"{MAX_REFUND_AMOUNT}, got {amount!r}", field="amount")
+    return {
+        "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
+        "order_id": _single_line(payload, "order_id", MAX_ORDER_ID_CHARS),
+        "amount": amount,
         "metadata": _metadata(payload),
     }
 

@@ -16,6 +16,7 @@ from providerclient.client import (
     EffectRecord,
     EmailReceipt,
     ProviderClient,
+    RefundReceipt,
     TicketReceipt,
     email_body,
     error_from_response,
@@ -23,6 +24,7 @@ from providerclient.client import (
     fetch_effects,
     parse_retry_after,
     provider_url_from_env,
+    refund_body,
     ticket_body,
 )
 
@@ -31,6 +33,7 @@ __all__ = [
     "EffectRecord",
     "EmailReceipt",
     "ProviderClient",
+    "RefundReceipt",
     "TicketReceipt",
     "email_body",
     "error_from_response",
@@ -38,5 +41,6 @@ __all__ = [
     "fetch_effects",
     "parse_retry_after",
     "provider_url_from_env",
+    "refund_body",
     "ticket_body",
 ]

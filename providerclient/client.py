@@ -1,4 +1,6 @@
-"""Client for the provider (``python -m provider``), used by the step functions.
+"""Client for the provider (``python -m provider``), used by the step functions:
+``send_email``, ``create_ticket`` and ``issue_refund``, one per kind of effect
+(docs/provider-contract.md), and ``lookup`` by key.
 
 Workers find the provider through ``PROVIDER_URL`` (see
 ``provider_url_from_env``). Every effect call takes an ``idempotency_key``:
@@ -62,11 +64,17 @@ class TicketReceipt:
 
 
 @dataclass(frozen=True)
+class RefundReceipt:
+    refund_id: str
+    replayed: bool
+
+
+@dataclass(frozen=True)
 class EffectRecord:
     """The provider's bookkeeping for one idempotency key (see provider.server)."""
 
     key: str
-    kind: str  # "email" or "ticket"
+    kind: str  # the provider's kind: "email", "ticket", "refund" (provider.kinds)
     run_id: str | None  # None only for refused requests whose run_id was unusable
     requests: int  # every request that carried the key, replays and failures included
     effects_applied: int  # 0 or 1
@@ -100,7 +108,7 @@ class AppliedRequest:
     applied_at: str | None = None
     request: dict[str, Any] | None = None  # the applied body, metadata included
     request_sha256: str | None = None
-    response: dict[str, Any] | None = None  # the stored answer: message_id or ticket_id
+    response: dict[str, Any] | None = None  # the stored answer, with the effect's id (message_id, ...)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AppliedRequest:
@@ -124,6 +132,15 @@ def email_body(*, run_id: str, to: str, subject: str, body: str,
 def ticket_body(*, run_id: str, summary: str, email_message_id: str,
                 metadata: dict[str, str] | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {"run_id": run_id, "summary": summary, "email_message_id": email_message_id}
+    if metadata:
+        payload["metadata"] = dict(metadata)
+    return payload
+
+
+def refund_body(*, run_id: str, order_id: str, amount: int,
+                metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/refunds``; ``amount`` in the currency's minor units (cents)."""
+    payload: dict[str, Any] = {"run_id": run_id, "order_id": order_id, "amount": amount}
     if metadata:
         payload["metadata"] = dict(metadata)
     return payload
@@ -326,6 +343,19 @@ class ProviderClient:
         )
         ticket_id, replayed = _receipt(response, action, "ticket_id")
         return TicketReceipt(ticket_id=ticket_id, replayed=replayed)
+
+    async def issue_refund(self, *, idempotency_key: str, run_id: str, order_id: str, amount: int,
+                           metadata: dict[str, str] | None = None) -> RefundReceipt:
+        action = f"issue the refund for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
+        response = await self._request(
+            "POST",
+            "/v1/refunds",
+            action=action,
+            json=refund_body(run_id=run_id, order_id=order_id, amount=amount, metadata=metadata),
+            headers={"Idempotency-Key": idempotency_key},
+        )
+        refund_id, replayed = _receipt(response, action, "refund_id")
+        return RefundReceipt(refund_id=refund_id, replayed=replayed)
 
     async def lookup(self, idempotency_key: str) -> AppliedRequest | None:
         """What the provider holds under ``idempotency_key``: None if no request

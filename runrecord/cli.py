@@ -1,7 +1,7 @@
 """``python -m runrecord``: start, resume, inspect and compare runs on the
 hand-rolled SQLite run record.
 
-    python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID]
+    python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m runrecord resume RUN_ID [--wait [--wait-limit SECONDS]]
     python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
@@ -17,6 +17,10 @@ Every command takes ``--db PATH`` (default ``$RUNRECORD_DB`` or
 ``.state/runrecord.db``); start and resume take ``--lease-seconds`` (default
 ``$RUNRECORD_LEASE_SECONDS`` or 10). ``start`` and ``resume`` are the runner:
 they drive the run to its end in this process, printing a line per step.
+``--param NAME=VALUE`` gives the run a parameter a step reads (``steps.params``).
+The flow is the lab's (``steps.plan.FLOW``), or the one ``LAB_FLOW`` names
+(``module:NAME``, ``steps.plan.flow_from_env``); ``status`` and ``resume``
+check the run's recorded steps against it.
 
 Exit codes:
 
@@ -50,7 +54,6 @@ from typing import Any, NoReturn
 
 from runrecord import status as status_mod
 from runrecord.runner import (
-    DEFAULT_FLOW,
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
     Runner,
@@ -72,6 +75,8 @@ from runrecord.store import (
 )
 from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.params import parse_params
+from steps.plan import FlowStep, effect_steps, flow_from_env
 from steps.runstate import exit_code
 
 (EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
@@ -99,12 +104,20 @@ def _finish(run, record: RunRecord) -> int:
     return EXIT_FAILED if run.status == "failed" else EXIT_OK
 
 
+def _flow() -> tuple[FlowStep, ...]:
+    """The flow this process runs: ``LAB_FLOW``'s, or the lab's."""
+    try:
+        return flow_from_env()
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
 def _flow_changed(run) -> str | None:
     """Why this code cannot resume ``run`` (its flow differs), or None."""
     if run.status != "running":
         return None
     try:
-        check_flow(run, DEFAULT_FLOW)
+        check_flow(run, _flow())
     except FlowChanged as err:
         return str(err)
     return None
@@ -120,7 +133,7 @@ async def _runner(args) -> AsyncIterator[Runner]:
         deps = deps_from_env()
     except ValueError as err:  # a model setting the environment got wrong
         raise InputError(str(err)) from err
-    runner = Runner(db_path_from(args.db), deps, lease_seconds=_lease(args))
+    runner = Runner(db_path_from(args.db), deps, flow=_flow(), lease_seconds=_lease(args))
     try:
         yield runner
     finally:
@@ -133,8 +146,9 @@ async def _cmd_start(args) -> int:
     task = check_task(args.task)
     email = check_email(args.email)
     conversation = check_conversation_id(args.conversation) if args.conversation else None
+    params = parse_params(args.param)
     async with _runner(args) as runner:
-        return _finish(await runner.start(run_id, task, email, conversation), runner.record)
+        return _finish(await runner.start(run_id, task, email, conversation, params=params), runner.record)
 
 
 async def _cmd_resume(args) -> int:
@@ -173,8 +187,10 @@ async def _cmd_settle(args) -> int:
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)  # unknown id: say so before asking the provider
+        # The run's own effect steps: those that recorded an intent, and those this code's flow says have one.
+        keyed = {i.step for i in record.intents(run_id)} | set(effect_steps(_flow()))
         async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-            report = await settle(provider, run_id)
+            report = await settle(provider, run_id, [s.name for s in run.steps if s.name in keyed])
         settled, notes = _record_answers(record, run, report)
     print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
           render_settle(run_id, report, retry=f"python -m runrecord retry {run_id}", recorded=notes), flush=True)
@@ -249,6 +265,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("task", metavar="TASK")
     p.add_argument("--email", required=True, help="where the confirmation email goes")
     p.add_argument("--conversation", default=None, help="conversation id for memory (default: RUN_ID)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter a step of the flow reads (e.g. amount=1250), recorded with the run; repeatable")
     p.set_defaults(func=_cmd_start)
     p = sub.add_parser("resume", parents=[common, running], help="continue a run at its recorded step")
     p.add_argument("run_id", metavar="RUN_ID")

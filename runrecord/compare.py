@@ -2,7 +2,7 @@
 runrecord compare``): what the SQLite record holds for one run, read from its
 own rows.
 
-``record_side(record, run_id)`` returns a dict:
+``record_side(record, run_id)`` returns a ``steps.sides.RecordSide``:
 
 - ``steps``: per step, its rows (the step row plus one intent per attempt of
   an effect step), attempts, started / completed times, result and intents
@@ -21,24 +21,24 @@ counts. This package imports neither engine.
 
 from __future__ import annotations
 
-from typing import Any
-
 from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
+from steps.runstate import step_state
+from steps.sides import RecordSide, RecordStep
 
 
-def record_side(record: RunRecord, run_id: str) -> dict[str, Any]:
+def record_side(record: RunRecord, run_id: str) -> RecordSide:
     """The run as the record holds it (module docstring)."""
     run = record.load(run_id)
     status = status_of(run)
     intents = record.intents(run_id)
-    steps = []
+    steps: list[RecordStep] = []
     for row in run.steps:
         mine = [i for i in intents if i.position == row.position]
         steps.append(
             {
                 "name": row.name,
-                "status": row.status,
+                "status": step_state(row.status),  # the step row's own word
                 "rows": 1 + len(mine),
                 "attempts": row.attempts,
                 "started_at": iso(row.started_at),
@@ -56,7 +56,7 @@ def record_side(record: RunRecord, run_id: str) -> dict[str, Any]:
         )
     return {
         "run_id": run_id,
-        "status": run.status,
+        "status": status["status"],  # the run row's word, as status_of gives it back (no flow compared: never parked)
         "error": run.error,
         "steps": steps,
         "totals": record.footprint(run_id),

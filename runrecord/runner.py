@@ -73,7 +73,8 @@ from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.models import to_jsonable
-from steps.plan import FLOW, FlowStep
+from steps.params import check_params
+from steps.plan import FLOW, FlowStep, missing_params
 from steps.requests import RunInputs, remember_request
 from steps.retry import RetryRule, StepLedger, rule_from_env
 from steps.settle import answer_text, what_retry_does
@@ -81,9 +82,12 @@ from steps.startedline import started_line
 
 DEFAULT_FLOW: tuple[FlowStep, ...] = FLOW
 """The flow a ``Runner`` drives unless given another: ``steps.plan``'s, the one
-every engine runs. Requests are built by ``steps.requests`` from the run's
-inputs and the recorded results of earlier steps, never from memory, so a
-resumed process sends exactly what the crashed one would have sent."""
+every engine runs (``python -m runrecord`` runs ``LAB_FLOW``'s if set:
+``steps.plan.flow_from_env``). Each step's function, request builder and
+effect kind are looked up in the flow given, never named here. Requests are
+built by ``steps.requests`` from the run's inputs (its parameters included)
+and the recorded results of earlier steps, never from memory, so a resumed
+process sends exactly what the crashed one would have sent."""
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_WAIT_LIMIT = 600.0  # resume --wait: at most this long behind a holder that keeps renewing
 _WAIT_POLL = 0.1  # a dead local holder is noticed within this; each look is one short transaction
@@ -243,15 +247,21 @@ class Runner:
 
     # ------------------------------------------------------------ entry points
 
-    async def start(self, run_id: str, task: str, email: str, conversation_id: str | None = None) -> RunRow:
-        """Create the run (``RunExists`` if the id is taken) and drive it to the end."""
+    async def start(self, run_id: str, task: str, email: str, conversation_id: str | None = None, *,
+                    params: Mapping[str, Any] | None = None) -> RunRow:
+        """Create the run (``RunExists`` if the id is taken) and drive it to the end. ``params``: the run's
+        parameters (``steps.params``), recorded with it for the steps that read them."""
         run_id = check_run_id(run_id)
         inputs = RunInputs(
             run_id=run_id,
             task=check_task(task),
             email=check_email(email),
             conversation_id=check_conversation_id(conversation_id or run_id),
+            params=check_params(params),
         )
+        missing = missing_params(self.flow, inputs.params)
+        if missing is not None:
+            raise InputError(f"run {run_id} was not started: {missing}")
         rule = self.rule or rule_from_env()
         start_id = secrets.token_hex(8)
         first = self.flow[0]
@@ -262,7 +272,7 @@ class Runner:
         self.record.create_run(
             run_id, inputs.task, inputs.email, inputs.conversation_id,
             [s.name for s in self.flow], self.holder, self.lease_seconds, nxt,
-            start_id=start_id, retry_rule=rule.to_dict(),
+            start_id=start_id, retry_rule=rule.to_dict(), params=inputs.params,
         )
         request = first.request(self._inputs(self.record.load(run_id)), {})
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
@@ -426,7 +436,8 @@ class Runner:
     @staticmethod
     def _inputs(run: RunRow) -> RunInputs:
         return RunInputs(run.run_id, run.task, run.email, run.conversation_id,
-                         start_id=run.start_id or "", created_at=run.created_at if run.start_id else None)
+                         start_id=run.start_id or "", created_at=run.created_at if run.start_id else None,
+                         params=run.params or {})
 
     async def _one_step(self, run: RunRow, ahead: StartedAttempt | None,
                         beat: _Heartbeat | None) -> StartedAttempt | None:

@@ -24,18 +24,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from runrecord.lease import check_holder
-from runrecord.store import IntentRow, RunRow
+from runrecord.store import IntentRow, RunRow, StepRow
 from steps.controls import printable
-from steps.runstate import describe_step, iso, run_entry, step_entry
+from steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
 from steps.runview import render_table
 from steps.settle import answer_text
 
 
-def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:
-    common = dict(crashes=s.crashes, last_error=s.last_error if s.status != "completed" else None)
+def _step(run: RunRow, s: StepRow, live: bool, now: float) -> StepEntry:
+    last_error = s.last_error if s.status != "completed" else None
     if s.status == "completed":
         adopted = s.result.get("adopted") if isinstance(s.result, dict) else None
         return step_entry(s.name, "adopted" if adopted else "completed", s.attempts, s.result, crashes=s.crashes,
@@ -43,20 +42,22 @@ def _step(run: RunRow, s, live: bool, now: float) -> dict[str, Any]:
     if s.status == "failed":
         note = (f"an attempt's outcome is unknown: the effect may have been applied; "
                 f"`python -m runrecord settle {run.run_id}` asks the provider") if s.in_doubt else None
-        return step_entry(s.name, "in_doubt" if s.in_doubt else "failed", s.attempts, **common, note=note)
+        return step_entry(s.name, "in_doubt" if s.in_doubt else "failed", s.attempts, crashes=s.crashes,
+                          last_error=last_error, note=note)
     if s.status == "pending":
         return step_entry(s.name)
     if not live:
         why = (f"the process running attempt {s.attempts} died" if s.attempt_open
                else "no process holds the run")
-        return step_entry(s.name, "waiting", s.attempts, **common,
+        return step_entry(s.name, "waiting", s.attempts, crashes=s.crashes, last_error=last_error,
                           note=f"{why}: `python -m runrecord resume {run.run_id}` continues it")
     if s.next_try_at is not None and s.next_try_at > now and not s.attempt_open:
-        return step_entry(s.name, "retrying", s.attempts, **common, next_try_at=iso(s.next_try_at))
-    return step_entry(s.name, "running", s.attempts, **common)
+        return step_entry(s.name, "retrying", s.attempts, crashes=s.crashes, last_error=last_error,
+                          next_try_at=iso(s.next_try_at))
+    return step_entry(s.name, "running", s.attempts, crashes=s.crashes, last_error=last_error)
 
 
-def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None) -> dict[str, Any]:
+def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None) -> RunEntry:
     """The status JSON of ``run``. ``flow_changed``: the reason the reading
     code's flow differs from the recorded one (then the run is parked)."""
     now = time.time() if now is None else now
@@ -64,7 +65,7 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     live = bool(holder) and (run.lease_expires_at or 0) > now and not check_holder(holder or "").dead
     steps = [_step(run, s, live, now) for s in run.steps]
     if run.status in ("completed", "failed"):
-        return run_entry(run.run_id, run.status, steps, error=run.error)
+        return run_entry(run.run_id, run_state(run.status), steps, error=run.error)
     if flow_changed:
         return run_entry(run.run_id, "parked", steps, detail=flow_changed)
     active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
@@ -72,7 +73,7 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     return run_entry(run.run_id, "running", steps, detail=detail)
 
 
-def run_status(record, run_id: str) -> dict[str, Any]:
+def run_status(record, run_id: str) -> RunEntry:
     """The status JSON for ``run_id`` in an open ``RunRecord``; ``RecordRunNotFound`` if there is none."""
     return status_of(record.load(run_id))
 
@@ -146,5 +147,5 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     return "\n".join([render_table(status_of(run, now, flow_changed)), *(printable(line) for line in lines)])
 
 
-def dumps(status: dict[str, Any]) -> str:
+def dumps(status: RunEntry) -> str:
     return json.dumps(status, indent=2)

@@ -38,7 +38,8 @@ the same way after its upgrade:
     reason), the lease (``lease_holder``, ``lease_expires_at``) and times;
     since version 2 ``start_id`` (drawn at start, sent with every effect for
     ``steps.adoption``) and ``retry_rule`` (the JSON ``steps.retry.RetryRule``
-    the run runs under).
+    the run runs under); since version 3 ``params`` (the JSON mapping of the
+    run's parameters, ``steps.params``: what a step needs beyond the task).
 ``steps``
     one row per (run, position), created with the run: the step ``name`` at
     that position (checked on resume), ``status`` (pending | running |
@@ -78,7 +79,7 @@ from typing import Any, NamedTuple, TypeVar
 from runrecord.lease import Verdict, check_holder
 from storage import sqlite
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
 SYNCHRONOUS_ENV = "RUNRECORD_SYNCHRONOUS"
@@ -144,9 +145,14 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     sqlite.run_script(conn, _MIGRATE_V1_TO_V2)
 
 
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """A run's parameters: one JSON column, NULL for the runs before it (no parameters)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN params TEXT")
+
+
 # Key = the version a step upgrades *from*. Add a step for each new version;
 # never edit a released one.
-_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2}
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -301,6 +307,7 @@ class RunRow:
     lease_expires_at: float | None
     start_id: str | None = None
     retry_rule: Any = field(default=None, metadata=_JSON)
+    params: Any = field(default=None, metadata=_JSON)
     steps: list[StepRow] = field(default_factory=list, metadata=_NOT_A_COLUMN)
 
     def results(self) -> dict[str, Any]:
@@ -508,6 +515,7 @@ class RunRecord:
         *,
         start_id: str | None = None,
         retry_rule: Any = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         """Create the run, holding its lease, with step 0's first attempt started: one commit.
 
@@ -521,10 +529,10 @@ class RunRecord:
                 raise RunExists(run_id, existing["status"])
             c.execute(
                 "INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, "
-                "updated_at, lease_holder, lease_expires_at, start_id, retry_rule) "
-                "VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?, ?, ?)",
+                "updated_at, lease_holder, lease_expires_at, start_id, retry_rule, params) "
+                "VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, task, email, conversation_id, now, now, holder, now + lease_seconds, start_id,
-                 None if retry_rule is None else _dump(retry_rule)),
+                 None if retry_rule is None else _dump(retry_rule), _dump(dict(params)) if params else None),
             )
             c.executemany(
                 "INSERT INTO steps (run_id, position, name, status) VALUES (?, ?, ?, 'pending')",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from steps.runstate import JsonValue
+
 
 @dataclass(frozen=True)
 class DraftRequest:
@@ -97,8 +99,9 @@ def sent_reply(drafted_body: str, sent: Any) -> str:
     return drafted_body
 
 
-def to_jsonable(value: Any) -> Any:
-    """A step result as plain JSON (what the status command prints)."""
+def to_jsonable(value: Any) -> JsonValue:
+    """A step result as plain JSON (what the status command prints): a dataclass as its dict of fields, any
+    other value as it is (a recorded result is JSON already)."""
     if hasattr(value, "__dataclass_fields__"):
         return asdict(value)
     return value

@@ -4,8 +4,9 @@ The step functions (``steps.flow``) call three things they do not build:
 
 - a **model** (``LanguageModel``): chat-format messages in, a ``DraftReply``
   (subject, body, one-line summary) out. ``drafting`` implements it;
-- the **email and ticket API** (``EffectApi``): ``send_email`` and
-  ``create_ticket``, each under an idempotency key the engine gives, and
+- the **email, ticket and refund API** (``EffectApi``): ``send_email``,
+  ``create_ticket`` and ``issue_refund``, each under an idempotency key the
+  engine gives, and
   ``lookup`` (what was applied under a key: how a 409 is adopted,
   ``steps.adoption``, and how a step left in doubt is settled,
   ``steps.settle``). ``providerclient.ProviderClient`` implements it;
@@ -80,6 +81,14 @@ class TicketReceipt(Protocol):
     def replayed(self) -> bool: ...
 
 
+class RefundReceipt(Protocol):
+    @property
+    def refund_id(self) -> str: ...
+
+    @property
+    def replayed(self) -> bool: ...
+
+
 class AppliedRequest(Protocol):
     """What the API holds under one idempotency key (``EffectApi.lookup``)."""
 
@@ -102,19 +111,22 @@ class AppliedRequest(Protocol):
     def request_sha256(self) -> str | None: ...
 
     @property
-    def response(self) -> dict[str, Any] | None: ...  # the stored answer: message_id or ticket_id
+    def response(self) -> dict[str, Any] | None: ...  # the stored answer: message_id, ticket_id, ...
 
 
 class EffectApi(Protocol):
-    """The email and ticket API the effect steps call. ``metadata`` (the run's
-    start id, ``steps.adoption``) is sent only when given. ``aclose`` releases
-    connections: the engine that built the deps calls it when it stops."""
+    """The email, ticket and refund API the effect steps call (a refund's ``amount``: in the currency's
+    minor units). ``metadata`` (the run's start id, ``steps.adoption``) is sent only when given. ``aclose``
+    releases connections: the engine that built the deps calls it when it stops."""
 
     async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str,
                          metadata: dict[str, str] | None = None) -> EmailReceipt: ...
 
     async def create_ticket(self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str,
                             metadata: dict[str, str] | None = None) -> TicketReceipt: ...
+
+    async def issue_refund(self, *, idempotency_key: str, run_id: str, order_id: str, amount: int,
+                           metadata: dict[str, str] | None = None) -> RefundReceipt: ...
 
     async def lookup(self, idempotency_key: str) -> AppliedRequest | None: ...
 

@@ -20,11 +20,12 @@ workflow calls these in workflow code.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from steps.keys import idempotency_key
 from steps.models import DraftRequest, RecordRequest, RememberRequest, SendRequest, sent_reply
+from steps.params import ParamValue
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class RunInputs:
     execution run id; run record and DBOS: a token drawn at start); empty:
     the requests carry no start metadata.
     ``created_at`` is the memory cut-off (Unix seconds; None: no cut-off).
+    ``params``: the values a step needs beyond these (a refund's amount),
+    recorded with the run (``steps.params``); empty for runs without any.
     """
 
     run_id: str
@@ -43,6 +46,7 @@ class RunInputs:
     conversation_id: str
     start_id: str = ""
     created_at: float | None = None
+    params: Mapping[str, ParamValue] = field(default_factory=dict)
 
 
 RequestBuilder = Callable[[RunInputs, Mapping[str, Any]], Any]

@@ -3,7 +3,10 @@ fields and the exit codes. ``starter.py status`` (Temporal's history, and the
 workflow's own ``progress`` query), ``python -m runrecord status`` (the SQLite
 record) and ``python -m dbosflow status`` (DBOS's tables) print the same
 shape, each built with ``step_entry`` and ``run_entry``, and render it with
-the same table (``steps.runview``).
+the same table (``steps.runview``). Typed: the words are ``RunStateName`` and
+``StepStateName`` (a misspelt one is a mypy error where it is written, and a
+``ValueError`` from ``step_entry``/``run_entry`` if it arrives another way), the
+entries ``StepEntry`` and ``RunEntry``, a step's result ``JsonValue``.
 
 The JSON shape::
 
@@ -64,11 +67,53 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Literal, TypeAlias, TypedDict, get_args
 
-RUN_STATES = ("running", "parked", "completed", "failed")
-STEP_STATES = ("pending", "running", "waiting", "retrying", "completed", "adopted", "failed", "in_doubt")
-DONE_STEP_STATES = ("completed", "adopted")
+RunStateName = Literal["running", "parked", "completed", "failed"]
+"""A run's ``status`` (the table above). mypy holds callers to these words; ``run_entry`` refuses any other."""
+StepStateName = Literal["pending", "running", "waiting", "retrying", "completed", "adopted", "failed", "in_doubt"]
+"""A step's ``status`` (the table above); ``step_entry`` refuses any other."""
+
+RUN_STATES: tuple[RunStateName, ...] = get_args(RunStateName)
+STEP_STATES: tuple[StepStateName, ...] = get_args(StepStateName)
+DONE_STEP_STATES: tuple[StepStateName, ...] = ("completed", "adopted")
+
+JsonValue: TypeAlias = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+"""What a step's ``result`` may hold: plain JSON, as every engine records it (``steps.models.to_jsonable``)."""
+
+
+class StepEntry(TypedDict):
+    """One step in the status JSON (``step_entry`` builds it), its keys in the order printed."""
+
+    # The step's name, as in steps.plan
+    name: str
+    status: StepStateName
+    # Every execution of the step, those whose process died included
+    attempts: int
+    # The recorded result of a completed or adopted step; None otherwise
+    result: JsonValue
+    # Executions whose process died (they spend no error budget, steps.retry)
+    crashes: int
+    # The last attempt's error, if one failed
+    last_error: str | None
+    # A retrying step's next attempt, as ``iso`` writes it
+    next_try_at: str | None
+    # Why a step stands as it does: an adoption's reason, a waiting step's cause, a doubt's way out
+    note: str | None
+
+
+class RunEntry(TypedDict):
+    """A run's status JSON (``run_entry`` builds it): what ``status --json`` prints on every engine."""
+
+    run_id: str
+    status: RunStateName
+    # The first step not completed or adopted; None once every step is done
+    current_step: str | None
+    steps: list[StepEntry]
+    # Why a failed run failed: the step, the attempts and the reason
+    error: str | None
+    # What a running or parked run is doing or waiting for
+    detail: str | None
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -79,7 +124,7 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141
 
 
-def exit_code(status: dict[str, Any]) -> int:
+def exit_code(status: RunEntry) -> int:
     return {"failed": EXIT_FAILED, "parked": EXIT_PARKED}.get(status["status"], EXIT_OK)
 
 
@@ -102,21 +147,53 @@ def clock(ts_iso: str | None) -> str:
     return ts_iso[11:19] if ts_iso else "?"
 
 
-def step_entry(name: str, status: str = "pending", attempts: int = 0, result: Any = None, *, crashes: int = 0,
-               last_error: str | None = None, next_try_at: str | None = None,
-               note: str | None = None) -> dict[str, Any]:
+def step_state(word: str) -> StepStateName:
+    """``word`` (read from a store, say) as a step's status; ValueError if it is none."""
+    for name in STEP_STATES:
+        if word == name:
+            return name
+    raise _not_a_status("step", word, STEP_STATES)
+
+
+def run_state(word: str) -> RunStateName:
+    """``word`` as a run's status; ValueError if it is none."""
+    for name in RUN_STATES:
+        if word == name:
+            return name
+    raise _not_a_status("run", word, RUN_STATES)
+
+
+def _not_a_status(kind: str, word: object, words: tuple[str, ...], whose: str = "") -> ValueError:
+    return ValueError(f"{whose}{word!r} is not a {kind} status, which is one of: {', '.join(words)} "
+                      "(steps.runstate)")
+
+
+def step_entry(name: str, status: StepStateName = "pending", attempts: int = 0, result: JsonValue = None, *,
+               crashes: int = 0, last_error: str | None = None, next_try_at: str | None = None,
+               note: str | None = None) -> StepEntry:
+    # mypy refuses a misspelt word written here; this refuses one that came from elsewhere.
+    if status not in STEP_STATES:
+        raise _not_a_status("step", status, STEP_STATES, f"step {name!r}: ")
     return {"name": name, "status": status, "attempts": attempts, "result": result, "crashes": crashes,
             "last_error": last_error, "next_try_at": next_try_at, "note": note}
 
 
-def run_entry(run_id: str, status: str, steps: list[dict[str, Any]], *, error: str | None = None,
-              detail: str | None = None) -> dict[str, Any]:
+def run_entry(run_id: str, status: RunStateName, steps: list[StepEntry], *, error: str | None = None,
+              detail: str | None = None) -> RunEntry:
+    if status not in RUN_STATES:
+        raise _not_a_status("run", status, RUN_STATES, f"run {run_id!r}: ")
     current = next((s["name"] for s in steps if s["status"] not in DONE_STEP_STATES), None)
     return {"run_id": run_id, "status": status, "current_step": current, "steps": steps,
             "error": error, "detail": detail}
 
 
-def describe_step(step: dict[str, Any], *, waiting_for: str = "a worker") -> str:
+def result_fields(step: StepEntry) -> dict[str, JsonValue]:
+    """A step's result when it is an object (every step's is, once recorded), else empty: its fields to read."""
+    result = step["result"]
+    return result if isinstance(result, dict) else {}
+
+
+def describe_step(step: StepEntry, *, waiting_for: str = "a worker") -> str:
     """One line on what a step is doing, for ``detail``; ``waiting_for``: what a waiting step waits for on
     this engine (Temporal: a worker; the run record: a resume; DBOS: a launch that recovers it)."""
     name, status = step["name"], step["status"]

@@ -16,16 +16,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from steps.controls import printable
-from steps.runstate import clock
+from steps.runstate import JsonValue, RunEntry, StepStateName, clock
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 
-def render_table(status: dict[str, Any]) -> str:
+def render_table(status: RunEntry) -> str:
     """A readable table, plain text so it is the same in a terminal and a log."""
     lines = [f"run {status['run_id']}: {status['status']}"
              + (f", current step {status['current_step']}" if status["current_step"] else "")]
@@ -50,10 +50,11 @@ def render_table(status: dict[str, Any]) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def short_result(result: Any) -> str:
+def short_result(result: JsonValue) -> str:
     if not isinstance(result, dict):
         return json.dumps(result)
-    keys = ("message_id", "ticket_id", "subject")
+    # The ids an effect's result holds (message_id, ticket_id, refund_id: whatever its kind), a draft's subject.
+    keys = [k for k in result if k.endswith("_id") and k != "run_id"] + ["subject"]
     parts = [f"{k}={result[k]}" for k in keys if k in result]
     if result.get("adopted"):
         parts.append("adopted")
@@ -63,11 +64,11 @@ def short_result(result: Any) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def step_ticker(indent: str = "  ") -> Callable[[dict[str, Any]], None]:
+def step_ticker(indent: str = "  ") -> Callable[[RunEntry], None]:
     """An ``on_change`` callback that prints one line each time a step changes status or attempt."""
-    seen: dict[str, tuple] = {}
+    seen: dict[str, tuple[StepStateName, int]] = {}
 
-    def tick(status: dict[str, Any]) -> None:
+    def tick(status: RunEntry) -> None:
         for step in status["steps"]:
             now = (step["status"], step["attempts"])
             if seen.get(step["name"]) != now:
@@ -84,18 +85,19 @@ def step_ticker(indent: str = "  ") -> Callable[[dict[str, Any]], None]:
     return tick
 
 
-_STEP_STYLE = {"pending": "dim", "running": "bold yellow", "waiting": "yellow", "retrying": "bold magenta",
-               "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
+_STEP_STYLE: dict[StepStateName, str] = {
+    "pending": "dim", "running": "bold yellow", "waiting": "yellow", "retrying": "bold magenta",
+    "completed": "green", "adopted": "green", "failed": "bold red", "in_doubt": "bold red"}
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     """Run data for a rich cell: control characters escaped, and rich's markup too."""
     from rich.markup import escape
 
     return escape(printable(value))
 
 
-def rich_table(status: dict[str, Any], caption: str | None = None) -> Table:
+def rich_table(status: RunEntry, caption: str | None = None) -> Table:
     """The same table as ``render_table``, for a terminal: rich, updated in place.
     ``caption`` (e.g. the run's page in a UI) goes under it."""
     from rich.console import JustifyMethod

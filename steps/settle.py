@@ -25,7 +25,7 @@ cannot be written from outside a run, so it is only reported there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from steps.controls import printable
@@ -34,10 +34,11 @@ from steps.plan import EFFECT_STEPS
 from steps.ports import EffectApi
 
 
-async def settle(provider: EffectApi, run_id: str) -> list[dict[str, Any]]:
-    """One entry per effect step: ``{"step", "key", "state", "requests", "applied_at", "ids"}``."""
+async def settle(provider: EffectApi, run_id: str, steps: Iterable[str] = EFFECT_STEPS) -> list[dict[str, Any]]:
+    """One entry per effect step (``steps``: the flow's, ``steps.plan.effect_steps``; the lab's by default):
+    ``{"step", "key", "state", "requests", "applied_at", "ids"}``."""
     report = []
-    for step in EFFECT_STEPS:
+    for step in steps:
         key = idempotency_key(run_id, step)
         found = await provider.lookup(key)
         entry: dict[str, Any] = {"step": step, "key": key, "state": "never seen", "requests": 0,
@@ -48,10 +49,16 @@ async def settle(provider: EffectApi, run_id: str) -> list[dict[str, Any]]:
             if found.applied:
                 response = found.response or {}
                 entry["applied_at"] = found.applied_at
-                entry["ids"] = {k: response[k] for k in ("message_id", "ticket_id") if k in response}
+                entry["ids"] = made_ids(response, found.request or {})
                 entry["request_sha256"] = found.request_sha256
         report.append(entry)
     return report
+
+
+def made_ids(response: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """The ids the provider made for an effect, whatever its kind: the answer's ``*_id`` fields that the
+    request did not carry (a ticket's ``email_message_id`` is the request's; its ``ticket_id`` is made)."""
+    return {k: v for k, v in response.items() if k.endswith("_id") and k not in request}
 
 
 def answer_text(entry: Mapping[str, Any]) -> str:

@@ -118,6 +118,41 @@ def test_every_place_the_change_table_names_exists():
             assert _defines(REPO / path, name), f"{path} defines no {name}"
 
 
+def test_every_file_the_change_table_names_exists():
+    """The third column names, for adding a step, a kind of effect or an engine, every file to touch: each
+    exists (a file named with a function, ``path:name``, defines it). A placeholder (``<engine>/``) or a
+    dotted module name is not a file."""
+    table = DOC.split("## To change X, open Y", 1)[1].split("\n## ", 1)[0]
+    rows = {row.split("|")[1].strip(): row.split("|")[3] for row in table.splitlines()
+            if row.startswith("| ") and not row.startswith("| to change")}
+    for change in ("add a step", "add an effect kind", "add an engine"):
+        assert change in rows, f"docs/architecture.md has no row {change!r}"
+    missing = []
+    for change, follows in rows.items():
+        for named in re.findall(r"`([^`<>\s]+)`", follows):
+            path, _, name = named.partition(":")
+            if "/" not in path or not re.search(r"\.(py|md|toml|yml|yaml|json)$|/$", path):
+                continue
+            if not (REPO / path).exists() or (name and path.endswith(".py") and not _defines(REPO / path, name)):
+                missing.append(f"{change}: {named}")
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_the_counts_of_files_to_touch_name_existing_files():
+    """The closing table counts the files each change takes now, and names them: as many as it says, each
+    one there."""
+    section = DOC.split("## How many files a change takes", 1)[1].split("\n## ", 1)[0]
+    for row in section.splitlines():
+        if not row.startswith("| add "):
+            continue
+        after = row.split("|")[3]
+        count = re.match(r"\s*(\d+)(?: more)?:", after)
+        if count is None:
+            continue
+        files = [f for f in re.findall(r"`([^`]+)`", after) if "/" in f]
+        assert int(count[1]) == len(files) and all((REPO / f).exists() for f in files), (row, files)
+
+
 def _assigned(path, name: str) -> bool:
     """True if the module at ``path`` assigns ``name`` at its top level."""
     for node in ast.parse(path.read_text()).body:

@@ -6,13 +6,17 @@ place. The workflow histories of the previous main are tests/test_replay_fixture
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import sys
 import time
 
-from lab.processes import Proc
+import httpx
+
+from lab.processes import REPO, Proc
+from lab.provider_process import ProviderProcess
 from memory import Message, SQLiteStore, read_context
-from provider.store import _SCHEMA as PROVIDER_V1_SCHEMA
+from provider.store import _SCHEMA_V1 as PROVIDER_V1_SCHEMA
 from provider.store import SCHEMA_VERSION as PROVIDER_SCHEMA
 from provider.store import Store
 from providerclient import fetch_effects
@@ -20,6 +24,11 @@ from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
 from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
 from steps.keys import idempotency_key
 from tests.support import EMAIL, TASK, executions, wait_exit
+
+PROVIDER_V2 = REPO / "tests" / "data" / "provider-schema2.db"
+"""A provider store made by the provider of bae0eb8 (schema 2, emails and tickets only): for run v2-run an
+email (two requests, one applied), a ticket citing it, and a refused ticket request of run v2-other (counted,
+nothing applied). Never made again: it stands for the files in the field."""
 
 DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
          "model": "offline", "context_messages": 0}
@@ -101,3 +110,46 @@ def test_a_version_1_memory_file_is_upgraded_and_its_messages_count_as_old(tmp_p
     store.close()
     cut = read_context(str(path), "c1", as_of=time.time() - 3600)
     assert [m["content"] for m in cut] == ["written by the previous main"]
+
+
+def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_keeps_every_row(tmp_path):
+    """The bookkeeping's CHECK (kind IN ('email', 'ticket')) is rebuilt from provider.kinds (SQLite cannot
+    alter a CHECK): every key keeps its counts, every effect its ids, a replay its stored answer; a refund is
+    applied; a kind outside the table is still refused by the store itself."""
+    db = tmp_path / "provider.db"
+    shutil.copy(PROVIDER_V2, db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        before = conn.execute("SELECT key, seq, kind, run_id, requests, status_code, fingerprint, response_json, "
+                              "first_seen, last_seen FROM idempotency_keys ORDER BY seq").fetchall()
+    with ProviderProcess(db) as provider, httpx.Client(base_url=provider.url) as http:
+        effects = {e.key: e for e in fetch_effects(provider.url)}
+        assert {k: (e.kind, e.requests, e.effects_applied) for k, e in effects.items()} == {
+            "agentlab/v2-run/send_confirmation": ("email", 2, 1),
+            "agentlab/v2-run/record_outcome": ("ticket", 1, 1),
+            "agentlab/v2-other/record_outcome": ("ticket", 1, 0)}
+        [email] = http.get("/v1/emails").json()["emails"]
+        [ticket] = http.get("/v1/tickets").json()["tickets"]
+        assert ticket["email_message_id"] == email["message_id"]
+        body = {"run_id": "v2-run", "to": "ada@example.com", "subject": "Your refund", "body": "Hello Ada,\n\nDone.\n",
+                "metadata": {"lab_start_id": "0123abcd"}}
+        replay = http.post("/v1/emails", json=body, headers={"Idempotency-Key": "agentlab/v2-run/send_confirmation"})
+        assert replay.json()["message_id"] == email["message_id"] and replay.json()["replayed"] is True
+        refund = http.post("/v1/refunds", json={"run_id": "v2-run", "order_id": "A-1234", "amount": 1250},
+                           headers={"Idempotency-Key": "agentlab/v2-run/issue_refund"})
+        assert refund.status_code == 200, refund.text
+        looked = http.get("/v1/requests/agentlab%2Fv2-run%2Frecord_outcome").json()
+        assert looked["applied"] and looked["response"]["ticket_id"] == ticket["ticket_id"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == PROVIDER_SCHEMA
+        after = conn.execute("SELECT key, seq, kind, run_id, requests, status_code, fingerprint, response_json, "
+                             "first_seen, last_seen FROM idempotency_keys ORDER BY seq").fetchall()
+        assert after[0][:4] == before[0][:4] and after[0][4] == before[0][4] + 1  # the replay counted
+        assert after[1:3] == before[1:3] and after[3][2] == "refund"
+        try:
+            conn.execute("INSERT INTO idempotency_keys (key, seq, kind, requests, first_seen, last_seen) "
+                         "VALUES ('x', 99, 'sms', 1, 't', 't')")
+        except sqlite3.IntegrityError as refused:
+            assert "CHECK constraint failed" in str(refused)
+        else:
+            raise AssertionError("the rebuilt bookkeeping took a kind provider.kinds does not have")

@@ -26,6 +26,7 @@ import pytest
 
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
+from provider.kinds import NAMES
 from provider.validation import (
     MAX_BODY_CHARS,
     MAX_JSON_DEPTH,
@@ -573,7 +574,7 @@ def test_fault_admin_validates_shows_and_clears(url: str) -> None:
     HTTP.post(f"{url}/admin/faults",
               json={"fail_next": 3, "status": 502, "hang_next": 1, "hang_seconds": 0.5}).raise_for_status()
     faults = HTTP.get(f"{url}/admin/faults").json()["faults"]
-    assert faults["fail"] == {"remaining": 3, "status": 502, "retry_after": None, "kinds": ["email", "ticket"]}
+    assert faults["fail"] == {"remaining": 3, "status": 502, "retry_after": None, "kinds": list(NAMES)}
     assert faults["hang"]["remaining"] == 1 and faults["hang"]["hang_seconds"] == 0.5
     cleared = HTTP.delete(f"{url}/admin/faults").json()["faults"]
     assert cleared["fail"]["remaining"] == cleared["hang"]["remaining"] == cleared["lose_response"]["remaining"] == 0
@@ -622,6 +623,38 @@ async def test_client_receipts_and_ticket_replay(url: str, run_id: str, provider
     assert again.ticket_id == first.ticket_id
     assert [t["email_message_id"] for t in await provider_client.tickets(run_id)] == [email.message_id]
     assert await provider_client.health() is True
+
+
+async def test_a_refund_is_applied_once_counted_per_key_and_mapped_like_the_others(
+    url: str, run_id: str, provider_client: ProviderClient
+) -> None:
+    """The third kind: ``POST /v1/refunds`` under a key, replayed, refused on another amount (409), a bad
+    amount a permanent error naming the field, an injected 5xx in doubt: the client's table, as for the
+    email and the ticket; the provider counts it per key under its kind."""
+    key = new_key()
+    first = await provider_client.issue_refund(idempotency_key=key, run_id=run_id, order_id="A-1234", amount=1250)
+    again = await provider_client.issue_refund(idempotency_key=key, run_id=run_id, order_id="A-1234", amount=1250)
+    assert first.refund_id.startswith("rfd_") and (first.replayed, again.replayed) == (False, True)
+    assert again.refund_id == first.refund_id
+    with pytest.raises(IdempotencyConflict):
+        await provider_client.issue_refund(idempotency_key=key, run_id=run_id, order_id="A-1234", amount=9999)
+    with pytest.raises(PermanentError) as bad:
+        await provider_client.issue_refund(idempotency_key=new_key(), run_id=run_id, order_id="A-1234", amount=0)
+    assert "field 'amount'" in bad.value.message, bad.value.message
+    await provider_client.set_faults(fail_next=1, status=503, kinds=["refund"])
+    with pytest.raises(TransientError) as down:
+        await provider_client.issue_refund(idempotency_key=new_key(), run_id=run_id, order_id="A-1", amount=5)
+    assert down.value.in_doubt, down.value.message
+    record = effect_for(url, key)
+    assert (record.kind, record.requests, record.effects_applied, record.status_code) == ("refund", 3, 1, 409)
+    stored = HTTP.get(f"{url}/v1/refunds", params={"run_id": run_id}).json()["refunds"]
+    assert [(r["refund_id"], r["order_id"], r["amount"]) for r in stored] == [(first.refund_id, "A-1234", 1250)]
+    applied = await provider_client.lookup(key)
+    assert applied is not None and applied.endpoint == "POST /v1/refunds" and applied.kind == "refund"
+    assert applied.request == {"run_id": run_id, "order_id": "A-1234", "amount": 1250}
+    # One key names one request across every endpoint: a refund's key is no email's.
+    conflict = post(url, "/v1/emails", email_body(run_id), key)
+    assert conflict.status_code == 409 and "/v1/refunds" in conflict.json()["message"], conflict.text
 
 
 async def test_client_maps_an_unreachable_provider_to_transient() -> None:

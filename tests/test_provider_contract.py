@@ -70,6 +70,14 @@ def ticket(run: str, **fields: Any) -> dict[str, Any]:
     return {"run_id": run, "summary": "Refund confirmed", "email_message_id": "msg_0123", **fields}
 
 
+def refund(run: str, **fields: Any) -> dict[str, Any]:
+    return {"run_id": run, "order_id": "A-1234", "amount": 1250, **fields}
+
+
+def refunds(run: str, name: str, *values: Any) -> list[Send]:
+    return [Send("/v1/refunds", refund(run, **{name: v}), name) for v in values]
+
+
 def emails(run: str, name: str, *values: Any) -> list[Send]:
     return [Send("/v1/emails", email(run, **{name: v}), name) for v in values]
 
@@ -113,7 +121,8 @@ CASES: dict[str, Case] = {
     "required": lambda n, run: (
         emails(run, "body", ""),
         [*emails(run, "run_id", "", "  "), *emails(run, "to", ""), *emails(run, "subject", "", " "),
-         *tickets(run, "summary", "", "\u3000"), *tickets(run, "email_message_id", "", " ")],
+         *tickets(run, "summary", "", "\u3000"), *tickets(run, "email_message_id", "", " "),
+         *refunds(run, "order_id", "", " ")],
     ),
     "run-id-length": lambda n, run: (emails(run, "run_id", (run + "x" * n)[:n]), emails(run, "run_id", "x" * (n + 1))),
     "run-id-text": lambda n, run: text_rule(emails, run, "run_id", run),
@@ -147,6 +156,12 @@ CASES: dict[str, Case] = {
         tickets(run, "email_message_id", "m" * n), tickets(run, "email_message_id", "m" * (n + 1)),
     ),
     "message-id-text": lambda n, run: text_rule(tickets, run, "email_message_id", "msg_0123"),
+    "order-id-length": lambda n, run: (refunds(run, "order_id", "o" * n), refunds(run, "order_id", "o" * (n + 1))),
+    "order-id-text": lambda n, run: text_rule(refunds, run, "order_id", "A-1234"),
+    "refund-amount": lambda n, run: (
+        refunds(run, "amount", 1, n),
+        refunds(run, "amount", 0, -1, n + 1, 12.5, "1250", True, None),
+    ),
     "metadata-entries": lambda n, run: (
         metadata(run, {f"k{i}": "v" for i in range(n)}, {}),
         metadata(run, {f"k{i}": "v" for i in range(n + 1)}, ["k", "v"], "k=v"),

@@ -427,10 +427,6 @@ async def test_a_worker_shutdown_is_retried_at_once_and_is_no_death_under_a_vers
     assert step(progress, "draft")["crashes"] == 0, progress
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "flowclient.status counts an attempt a worker shutdown cut short as a crash whatever the run's rule "
-    "(ActivityTrace.crashed), while the workflow, under a version 2 rule, does not: `starter.py status` "
-    "and the progress query disagree on the same run. Strict: remove this mark once they agree."))
 async def test_both_readers_count_the_same_crashes_after_a_worker_shutdown(client):
     """``steps.runstate``: ``crashes`` counts the attempts whose process died. A graceful shutdown is
     no death under a version 2 rule (``steps.retry``); history and the workflow should say so alike."""

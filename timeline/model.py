@@ -13,20 +13,32 @@ record, like the in-memory "before", can only be drawn from observations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
 
-RECORD = "record"
-OBSERVED = "observed"
+Source = Literal["record", "observed"]
+RECORD: Final = "record"
+OBSERVED: Final = "observed"
 
 # What a span shows. EXECUTED: the step ran. AGAIN: it ran, although it had
 # completed before the restart. REPLAYED / READ: the restarted process took its
 # recorded result and did not run it. WAITING: nothing ran; the engine waited
 # (for a dead worker's heartbeat to time out, say). UNRECORDED: attempts that ran
 # somewhere in this stretch, which the record counts but does not time.
-EXECUTED, AGAIN, REPLAYED, READ, WAITING, UNRECORDED = "executed", "again", "replayed", "read", "waiting", "unrecorded"
-KINDS = (EXECUTED, AGAIN, REPLAYED, READ, WAITING, UNRECORDED)
+SpanKind = Literal["executed", "again", "replayed", "read", "waiting", "unrecorded"]
+EXECUTED: Final = "executed"
+AGAIN: Final = "again"
+REPLAYED: Final = "replayed"
+READ: Final = "read"
+WAITING: Final = "waiting"
+UNRECORDED: Final = "unrecorded"
+KINDS: tuple[SpanKind, ...] = get_args(SpanKind)
 # Marks: a process SIGKILLed, a process (re)started, the moment a restarted process replayed a history.
-KILL, RESTART, REPLAY = "kill", "restart", "replay"
+MarkKind = Literal["kill", "restart", "replay"]
+KILL: Final = "kill"
+RESTART: Final = "restart"
+REPLAY: Final = "replay"
 
 
 @dataclass(frozen=True)
@@ -36,9 +48,9 @@ class Span:
     row: str  # the step's name, or "process"
     start: float
     end: float
-    kind: str = EXECUTED
-    start_from: str = RECORD
-    end_from: str = RECORD
+    kind: SpanKind = EXECUTED
+    start_from: Source = RECORD
+    end_from: Source = RECORD
     label: str = ""  # drawn beside the bar: "attempt 1", "process 2"
     note: str = ""  # the tooltip: what the bar is and where its two ends come from
 
@@ -51,8 +63,8 @@ class Span:
 @dataclass(frozen=True)
 class Mark:
     at: float
-    kind: str  # KILL, RESTART or REPLAY
-    source: str
+    kind: MarkKind
+    source: Source
     label: str
     note: str = ""
 
@@ -62,24 +74,57 @@ class Effect:
     """One idempotency key as the provider counted it (its record, never an engine's)."""
 
     key: str
-    kind: str  # "email" or "ticket"
+    kind: str  # the provider's kind of effect: "email", "ticket", "refund", ...
     requests: int
     applied: int  # 0 or 1
     first_seen: float | None
     last_seen: float | None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A lane's one line, kept in its parts: where the run stands (its status) or where it resumed, and how
+    many effects of each kind the provider applied. Whoever knows more replaces a part (the scenario knows
+    where the restarted process resumed: ``dataclasses.replace(verdict, where=...)``) instead of taking the
+    line apart again; ``str()`` renders it, the same wherever it is shown."""
+
+    where: str = ""  # "completed", "resumed at step 3 record_outcome"
+    applied: tuple[tuple[str, int], ...] = ()  # (kind of effect, how many applied), in the order first applied
+
+    @classmethod
+    def of(cls, where: str, effects: Sequence[Effect]) -> Verdict:
+        """``where``, and the provider's count of ``effects`` applied per kind."""
+        applied: dict[str, int] = {}
+        for effect in sorted(effects, key=lambda e: e.first_seen or 0.0):
+            applied[effect.kind] = applied.get(effect.kind, 0) + effect.applied
+        return cls(where, tuple(applied.items()))
+
+    def __str__(self) -> str:
+        got = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in self.applied)
+        return "; ".join(part for part in (self.where, got and f"the provider applied {got}") if part)
+
+
 @dataclass
 class Lane:
+    """One engine's run: its processes, a row per step, a row per kind of effect (``effect_kinds``: the
+    ``effect_rows`` its builder gave, then any other kind among its ``effects``), an axis of its own."""
+
     engine: str  # a stable id for the page (data-engine), e.g. "runrecord"
     title: str
     start: float  # t = 0 of this lane's axis
     rows: list[str]  # the steps, in order
     run_id: str = ""  # the run drawn (data-run-id)
+    effect_rows: list[str] = field(default_factory=list)  # kinds of effect drawn, a row each (``effect_kinds``)
     spans: list[Span] = field(default_factory=list)
     processes: list[Span] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
     caption: str = ""  # how the restarted process knew what was done
-    verdict: str = ""  # one line: where it resumed, what the customer got
+    verdict: Verdict = Verdict()  # one line: where it resumed, what the customer got
     bad: bool = False  # the verdict is the failure the lesson shows (the "before")
+
+    def effect_kinds(self) -> list[str]:
+        """The kinds of effect the lane draws, a row each: its ``effect_rows``, then, in the order the
+        provider first saw them, the kinds of its effects that those do not name."""
+        seen = [e.kind for e in sorted(self.effects, key=lambda e: e.first_seen or 0.0)]
+        return list(dict.fromkeys([*self.effect_rows, *seen]))

@@ -1,9 +1,13 @@
 """The page: a header, a summary table, a legend, then one lane per engine.
 
-A lane is an SVG: a row for the processes, one row per step, two rows for the
-provider (emails, tickets), a time axis in seconds from the lane's start
-(each lane has its own scale: the engines ran one after another and take
-different times). Under it, the provider's keys as a list, and a verdict.
+A lane is an SVG: a row for the processes, one row per step, one row per kind
+of effect the lane carries (``Lane.effect_kinds``: its flow's kinds, emails and
+tickets in the lab's, and any other the provider counted for the run), a time
+axis in seconds from the lane's start (each lane has its own scale: the
+engines ran one after another and take different times). Under it, the
+provider's keys as a list, and a verdict. Each kind of effect has a colour and
+a shape of its own on the page (``effect_looks``, in the order the lanes first
+carry them); the page knows no kind by name.
 
 How a time's source is drawn (the legend repeats it): from a **record**, a
 solid edge or line; from an **observation**, a dashed one, and a bar filled
@@ -25,6 +29,7 @@ from html import escape
 
 from timeline.model import (
     AGAIN,
+    EXECUTED,
     KILL,
     OBSERVED,
     READ,
@@ -51,9 +56,13 @@ AXIS = 30
 MIN_BAR = 4.0  # pixels: a 3 ms step on a 3 s axis still shows
 CHAR = 6.6  # pixels per character at 11 px, to keep labels from running into the next bar
 
-COLOURS = {"executed": "#3b6fb6", AGAIN: "#d9822b", REPLAYED: "#3b6fb6", READ: "#3b6fb6", WAITING: "#8a93a6",
+COLOURS = {EXECUTED: "#3b6fb6", AGAIN: "#d9822b", REPLAYED: "#3b6fb6", READ: "#3b6fb6", WAITING: "#8a93a6",
            "process": "#8a93a6",
-           KILL: "#c0392b", RESTART: "#2e8b57", REPLAY: "#3b6fb6", "email": "#2e8b57", "ticket": "#6a4fb3"}
+           KILL: "#c0392b", RESTART: "#2e8b57", REPLAY: "#3b6fb6"}
+LOOKS = (("#2e8b57", "circle"), ("#6a4fb3", "square"), ("#b7791f", "diamond"), ("#1f7a8c", "triangle"),
+         ("#a23b72", "circle"), ("#4a6b2a", "square"))
+"""The looks of the kinds of effect, given out in the order the page's lanes first carry them (the lab's flow:
+the email a green circle, the ticket a purple square); past the last, they start again."""
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 _STYLE = """
@@ -155,7 +164,7 @@ def _bar(axis: _Axis, span: Span, y: float, height: float, colour: str, room: fl
         label = (f'<text x="{x1 + 4:.1f}" y="{y + height / 2 + 4:.1f}"'
                  f'{_BAD if span.kind == AGAIN else ""}>{text(span.label)}</text>')
     elif span.label and need <= width:  # else within it: over a line, or in white on a bar
-        inside = "fill:#ffffff" if span.kind in ("executed", AGAIN) and span.row != "process" else "fill:#1d2330"
+        inside = "fill:#ffffff" if span.kind in (EXECUTED, AGAIN) and span.row != "process" else "fill:#1d2330"
         lift = -4 if span.kind in (UNRECORDED, WAITING) else 4
         label = (f'<text x="{(x0 + x1) / 2:.1f}" y="{y + height / 2 + lift:.1f}" text-anchor="middle" '
                  f'style="{inside}">{text(span.label)}</text>')
@@ -194,7 +203,28 @@ def _mark(axis: _Axis, mark: Mark, level: int, bottom: float) -> str:
             f'style="fill:{colour};font-weight:600">{text(symbol + mark.label)}</text></g>')
 
 
-def _effect_marks(axis: _Axis, lane: Lane, kind: str, y: float) -> str:
+Look = tuple[str, str]  # (colour, shape)
+
+
+def effect_looks(lanes: Sequence[Lane]) -> dict[str, Look]:
+    """Each kind of effect the lanes carry, with its colour and shape, the same in every lane of the page."""
+    kinds = dict.fromkeys(kind for lane in lanes for kind in lane.effect_kinds())
+    return {kind: LOOKS[i % len(LOOKS)] for i, kind in enumerate(kinds)}
+
+
+def _shape(shape: str, x: float, y: float, fill: str, colour: str) -> str:
+    """A mark of ``shape`` centred on (x, y)."""
+    paint = f'fill="{fill}" stroke="{colour}" stroke-width="1.5"'
+    if shape == "square":
+        return f'<rect x="{x - 5.5:.1f}" y="{y - 5.5:.1f}" width="11" height="11" {paint}/>'
+    if shape == "diamond":
+        return f'<path d="M{x:.1f},{y - 7:.1f}L{x + 7:.1f},{y:.1f}L{x:.1f},{y + 7:.1f}L{x - 7:.1f},{y:.1f}Z" {paint}/>'
+    if shape == "triangle":
+        return f'<path d="M{x:.1f},{y - 6.5:.1f}L{x + 6.5:.1f},{y + 5.5:.1f}L{x - 6.5:.1f},{y + 5.5:.1f}Z" {paint}/>'
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6" {paint}/>'
+
+
+def _effect_marks(axis: _Axis, lane: Lane, kind: str, y: float, look: Look) -> str:
     out = []
     mine = sorted((e for e in lane.effects if e.kind == kind and e.first_seen is not None),
                   key=lambda e: e.first_seen or 0.0)
@@ -205,12 +235,9 @@ def _effect_marks(axis: _Axis, lane: Lane, kind: str, y: float) -> str:
         mid = y + EFFECT_ROW / 2
         applied += effect.applied
         second = effect.applied and applied > 1
-        colour = "#b03a2e" if second else COLOURS[kind]
+        colour = "#b03a2e" if second else look[0]
         filled = colour if effect.applied else "#ffffff"
-        shape = (f'<circle cx="{x:.1f}" cy="{mid:.1f}" r="6" fill="{filled}" stroke="{colour}" stroke-width="1.5"/>'
-                 if kind == "email" else
-                 f'<rect x="{x - 5.5:.1f}" y="{mid - 5.5:.1f}" width="11" height="11" fill="{filled}" '
-                 f'stroke="{colour}" stroke-width="1.5"/>')
+        shape = _shape(look[1], x, mid, filled, colour)
         later = ""
         if effect.requests > 1 and effect.last_seen is not None:
             later = (f'<circle cx="{axis.x(effect.last_seen):.1f}" cy="{mid:.1f}" r="6" fill="none" '
@@ -222,12 +249,12 @@ def _effect_marks(axis: _Axis, lane: Lane, kind: str, y: float) -> str:
                  if len(word) * CHAR + 14 <= room else "")
         note = (f"{effect.key}: {effect.requests} request(s), {effect.applied} applied; first request "
                 f"+{_seconds(effect.first_seen - lane.start)} s (the provider's first_seen)")
-        out.append(f'<g class="effect-mark {kind}{" applied" if effect.applied else ""}"><title>{text(note)}</title>'
-                   f"{shape}{later}{label}</g>")
+        out.append(f'<g class="effect-mark {text(kind)}{" applied" if effect.applied else ""}" '
+                   f'data-kind="{text(kind)}"><title>{text(note)}</title>{shape}{later}{label}</g>')
     return "".join(out)
 
 
-def _lane_svg(lane: Lane) -> str:
+def _lane_svg(lane: Lane, looks: dict[str, Look]) -> str:
     times = _times(lane)
     axis = _Axis(lane.start, max(times))
     rows_y: dict[str, float] = {}
@@ -237,15 +264,16 @@ def _lane_svg(lane: Lane) -> str:
     for name in lane.rows:
         rows_y[name] = y
         y += STEP_ROW
-    emails_y, tickets_y = y, y + EFFECT_ROW
-    bottom = tickets_y + EFFECT_ROW
+    kinds = lane.effect_kinds()
+    effects_y = {kind: y + i * EFFECT_ROW for i, kind in enumerate(kinds)}
+    bottom = y + len(kinds) * EFFECT_ROW
     height = bottom + AXIS
     parts = [f'<svg class="timeline" viewBox="0 0 {WIDTH} {height}" role="img" '
              f'aria-label="{text(lane.title)}: a timeline" xmlns="http://www.w3.org/2000/svg">']
     # Row bands and labels.
     labels: list[tuple[str, float, int]] = [("processes", process_y, PROCESS_ROW)] if lane.processes else []
     labels += [(f"{i} {name}", rows_y[name], STEP_ROW) for i, name in enumerate(lane.rows, 1)]
-    labels += [("provider: emails", emails_y, EFFECT_ROW), ("provider: tickets", tickets_y, EFFECT_ROW)]
+    labels += [(f"provider: {kind}{'' if kind.endswith('s') else 's'}", effects_y[kind], EFFECT_ROW) for kind in kinds]
     for i, (label, top, h) in enumerate(labels):
         if i % 2:
             parts.append(f'<rect x="{GUTTER}" y="{top}" width="{PLOT}" height="{h}" fill="#f6f8fb"/>')
@@ -261,9 +289,9 @@ def _lane_svg(lane: Lane) -> str:
     for name in lane.rows:
         mine = [s for s in lane.spans if s.row == name]
         parts.append(_row_bars(axis, mine, rows_y[name] + 6, STEP_ROW - 12,
-                               lambda s: COLOURS.get(s.kind, COLOURS["executed"])))
-    parts.append(_effect_marks(axis, lane, "email", emails_y))
-    parts.append(_effect_marks(axis, lane, "ticket", tickets_y))
+                               lambda s: COLOURS.get(s.kind, COLOURS[EXECUTED])))
+    for kind in kinds:
+        parts.append(_effect_marks(axis, lane, kind, effects_y[kind], looks[kind]))
     for i, mark in enumerate(sorted(lane.marks, key=lambda m: m.at)):
         parts.append(_mark(axis, mark, i % 2, bottom))
     parts.append("</svg>")
@@ -272,7 +300,7 @@ def _lane_svg(lane: Lane) -> str:
 
 def _effects_list(lane: Lane) -> str:
     items = []
-    applied = {"email": 0, "ticket": 0}
+    applied: dict[str, int] = {}
     for effect in sorted(lane.effects, key=lambda e: e.first_seen or 0.0):
         applied[effect.kind] = applied.get(effect.kind, 0) + effect.applied
         second = effect.applied and applied[effect.kind] > 1
@@ -290,13 +318,13 @@ def _effects_list(lane: Lane) -> str:
     return f'<ul class="effects" aria-label="the provider\'s count for this run">{"".join(items)}</ul>'
 
 
-def _lane(lane: Lane) -> str:
+def _lane(lane: Lane, looks: dict[str, Look]) -> str:
     run = f'<span class="run">run {text(lane.run_id)}</span>' if lane.run_id else ""
     return (f'<section class="lane{" bad" if lane.bad else ""}" data-engine="{text(lane.engine)}" '
             f'id="lane-{text(lane.engine)}" data-run-id="{text(lane.run_id)}"><h2>{text(lane.title)}{run}</h2>'
             f'<p class="verdict">{text(lane.verdict)}</p>'
             + (f'<p class="caption">{text(lane.caption)}</p>' if lane.caption else "")
-            + _lane_svg(lane) + _effects_list(lane) + "</section>")
+            + _lane_svg(lane, looks) + _effects_list(lane) + "</section>")
 
 
 def _swatch(inner: str, width: int = 34) -> str:
@@ -311,7 +339,7 @@ def _present(lanes: Sequence[Lane]) -> set[str]:
             found.add(span.kind)
             if OBSERVED in (span.start_from, span.end_from):
                 found.add(OBSERVED)
-            if RECORD in (span.start_from, span.end_from) and span.kind in ("executed", AGAIN):
+            if RECORD in (span.start_from, span.end_from) and span.kind in (EXECUTED, AGAIN):
                 found.add(RECORD)
         found.update(mark.kind for mark in lane.marks)
         found.update("effect" for _ in lane.effects[:1])
@@ -331,27 +359,27 @@ def _line_swatch(colour: str, dash: str, across: bool = False) -> str:
     return _swatch(f'<line x1="2" y1="8" x2="32" y2="8" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>')
 
 
-def _legend(present: set[str]) -> str:
-    """The legend, for what ``present`` says the lanes draw (see ``_present``)."""
-    effects = (f'<circle cx="9" cy="8" r="6" fill="{COLOURS["email"]}"/>'
-               f'<rect x="20" y="2.5" width="11" height="11" fill="{COLOURS["ticket"]}"/>')
+def _legend(present: set[str], looks: dict[str, Look]) -> str:
+    """The legend, for what ``present`` says the lanes draw (see ``_present``), and the kinds of effect."""
+    effects = "".join(_shape(shape, 9 + 14 * i, 8, colour, colour) for i, (colour, shape) in enumerate(looks.values()))
+    kinds = " / ".join(f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}" for kind in looks)
     items: list[tuple[set[str], str, str]] = [
-        ({RECORD}, _bar_swatch(COLOURS["executed"]),
+        ({RECORD}, _bar_swatch(COLOURS[EXECUTED]),
          "a step executed; its times from the engine's record (solid edges)"),
-        ({OBSERVED}, _bar_swatch(COLOURS["executed"], ' fill-opacity="0.5" stroke-dasharray="4 3"'),
+        ({OBSERVED}, _bar_swatch(COLOURS[EXECUTED], ' fill-opacity="0.5" stroke-dasharray="4 3"'),
          "times observed, not recorded (dashed edges): a line a process printed, its death, its start"),
         ({AGAIN}, _bar_swatch(COLOURS[AGAIN]), "executed again after the restart, although it had completed"),
         ({REPLAYED, READ}, _bar_swatch("url(#hatch)"),
          "read or replayed: the restarted process took the recorded result and did not run the step"),
         ({WAITING}, _line_swatch(COLOURS[WAITING], "6 3"),
          "nothing ran: the engine waited (a dead worker's heartbeat timeout)"),
-        ({UNRECORDED}, _line_swatch(COLOURS["executed"], "1 3"), "attempts the record counts but does not time"),
+        ({UNRECORDED}, _line_swatch(COLOURS[EXECUTED], "1 3"), "attempts the record counts but does not time"),
         ({KILL}, _line_swatch(COLOURS[KILL], "4 3", across=True), "\u2715 process killed (SIGKILL)"),
         ({RESTART}, _line_swatch(COLOURS[RESTART], "4 3", across=True), "\u21bb process started again"),
         ({REPLAY}, _line_swatch(COLOURS[REPLAY], "", across=True),
          "Temporal's new worker replays the history (a record time: its workflow task)"),
-        ({"effect"}, _swatch(effects),
-         "an email / a ticket applied by the provider, at its first request (the provider's record)"),
+        ({"effect"}, _swatch(effects, 14 * len(looks) + 6),
+         f"{kinds} applied by the provider, at its first request (the provider's record)"),
         ({"later"}, _swatch('<circle cx="9" cy="8" r="6" fill="none" stroke="#2e8b57" stroke-width="1.5" '
                             'stroke-dasharray="2 2"/>', 20),
          "a later request with the same key: nothing applied again"),
@@ -364,6 +392,7 @@ def render_page(title: str, lead: str, lanes: Sequence[Lane], *, summary: Sequen
                 summary_bad: Sequence[bool] = (), notes: Sequence[str] = ()) -> str:
     """The whole page. ``summary``: a header row then one row per engine (``summary_bad`` marks rows
     whose outcome is the failure shown); ``notes``: sentences under the lanes. All of it is text."""
+    looks = effect_looks(lanes)
     table = ""
     if summary:
         head, *rows = summary
@@ -381,8 +410,8 @@ def render_page(title: str, lead: str, lanes: Sequence[Lane], *, summary: Sequen
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{text(title)}</title><style>{_STYLE}</style></head><body>{defs}"
-        f"<h1>{text(title)}</h1><p class=\"lead\">{text(lead)}</p>{table}{_legend(_present(lanes))}"
-        + "".join(_lane(lane) for lane in lanes)
+        f"<h1>{text(title)}</h1><p class=\"lead\">{text(lead)}</p>{table}{_legend(_present(lanes), looks)}"
+        + "".join(_lane(lane, looks) for lane in lanes)
         + "".join(f'<p class="notes">{text(n)}</p>' for n in notes)
         + "</body></html>"
     )

@@ -86,7 +86,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.plan import FLOW, STEP_NAMES
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
-    from steps.runstate import describe_step, iso, run_entry, step_entry
+    from steps.runstate import RunStateName, describe_step, iso, run_entry
     from workflows.attempts import LIVE_PATCH, ONE_ATTEMPT, Ending, ending_of, old_counted_markers
     from workflows.before_live import run_recorded_before_live
 
@@ -110,7 +110,7 @@ class AgentFlow:
     def __init__(self, inp: FlowInput) -> None:
         self._run_id = inp.run_id
         self._steps = [StepState(name) for name in STEP_NAMES]
-        self._status = "running"
+        self._status: RunStateName = "running"
         self._error: str | None = None
         # What this worker replayed before it ran anything new (see _replay_seen).
         self._replayed: list[str] = []
@@ -136,7 +136,7 @@ class AgentFlow:
 
     def _snapshot(self) -> RunStatus:
         """The run's status in the shared shape, built by ``steps.runstate`` as on every engine."""
-        steps = [step_entry(**to_jsonable(s)) for s in self._steps]
+        steps = [s.entry() for s in self._steps]
         active = next((s for s in steps if s["status"] in ("running", "retrying")), None)
         detail = describe_step(active) if active is not None and self._status == "running" else None
         return RunStatus.from_entry(run_entry(self._run_id, self._status, steps, error=self._error, detail=detail))

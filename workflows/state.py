@@ -14,8 +14,11 @@ and not here fails at once instead of drifting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# At run time, not only for mypy: the SDK reads these annotations when a typed handle decodes a RunStatus.
+from steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, step_entry
 
 
 @dataclass
@@ -39,13 +42,20 @@ class FlowInput:
 @dataclass
 class StepState:
     name: str
-    status: str = "pending"  # see steps.runstate.STEP_STATES
+    status: StepStateName = "pending"
     attempts: int = 0
+    # A step's JSON result (steps.runstate.JsonValue), annotated Any: the SDK's converter reads this annotation
+    # when a typed handle decodes a RunStatus, and cannot decode a recursive alias.
     result: Any = None
     crashes: int = 0
     last_error: str | None = None
     next_try_at: str | None = None
     note: str | None = None
+
+    def entry(self) -> StepEntry:
+        """This step in the shared shape, through ``step_entry`` (which refuses a status not in the vocabulary);
+        a field with no parameter there is a TypeError."""
+        return step_entry(**asdict(self))
 
 
 @dataclass
@@ -53,13 +63,19 @@ class RunStatus:
     """The shape ``starter.py status --json`` prints, from the workflow itself."""
 
     run_id: str
-    status: str  # see steps.runstate.RUN_STATES
+    status: RunStateName
     current_step: str | None
     steps: list[StepState] = field(default_factory=list)
     error: str | None = None
     detail: str | None = None
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> RunStatus:
-        """From ``steps.runstate.run_entry``'s dict (its steps ``step_entry``'s)."""
-        return cls(**{**entry, "steps": [StepState(**step) for step in entry["steps"]]})
+    def from_entry(cls, entry: RunEntry) -> RunStatus:
+        """From ``steps.runstate.run_entry``'s dict (its steps ``step_entry``'s); a key with no field here is a
+        TypeError (mypy catches one in a step)."""
+        made = cls(run_id=entry["run_id"], status=entry["status"], current_step=entry["current_step"],
+                   steps=[StepState(**step) for step in entry["steps"]], error=entry["error"], detail=entry["detail"])
+        missing = entry.keys() - vars(made).keys()
+        if missing:
+            raise TypeError(f"RunStatus has no field for {', '.join(sorted(missing))}: add it (workflows.state)")
+        return made
