@@ -316,45 +316,35 @@ class ProviderClient:
             raise error_from_response(response, action)
         return response
 
+    async def _apply(self, path: str, what: str, *, run_id: str, idempotency_key: str, body: dict[str, Any],
+                     id_field: str) -> tuple[str, bool]:
+        """POST an effect under its key: (the receipt's id, whether the provider replayed it)."""
+        action = f"{what} for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
+        response = await self._request("POST", path, action=action, json=body,
+                                       headers={"Idempotency-Key": idempotency_key})
+        return _receipt(response, action, id_field)
+
     async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str,
                          metadata: dict[str, str] | None = None) -> EmailReceipt:
-        action = f"send the email for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
-        response = await self._request(
-            "POST",
-            "/v1/emails",
-            action=action,
-            json=email_body(run_id=run_id, to=to, subject=subject, body=body, metadata=metadata),
-            headers={"Idempotency-Key": idempotency_key},
-        )
-        message_id, replayed = _receipt(response, action, "message_id")
+        message_id, replayed = await self._apply(
+            "/v1/emails", "send the email", run_id=run_id, idempotency_key=idempotency_key, id_field="message_id",
+            body=email_body(run_id=run_id, to=to, subject=subject, body=body, metadata=metadata))
         return EmailReceipt(message_id=message_id, replayed=replayed)
 
     async def create_ticket(
         self, *, idempotency_key: str, run_id: str, summary: str, email_message_id: str,
         metadata: dict[str, str] | None = None,
     ) -> TicketReceipt:
-        action = f"create the ticket for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
-        response = await self._request(
-            "POST",
-            "/v1/tickets",
-            action=action,
-            json=ticket_body(run_id=run_id, summary=summary, email_message_id=email_message_id, metadata=metadata),
-            headers={"Idempotency-Key": idempotency_key},
-        )
-        ticket_id, replayed = _receipt(response, action, "ticket_id")
+        ticket_id, replayed = await self._apply(
+            "/v1/tickets", "create the ticket", run_id=run_id, idempotency_key=idempotency_key, id_field="ticket_id",
+            body=ticket_body(run_id=run_id, summary=summary, email_message_id=email_message_id, metadata=metadata))
         return TicketReceipt(ticket_id=ticket_id, replayed=replayed)
 
     async def issue_refund(self, *, idempotency_key: str, run_id: str, order_id: str, amount: int,
                            metadata: dict[str, str] | None = None) -> RefundReceipt:
-        action = f"issue the refund for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
-        response = await self._request(
-            "POST",
-            "/v1/refunds",
-            action=action,
-            json=refund_body(run_id=run_id, order_id=order_id, amount=amount, metadata=metadata),
-            headers={"Idempotency-Key": idempotency_key},
-        )
-        refund_id, replayed = _receipt(response, action, "refund_id")
+        refund_id, replayed = await self._apply(
+            "/v1/refunds", "issue the refund", run_id=run_id, idempotency_key=idempotency_key, id_field="refund_id",
+            body=refund_body(run_id=run_id, order_id=order_id, amount=amount, metadata=metadata))
         return RefundReceipt(refund_id=refund_id, replayed=replayed)
 
     async def lookup(self, idempotency_key: str) -> AppliedRequest | None:
