@@ -52,7 +52,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from steps.errors import WORKER_SHUTDOWN_TYPE
 from steps.plan import EFFECT_STEPS, STEP_NAMES
-from steps.retry import RetryRule
+from steps.retry import RULE_VERSION, RetryRule
 from steps.runstate import DONE_STEP_STATES, RunEntry, StepEntry, describe_step, iso, run_entry, step_entry
 
 IN_DOUBT_NOTE = ("an attempt's outcome is unknown: the effect may have been applied; "
@@ -141,7 +141,11 @@ async def _rule_version(converter: DataConverter, history) -> int:
     decides, as it does for the workflow, whether a worker shutdown counts as a death."""
     for ev in history.events[:1]:
         if ev.HasField("workflow_execution_started_event_attributes"):
-            payload = await _decode(converter, ev.workflow_execution_started_event_attributes.input)
+            try:
+                payload = await _decode(converter, ev.workflow_execution_started_event_attributes.input)
+            except Exception:  # noqa: BLE001 - an input this reader cannot decode (the codec's refusal of
+                # plaintext, say) must not hide the rest of the status: count as runs started today do
+                return RULE_VERSION
             retry = payload.get("retry") if isinstance(payload, dict) else None
             try:
                 return RetryRule.from_dict(retry if isinstance(retry, dict) else None).version
