@@ -17,6 +17,7 @@ import re
 import signal
 import sqlite3
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,6 +45,10 @@ class Failed(Exception):
     def __init__(self, headline: str, *, expected: str, seen: str, look_at: str) -> None:
         super().__init__(headline)
         self.headline, self.expected, self.seen, self.look_at = headline, expected, seen, look_at
+
+
+class Stopped(Exception):
+    """The grading is being stopped (Ctrl-C, SIGTERM): a probe still running starts nothing more."""
 
 
 class CouldNotRun(Exception):
@@ -106,6 +111,10 @@ class Harness:
         self.deadline = float("inf")  # of the check being run
         self.processes = 0
         self._live: list[Proc] = []
+        # Set by stop_all: a probe still running in another thread (side_by_side) when the
+        # grading is stopped starts no new process, so nothing is left behind the cleanup.
+        self._stopping = False
+        self._live_lock = threading.Lock()
         self.evidence_runs: dict[str, Run] = {}  # runs a report quotes, by name
 
     # -- runs and processes -------------------------------------------------------
@@ -153,9 +162,12 @@ class Harness:
         # Ctrl-C or SIGTERM waits until the process is listed, so the grader's cleanup always finds it.
         masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            proc = Proc("learner", argv, env=env, cwd=self.work)
-            self._live.append(proc)
-            self.processes += 1
+            with self._live_lock:
+                if self._stopping:
+                    raise Stopped("the grading was stopped: no new process")
+                proc = Proc("learner", argv, env=env, cwd=self.work)
+                self._live.append(proc)
+                self.processes += 1
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         try:
@@ -173,7 +185,9 @@ class Harness:
                     look_at=look_at) from None
         finally:
             _kill_group(proc)
-            self._live.remove(proc)
+            with self._live_lock:
+                if proc in self._live:
+                    self._live.remove(proc)
         outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
         run.outcomes.append(outcome)
         return outcome
@@ -186,9 +200,11 @@ class Harness:
         return [future.result() for future in futures]
 
     def stop_all(self) -> None:
-        for proc in list(self._live):
+        with self._live_lock:
+            self._stopping = True
+            live, self._live = list(self._live), []
+        for proc in live:
             _kill_group(proc)
-        self._live.clear()
 
     # -- evidence -----------------------------------------------------------------
 
