@@ -119,31 +119,30 @@ class AppliedRequest:
         )
 
 
-def email_body(*, run_id: str, to: str, subject: str, body: str,
-               metadata: dict[str, str] | None = None) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/emails``; metadata only when there is some, so
-    requests made before metadata existed keep their exact form."""
-    payload: dict[str, Any] = {"run_id": run_id, "to": to, "subject": subject, "body": body}
+def _with_metadata(payload: dict[str, Any], metadata: dict[str, str] | None) -> dict[str, Any]:
+    """``payload`` with the request's metadata, only when there is some, so requests
+    made before metadata existed keep their exact form."""
     if metadata:
         payload["metadata"] = dict(metadata)
     return payload
+
+
+def email_body(*, run_id: str, to: str, subject: str, body: str,
+               metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/emails``."""
+    return _with_metadata({"run_id": run_id, "to": to, "subject": subject, "body": body}, metadata)
 
 
 def ticket_body(*, run_id: str, summary: str, email_message_id: str,
                 metadata: dict[str, str] | None = None) -> dict[str, Any]:
-    payload: dict[str, Any] = {"run_id": run_id, "summary": summary, "email_message_id": email_message_id}
-    if metadata:
-        payload["metadata"] = dict(metadata)
-    return payload
+    """The JSON body of ``POST /v1/tickets``."""
+    return _with_metadata({"run_id": run_id, "summary": summary, "email_message_id": email_message_id}, metadata)
 
 
 def refund_body(*, run_id: str, order_id: str, amount: int,
                 metadata: dict[str, str] | None = None) -> dict[str, Any]:
     """The JSON body of ``POST /v1/refunds``; ``amount`` in the currency's minor units (cents)."""
-    payload: dict[str, Any] = {"run_id": run_id, "order_id": order_id, "amount": amount}
-    if metadata:
-        payload["metadata"] = dict(metadata)
-    return payload
+    return _with_metadata({"run_id": run_id, "order_id": order_id, "amount": amount}, metadata)
 
 
 def provider_url_from_env(env: Mapping[str, str] = os.environ) -> str:

@@ -12,12 +12,16 @@ import ipaddress
 import json
 import os
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
@@ -361,3 +365,34 @@ def parse_page(markup: str) -> Node:
     builder.feed(markup)
     builder.close()
     return root
+
+
+# ---------------------------------------------------------------- another commit's code, as a git worktree
+
+
+def git(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@contextmanager
+def worktree_of(commit: str, where: Path, what: str) -> Iterator[Path]:
+    """A git worktree of ``commit`` at ``where`` for the block, removed after (pass or fail).
+
+    Skips the test, saying it needs ``what`` (e.g. "the code before issue 35"), where git is
+    missing, this is no git checkout, or the clone lacks the commit (a shallow clone)."""
+    if shutil.which("git") is None:
+        pytest.skip(f"git is not installed: this test checks out {what} as a git worktree")
+    if git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        pytest.skip(f"{REPO} is not a git checkout: this test checks out {what} from its history")
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        pytest.skip(f"commit {commit[:12]} ({what}) is not in this clone, a shallow one? "
+                    "`git fetch --unshallow` brings it")
+    added = git("worktree", "add", "--detach", str(where), commit)
+    assert added.returncode == 0, f"git worktree add failed:\n{added.stderr}"
+    try:
+        yield where
+    finally:
+        if git("worktree", "remove", "--force", str(where)).returncode != 0:
+            # Gone already, or git refused: leave no registration behind.
+            shutil.rmtree(where, ignore_errors=True)
+            git("worktree", "prune")

@@ -19,7 +19,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from steps.limits import InputError
 from steps.params import parse_params
 from steps.plan import FLOW, effect_kinds, kind_of_step, plan_signature
 from tests.refund_flow import REFUND_FLOW, SPEC
-from tests.support import EMAIL, TASK, parse_page
+from tests.support import EMAIL, TASK, parse_page, worktree_of
 from timeline import Effect, Lane, render_page
 
 PARAMS = ("--param", "order_id=A-1234", "--param", "amount=1250")
@@ -193,24 +192,12 @@ def test_the_second_flow_is_built_from_the_plan_alone():
     json.dumps(plan_signature(REFUND_FLOW))  # recorded as JSON by DBOS
 
 
-def _git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def previous_checkout(tmp_path_factory):
     """A worktree of ``PREVIOUS``, removed after the module's tests (pass or fail)."""
-    if shutil.which("git") is None or _git("cat-file", "-e", f"{PREVIOUS}^{{commit}}").returncode != 0:
-        pytest.skip(f"this test checks out {PREVIOUS[:12]} from the clone's history (git, and not a shallow clone)")
     where = tmp_path_factory.mktemp("previous") / f"main-{PREVIOUS[:12]}"
-    added = _git("worktree", "add", "--detach", str(where), PREVIOUS)
-    assert added.returncode == 0, f"git worktree add failed:\n{added.stderr}"
-    try:
-        yield where
-    finally:
-        if _git("worktree", "remove", "--force", str(where)).returncode != 0:
-            shutil.rmtree(where, ignore_errors=True)
-            _git("worktree", "prune")
+    with worktree_of(PREVIOUS, where, "the code before the plan's effect kinds") as checkout:
+        yield checkout
 
 
 async def test_runs_of_the_previous_code_resume_and_the_dbos_refusals_hint_works(previous_checkout, provider,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,11 +29,11 @@ from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCa
 
 from flowclient.runs import restart_failed_run
 from flowclient.status import run_status
-from lab.processes import REPO, Proc, start_worker
+from lab.processes import Proc, start_worker
 from providerclient import ProviderClient
 from steps.keys import idempotency_key
 from tests.record_histories import patch_ids
-from tests.support import EMAIL, TASK, effects_by_key, poll_until, wait_closed, wait_exit
+from tests.support import EMAIL, TASK, effects_by_key, poll_until, wait_closed, wait_exit, worktree_of
 
 OLD_COMMIT = "f4a12a0a4eb16475bdd56be03a8d761d1cd8e28c"
 """Main before issue 35's change to workflow code (90625e8), pinned, not derived
@@ -43,10 +42,6 @@ to finish, the code of the fixtures in tests/data/histories/f4a12a0a4eb1/. A
 later change to workflow code pins its own predecessor in a test of its own."""
 
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
-
-
-def _git(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def _old_env(checkout: Path, dev_server, queue: str) -> dict[str, str]:
@@ -59,23 +54,9 @@ def _old_env(checkout: Path, dev_server, queue: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def old_checkout(tmp_path_factory):
     """A worktree of ``OLD_COMMIT``, removed after the module's tests (pass or fail)."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed: this test checks out the code before issue 35 as a git worktree")
-    if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
-        pytest.skip(f"{REPO} is not a git checkout: this test checks out the code before issue 35 from its history")
-    if _git("cat-file", "-e", f"{OLD_COMMIT}^{{commit}}").returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT[:12]} (main before issue 35) is not in this clone, a shallow one? "
-                    "`git fetch --unshallow` brings it")
     where = tmp_path_factory.mktemp("upgrade") / f"old-{OLD_COMMIT[:12]}"
-    added = _git("worktree", "add", "--detach", str(where), OLD_COMMIT)
-    assert added.returncode == 0, f"git worktree add failed:\n{added.stderr}"
-    try:
-        yield where
-    finally:
-        removed = _git("worktree", "remove", "--force", str(where))
-        if removed.returncode != 0:  # gone already, or git refused: leave no registration behind
-            shutil.rmtree(where, ignore_errors=True)
-            _git("worktree", "prune")
+    with worktree_of(OLD_COMMIT, where, "the code before issue 35") as checkout:
+        yield checkout
 
 
 def _check_old_code_is_imported(checkout: Path, dev_server, queue: str) -> None:
