@@ -6,10 +6,10 @@ place. The workflow histories of the previous main are tests/test_replay_fixture
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import sys
 import time
+from contextlib import closing
 
 import httpx
 
@@ -25,10 +25,10 @@ from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
 from steps.keys import idempotency_key
 from tests.support import EMAIL, TASK, executions, wait_exit
 
-PROVIDER_V2 = REPO / "tests" / "data" / "provider-schema2.db"
-"""A provider store made by the provider of bae0eb8 (schema 2, emails and tickets only): for run v2-run an
-email (two requests, one applied), a ticket citing it, and a refused ticket request of run v2-other (counted,
-nothing applied). Never made again: it stands for the files in the field."""
+PROVIDER_V2 = REPO / "tests" / "data" / "provider-schema2.sql"
+"""A provider store made by the provider of bae0eb8 (schema 2, emails and tickets only), dumped as SQL: for
+run v2-run an email (two requests, one applied), a ticket citing it, and a refused ticket request of run
+v2-other (counted, nothing applied). Never made again: it stands for the files in the field."""
 
 DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
          "model": "offline", "context_messages": 0}
@@ -117,7 +117,8 @@ def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_k
     alter a CHECK): every key keeps its counts, every effect its ids, a replay its stored answer; a refund is
     applied; a kind outside the table is still refused by the store itself."""
     db = tmp_path / "provider.db"
-    shutil.copy(PROVIDER_V2, db)
+    with closing(sqlite3.connect(db)) as conn:
+        conn.executescript(PROVIDER_V2.read_text())
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         before = conn.execute("SELECT key, seq, kind, run_id, requests, status_code, fingerprint, response_json, "
