@@ -75,6 +75,7 @@ Token counting is pluggable (``MemoryPolicy.token_counter``); the default
 :mod:`memory.tokens`. Details, edge cases and measurements: docs/memory.md.
 """
 
+from memory.derived import DerivedWindow, derive_window
 from memory.errors import (
     MemoryInputError,
     MemoryStoreError,
@@ -92,6 +93,7 @@ from memory.tokens import TokenCounter, approx_tokens, estimate_text_tokens, upp
 from memory.window import TRUNCATION_MARKER, AppendResult, EvictionEvent, MemoryStats
 
 __all__ = [
+    "DerivedWindow",
     "TRUNCATION_MARKER",
     "AppendResult",
     "EvictionEvent",
@@ -113,6 +115,7 @@ __all__ = [
     "ToolCall",
     "UnknownToolCallError",
     "append_or_warn",
+    "derive_window",
     "approx_tokens",
     "estimate_text_tokens",
     "open_store",

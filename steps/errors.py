@@ -58,3 +58,15 @@ class IdempotencyConflict(PermanentError):
     gets it asks the receiver what was applied under the key and adopts it
     when it belongs to the same run (``steps.adoption``); otherwise the run
     fails with this message."""
+
+
+class Refused(PermanentError):
+    """The receiver refused the request as invalid, and applied nothing (an unknown order, a refund over
+    the order's total, a field it does not accept). ``code`` is the receiver's error code, e.g.
+    ``refund_exceeds_total``. A flow step fails on it like on any ``PermanentError``; the agent loop's tools
+    (``steps.loop``) hand it back to the model as the tool's result instead, since the model chose the
+    arguments and may choose better."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code

@@ -36,7 +36,7 @@ from steps.models import (
     RememberRequest,
     SendRequest,
 )
-from steps.ports import EffectApi, LanguageModel, MemoryContext, MemoryWriter, Remembered
+from steps.ports import EffectApi, LanguageModel, MemoryContext, MemoryWriter, Remembered, ToolModel
 
 log = logging.getLogger("steps")
 
@@ -74,6 +74,7 @@ class StepDeps:
     context: MemoryContext = field(default=_no_context)
     remember: MemoryWriter = field(default=_no_memory)
     pace_seconds: float = 0.0
+    agent: ToolModel | None = None  # the model that chooses tools in the agent loop (steps.loop)
 
 
 async def _pace(deps: StepDeps) -> None:

@@ -31,6 +31,7 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Remembered = tuple[str, Literal["user", "assistant"], str]
@@ -89,6 +90,23 @@ class RefundReceipt(Protocol):
     def replayed(self) -> bool: ...
 
 
+class OrderInfo(Protocol):
+    """An order as the provider keeps it (``EffectApi.lookup_order``): its total and what was refunded of it,
+    in the currency's minor units."""
+
+    @property
+    def order_id(self) -> str: ...
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def refunded(self) -> int: ...
+
+    @property
+    def currency(self) -> str: ...
+
+
 class AppliedRequest(Protocol):
     """What the API holds under one idempotency key (``EffectApi.lookup``)."""
 
@@ -130,7 +148,50 @@ class EffectApi(Protocol):
 
     async def lookup(self, idempotency_key: str) -> AppliedRequest | None: ...
 
+    async def lookup_order(self, order_id: str, *, run_id: str | None = None) -> OrderInfo | None: ...
+
     async def aclose(self) -> None: ...
+
+
+class AskedCallShape(Protocol):
+    """One tool call in a model's answer, as the model gave it: its ``id`` (untrusted), the tool's ``name``,
+    and its ``arguments`` as the JSON text the model wrote (not parsed: it may not be JSON)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> str: ...
+
+
+class ModelAnswerShape(Protocol):
+    """A model's answer to one turn of the agent loop: its text, and the tool calls it asks for, in its
+    order (none: the answer is final). ``steps.loop.ModelAnswer`` is one."""
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def tool_calls(self) -> Sequence[AskedCallShape]: ...
+
+
+@runtime_checkable
+class ToolModel(Protocol):
+    """What the agent loop's turn needs from a model (``steps.loop``): chat-format ``messages`` (the window,
+    system first) and the ``tools`` it may call (chat-completions ``tools``: function specs) in; its answer
+    out. ``labels`` name the run and the turn (``{"run": ..., "turn": ...}``): an implementation may send
+    them along (the lab's stand-in counts requests by them); a real server ignores them.
+
+    The same errors as ``LanguageModel``: ``TransientError`` when asking again may work, ``PermanentError``
+    when it cannot. An answer whose tool calls cannot be read is the implementation's to ask again or refuse."""
+
+    name: str
+
+    async def turn(self, messages: list[dict], tools: list[dict], *,
+                   labels: Mapping[str, str] | None = None) -> ModelAnswerShape: ...
 
 
 class MemoryContext(Protocol):
