@@ -69,9 +69,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from steps.adoption import start_metadata
 from steps.crashpoints import crash_point
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
+from steps.keys import KEY_PREFIX
 from steps.limits import (
     MAX_BODY_CHARS,
     MAX_SUBJECT_CHARS,
@@ -79,8 +81,6 @@ from steps.limits import (
     InputError,
     check_text,
 )
-from steps.adoption import start_metadata
-from steps.keys import KEY_PREFIX
 
 LOOP_SYSTEM_PROMPT = (
     "You are a customer-service agent with tools. Use lookup_order before you refund an order; never refund "
