@@ -1,0 +1,269 @@
+"""The agent loop's engine-agnostic core (steps.loop), in process: the plan, the keys, hostile model
+output, and the window derived from a record. The engines' proofs under kills are
+tests/test_loop_temporal.py and tests/test_loop_runrecord.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from drafting.scripted import ScriptedModel, orders_in
+from memory import MemoryPolicy, Message, approx_tokens, derive_window
+from steps.errors import IdempotencyConflict, PermanentError, Refused
+from steps.flow import StepDeps
+from steps.loop import (
+    AskedCall,
+    LoopInputs,
+    LoopPlan,
+    ModelAnswer,
+    ToolRequest,
+    TurnRequest,
+    TurnResult,
+    call_step,
+    checked_arguments,
+    model_turn,
+    parse_step,
+    run_tool,
+    tool_key,
+    tool_request,
+    window_call_ids,
+)
+
+CUSTOMER = "customer@example.com"
+
+
+@dataclass
+class Receipt:
+    refund_id: str = ""
+    message_id: str = ""
+    ticket_id: str = ""
+    replayed: bool = False
+
+
+@dataclass
+class Order:
+    order_id: str
+    total: int
+    refunded: int = 0
+    currency: str = "EUR"
+
+
+@dataclass
+class FakeProvider:
+    """Applies by key once, caps refunds at the order's total, refuses unknown orders: the rules the real
+    provider keeps (tests/test_provider_orders.py proves those on the process)."""
+
+    orders: dict[str, Order] = field(default_factory=dict)
+    applied: dict[str, dict] = field(default_factory=dict)
+    receipts: dict[str, Receipt] = field(default_factory=dict)
+    lookups: int = 0
+
+    async def lookup_order(self, order_id, *, run_id=None):
+        self.lookups += 1
+        return self.orders.get(order_id)
+
+    def _apply(self, key, body, receipt):
+        if key in self.applied:
+            if self.applied[key] != body:
+                raise IdempotencyConflict(f"key {key} holds another request")
+            return Receipt(**{**self.receipts[key].__dict__, "replayed": True})
+        self.applied[key], self.receipts[key] = body, receipt
+        return receipt
+
+    async def issue_refund(self, *, idempotency_key, run_id, order_id, amount, metadata=None):
+        order = self.orders.get(order_id)
+        if order is None:
+            raise Refused(f"no order {order_id}", code="order_not_found")
+        if idempotency_key not in self.applied and order.refunded + amount > order.total:
+            raise Refused(f"refund of {amount} exceeds what is left of {order.total}", code="refund_exceeds_total")
+        if idempotency_key not in self.applied:
+            order.refunded += amount
+        return self._apply(idempotency_key, {"order_id": order_id, "amount": amount},
+                           Receipt(refund_id=f"rfd_{len(self.applied)}"))
+
+    async def send_email(self, *, idempotency_key, run_id, to, subject, body, metadata=None):
+        return self._apply(idempotency_key, {"to": to, "subject": subject, "body": body},
+                           Receipt(message_id=f"msg_{len(self.applied)}"))
+
+    async def create_ticket(self, *, idempotency_key, run_id, summary, email_message_id, metadata=None):
+        return self._apply(idempotency_key, {"summary": summary}, Receipt(ticket_id=f"tkt_{len(self.applied)}"))
+
+
+class FixedModel:
+    """Answers every turn with the same calls: for hostile answers."""
+
+    name = "fixed"
+
+    def __init__(self, *calls: AskedCall, content: str = "") -> None:
+        self.answer = ModelAnswer(content, calls)
+
+    async def turn(self, messages, tools, *, labels=None):
+        return self.answer
+
+
+def window_of(policy_inputs: LoopInputs, messages):
+    return derive_window(MemoryPolicy(max_tokens=policy_inputs.window_tokens,
+                                      max_messages=policy_inputs.window_messages), messages)
+
+
+def walk(inputs: LoopInputs, deps: StepDeps, *, stop_after: str | None = None, results=None):
+    """Drive the plan in process as an engine would: each step's request from the recorded results."""
+    plan = LoopPlan(inputs, window_of)
+    results = {} if results is None else results
+    prompts = []
+
+    async def go():
+        while True:
+            pending = [n for n in plan.names(results) if n not in results]
+            if not pending:
+                return
+            name = pending[0]
+            request = plan.request(name, results)
+            if isinstance(request, TurnRequest):
+                prompts.append(request.window)
+                results[name] = await model_turn(request, deps)
+            else:
+                results[name] = await run_tool(request, deps)
+            if name == stop_after:
+                return
+
+    asyncio.run(go())
+    return plan, results, prompts
+
+
+def test_the_scripted_loop_refunds_each_order_once_and_answers():
+    provider = FakeProvider({o: Order(o, 2500) for o in ("A-1001", "A-1002")})
+    deps = StepDeps(provider=provider, llm=None, agent=ScriptedModel())
+    plan, results, _ = walk(LoopInputs("r1", "Refund orders A-1001 and A-1002, both broken.", CUSTOMER), deps)
+    turns = [n for n in results if parse_step(n)[1] is None]
+    assert len(turns) == 6  # 2 orders x (lookup, refund + email) + ticket + answer
+    assert [len(results[t].calls) for t in turns] == [1, 2, 1, 2, 1, 0]
+    assert [o.refunded for o in provider.orders.values()] == [2500, 2500]
+    assert sorted(b.get("amount", 0) for b in provider.applied.values()) == [0, 0, 0, 2500, 2500]
+    assert plan.final_answer(results).startswith("Done: I handled 2 orders")
+    assert all(r.status == "ok" for n, r in results.items() if "/" in n)
+
+
+def test_keys_are_stable_distinct_and_within_the_provider_rule():
+    hostile = "x" * 300 + "\u202e\n\x00 id"
+    key = tool_key("run-1", 3, 1, hostile)
+    assert key == tool_key("run-1", 3, 1, hostile)
+    assert len(key) <= 255 and all("\x21" <= ch <= "\x7e" for ch in key)
+    # The same id in two turns, or twice in one turn, still gives distinct keys.
+    assert len({tool_key("run-1", t, i, "call_1") for t in (1, 2) for i in (0, 1)}) == 4
+    assert tool_key("run-1", 1, 0, "a") != tool_key("run-1", 1, 0, "b")
+    assert tool_key("run-1", 1, 0, "a") != tool_key("run-2", 1, 0, "a")
+
+
+def test_a_request_is_built_from_the_recorded_turn_only():
+    inputs = LoopInputs("r1", "Refund A-1001", CUSTOMER, start_id="s1")
+    call = AskedCall("call_x", "issue_refund", '{"order_id": "A-1001", "amount": 5}')
+    recorded = {"turn-1": json.loads(json.dumps(TurnResult(1, "", [call]).__dict__, default=lambda c: c.__dict__))}
+    request = LoopPlan(inputs, window_of).request(call_step(1, 0), recorded)
+    assert request == tool_request(inputs, 1, 0, call)
+    assert request.idempotency_key == tool_key("r1", 1, 0, "call_x") and request.customer_email == CUSTOMER
+
+
+@pytest.mark.parametrize(("name", "arguments", "says"), [
+    ("drop_database", "{}", "unknown tool 'drop_database'"),
+    ("issue_refund", '{"order_id": "A-1001"}', "issue_refund needs 'amount'"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": -5}', "whole number of cents"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": true}', "whole number of cents"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": 5, "to": "x@evil"}', "it has no 'to'"),
+    ("send_email", '{"subject": "Hi\\r\\nBcc: x@evil", "body": "b"}', "subject"),
+    ("send_email", '{"subject": "Hi \\u202e", "body": "b"}', "subject"),
+    ("lookup_order", "not json", "not JSON"),
+    ("lookup_order", "[1]", "must be a JSON object"),
+])
+def test_bad_arguments_are_answered_and_nothing_is_applied(name, arguments, says):
+    assert says in checked_arguments(AskedCall("c", name, arguments))
+    provider = FakeProvider({"A-1001": Order("A-1001", 2500)})
+    request = ToolRequest("r1", 1, 0, AskedCall("c", name, arguments), tool_key("r1", 1, 0, "c"), CUSTOMER)
+    result = asyncio.run(run_tool(request, StepDeps(provider=provider, llm=None)))
+    assert result.status == "refused" and says in json.loads(result.content)["error"]
+    assert provider.applied == {} and provider.orders["A-1001"].refunded == 0
+
+
+def test_a_refund_over_the_total_is_answered_refused_by_the_provider():
+    provider = FakeProvider({"A-1001": Order("A-1001", 2500, refunded=2000)})
+    call = AskedCall("c", "issue_refund", '{"order_id": "A-1001", "amount": 600}')
+    result = asyncio.run(run_tool(tool_request(LoopInputs("r1", "t", CUSTOMER), 1, 0, call),
+                                  StepDeps(provider=provider, llm=None)))
+    assert result.status == "refused" and "the provider refused it" in result.content
+    assert provider.applied == {} and provider.orders["A-1001"].refunded == 2000
+
+
+def test_a_call_run_twice_is_applied_once_and_a_conflict_fails():
+    provider = FakeProvider({"A-1001": Order("A-1001", 2500)})
+    deps = StepDeps(provider=provider, llm=None)
+    request = tool_request(LoopInputs("r1", "t", CUSTOMER), 2, 0,
+                           AskedCall("c", "issue_refund", '{"order_id": "A-1001", "amount": 100}'))
+    first, again = (asyncio.run(run_tool(request, deps)) for _ in range(2))
+    assert (first.replayed, again.replayed) == (False, True) and first.effect_id == again.effect_id
+    assert provider.orders["A-1001"].refunded == 100
+    other = ToolRequest(**{**request.__dict__, "call": AskedCall("c", "issue_refund",
+                                                                  '{"order_id": "A-1001", "amount": 7}')})
+    with pytest.raises(IdempotencyConflict):
+        asyncio.run(run_tool(other, deps))
+
+
+def test_the_turn_limit_fails_naming_it_and_runs_no_tool():
+    provider = FakeProvider({"A-1001": Order("A-1001", 2500)})
+    model = FixedModel(AskedCall("c", "lookup_order", '{"order_id": "A-1001"}'))
+    with pytest.raises(PermanentError, match="turn limit of 3 reached"):
+        walk(LoopInputs("r1", "Look at A-1001 forever", CUSTOMER, max_turns=3),
+             StepDeps(provider=provider, llm=None, agent=model))
+    assert provider.lookups == 2  # turns 1 and 2 ran their call; turn 3 was refused before any
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    (ModelAnswer("", tuple(AskedCall(f"c{i}", "lookup_order") for i in range(9))), "at most 8"),
+    (ModelAnswer("", (AskedCall("", "lookup_order"),)), "tool call id"),
+    (ModelAnswer("done \x1b[2J"), "the answer"),
+])
+def test_an_unusable_turn_is_refused(answer, says):
+    class Model:
+        name = "hostile"
+
+        async def turn(self, messages, tools, *, labels=None):
+            return answer
+
+    with pytest.raises(PermanentError, match=says):
+        asyncio.run(model_turn(TurnRequest("r1", 1, [], 5), StepDeps(provider=None, llm=None, agent=Model())))
+
+
+def test_ids_the_window_gives_are_the_models_own_unless_unusable():
+    calls = [AskedCall("call_a", "x"), AskedCall("dup", "x"), AskedCall("dup", "x"), AskedCall("bad id!", "x")]
+    assert window_call_ids(4, calls) == ["call_a", "call_4_1", "call_4_2", "call_4_3"]
+
+
+def test_every_prompt_stays_in_the_window_while_the_record_keeps_every_turn():
+    orders = [f"A-{1000 + i}" for i in range(40)]
+    provider = FakeProvider({o: Order(o, 1000 + i) for i, o in enumerate(orders)})
+    inputs = LoopInputs("r1", "Refund " + ", ".join(orders), CUSTOMER, max_turns=200,
+                        window_tokens=900, window_messages=24)
+    plan, results, prompts = walk(inputs, StepDeps(provider=provider, llm=None, agent=ScriptedModel()))
+    assert len([n for n in results if "/" not in n]) == 82 and plan.final_answer(results)
+    for prompt in prompts:
+        messages = [Message.from_chat(m, id=str(i)) for i, m in enumerate(prompt)]
+        assert sum(approx_tokens(m) for m in messages) <= 900 and len(messages) <= 24
+    assert max(len(p) for p in prompts) > 10  # the window was used, not emptied
+    assert all(o.refunded == o.total for o in provider.orders.values())
+
+
+def test_a_resume_derives_the_same_window_as_the_run_that_was_not_interrupted():
+    provider = FakeProvider({o: Order(o, 900) for o in orders_in("A-1001 A-1002 A-1003")})
+    inputs = LoopInputs("r1", "Refund A-1001 A-1002 A-1003", CUSTOMER, window_tokens=600, window_messages=10)
+    deps = StepDeps(provider=provider, llm=None, agent=ScriptedModel())
+    _, whole, prompts = walk(inputs, deps)
+    # Stop after turn 4's first call, keep only what a record would hold (JSON), go on in a "new process".
+    provider2 = FakeProvider({o: Order(o, 900) for o in orders_in("A-1001 A-1002 A-1003")})
+    deps2 = StepDeps(provider=provider2, llm=None, agent=ScriptedModel())
+    _, part, _ = walk(inputs, deps2, stop_after="turn-4/call-0")
+    recorded = json.loads(json.dumps({n: r.__dict__ for n, r in part.items()}, default=lambda c: c.__dict__))
+    _, resumed, prompts2 = walk(inputs, deps2, results=recorded)
+    assert prompts2 == prompts[4:]
+    assert len(resumed) == len(whole)
