@@ -19,6 +19,21 @@ Contract:
   raises :class:`PermanentError` saying which setting to check.
 - The API key never appears in an exception message, a repr or a log line; the
   base URL is shown without user info or query string.
+
+:meth:`OpenAIChatModel.turn` is the agent loop's model (``steps.ports.ToolModel``),
+on the same client and under the same rules, with these differences:
+
+- the request carries ``tools`` and no ``response_format``, and the messages go
+  as given (no JSON instruction: the answer is text and tool calls, not a draft);
+- ``labels`` (the run and the turn) go as the headers ``X-Lab-Run`` and
+  ``X-Lab-Turn``, percent-encoded: a real server ignores them, the lab's
+  stand-in (``lab.model_standin``) counts requests by them;
+- the answer is ``choices[0].message``: its text (none: ``""``) and its function
+  tool calls, in the model's order, each as ``steps.loop.AskedCall`` (id, name,
+  arguments as the JSON text the model wrote: checked later, when the call runs).
+  An answer with neither text nor a tool call, or with a tool call that has no
+  id or name or is not a function call, is shown back with a correction, and
+  after ``max_parse_attempts`` requests the call raises :class:`PermanentError`.
 """
 
 from __future__ import annotations
@@ -27,21 +42,22 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from steps.errors import PermanentError, StepError, TransientError
 
 if TYPE_CHECKING:
     import openai
-    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam, ChatCompletionToolUnionParam
 from steps.limits import MAX_BODY_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from steps.loop import AskedCall, ModelAnswer
 from steps.retry import parse_retry_after
 
 from .base import Draft, DraftError, make_draft
 
-__all__ = ["OpenAIChatModel", "parse_draft", "retry_after_seconds"]
+__all__ = ["OpenAIChatModel", "label_headers", "parse_answer", "parse_draft", "retry_after_seconds"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +79,16 @@ _EXCERPT_CHARS = 160
 _ECHO_CHARS = 4000
 # Bounds the scan for a JSON object in prose; a real answer has a handful of braces.
 _MAX_OBJECT_STARTS = 64
+# A label travels as an HTTP header: percent-encoded (a header may hold only ASCII, and no line break; the
+# loop's run ids are safe, a label from elsewhere may not be) and bounded, so a label never fails a request.
+_MAX_LABEL_CHARS = 200
+
+RUN_HEADER = "X-Lab-Run"
+TURN_HEADER = "X-Lab-Turn"
+
+
+class AnswerError(ValueError):
+    """A turn's answer the loop cannot use; the message says why (and is shown back to the model)."""
 
 
 class OpenAIChatModel:
@@ -159,6 +185,39 @@ class OpenAIChatModel:
             f"{self.max_parse_attempts} attempts: {_excerpt(text)} ({problem})"
         ))
 
+    async def turn(self, messages: list[dict], tools: list[dict], *,
+                   labels: Mapping[str, str] | None = None) -> ModelAnswer:
+        """One turn of the agent loop: ``messages`` (the window, system first) and ``tools`` (function specs)
+        in, the model's text and tool calls out (see the module docstring)."""
+        if not isinstance(messages, list) or not messages:
+            raise PermanentError("the model's turn got no messages: pass the system prompt and the task")
+        conversation = [dict(m) if isinstance(m, Mapping) else m for m in messages]
+        headers = label_headers(labels)
+        shown, problem = "", "no request was made"
+        for attempt in range(1, self.max_parse_attempts + 1):
+            # Function specs as dicts (steps.loop.tool_specs); the client's TypedDicts name the same shape. None
+            # at all: left out, as servers refuse an empty list.
+            extra = {"tools": cast("Iterable[ChatCompletionToolUnionParam]", tools)} if tools else {}
+            completion = await self._request(conversation, extra_headers=headers, **extra)
+            try:
+                return parse_answer(completion)
+            except AnswerError as exc:
+                problem = str(exc)
+                shown = _answer_text(completion)
+                if _finish_reason(completion) == "length":
+                    problem += "; the answer was cut off at the server's token limit"
+            log.warning(
+                "%s: answer %d of %d to a turn was not usable: %s",
+                self.name, attempt, self.max_parse_attempts, self._scrub(problem),
+            )
+            if attempt < self.max_parse_attempts:
+                conversation = conversation + _turn_correction(shown, problem)
+        raise PermanentError(self._scrub(
+            f"the model gave no usable answer to the turn (text, or tool calls each with an id and a name) after "
+            f"{self.max_parse_attempts} attempts: {_excerpt(shown)} ({problem}); a model that cannot call tools "
+            "cannot run the agent loop: check that LLM_MODEL supports tool calling"
+        ))
+
     async def aclose(self) -> None:
         """Close the HTTP connection pool, if a request opened one."""
         if self._client is not None:
@@ -171,16 +230,31 @@ class OpenAIChatModel:
         await self.aclose()
 
     async def _complete(self, conversation: list[dict]) -> tuple[str, str | None]:
-        """One request; returns the answer text ("" when there is none) and the finish reason."""
-        import openai  # for the names of its errors (see _connection for why not at the top)
-
+        """One draft request; returns the answer text ("" when there is none) and the finish reason."""
         extra: dict[str, Any] = {}
         if self.json_mode:
             extra["response_format"] = {"type": "json_object"}
+        completion = await self._request(conversation, **extra)
+        choices = getattr(completion, "choices", None) or []
+        if not choices:
+            return "", None
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        content = getattr(message, "content", None)
+        if not isinstance(content, str) or not content.strip():
+            refusal = getattr(message, "refusal", None)
+            content = f"(refused: {refusal})" if isinstance(refusal, str) and refusal else ""
+        return content, getattr(choice, "finish_reason", None)
+
+    async def _request(self, conversation: list[dict], **extra: Any) -> ChatCompletion:
+        """One chat-completions request (``extra``: the client's keyword arguments), its failures mapped to
+        ``TransientError`` or ``PermanentError`` (the module docstring): the draft's and the turn's alike."""
+        import openai  # for the names of its errors (see _connection for why not at the top)
+
         try:
             # Chat-format dicts (memory's to_chat, checked there); the client's TypedDicts name the same shape.
             messages = cast("list[ChatCompletionMessageParam]", conversation)
-            completion = await self._connection().chat.completions.create(model=self.model, messages=messages, **extra)
+            return await self._connection().chat.completions.create(model=self.model, messages=messages, **extra)
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
         except openai.APITimeoutError:
@@ -203,17 +277,6 @@ class OpenAIChatModel:
                 f"({reason}); check that LLM_BASE_URL is the API root, e.g. http://localhost:11434/v1"
             )) from None
 
-        choices = getattr(completion, "choices", None) or []
-        if not choices:
-            return "", None
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        content = getattr(message, "content", None)
-        if not isinstance(content, str) or not content.strip():
-            refusal = getattr(message, "refusal", None)
-            content = f"(refused: {refusal})" if isinstance(refusal, str) and refusal else ""
-        return content, getattr(choice, "finish_reason", None)
-
     def _status_error(self, exc: openai.APIStatusError) -> StepError:
         status = exc.status_code
         detail = _error_detail(exc)
@@ -231,6 +294,9 @@ class OpenAIChatModel:
             )
         elif self.json_mode and "response_format" in detail:
             hint = "this server may not support JSON mode: set LLM_JSON_MODE=0"
+        elif "tool" in detail.lower():
+            # Ollama: "<model> does not support tools"; the agent loop needs a model that does.
+            hint = f"the agent loop needs a model that supports tool calling: check LLM_MODEL ({self.model!r})"
         else:
             hint = "retrying the same request will not help"
         return PermanentError(self._scrub(f"{where}; {hint}"))
@@ -253,6 +319,97 @@ def parse_draft(text: str) -> Draft:
     if missing:
         raise DraftError(f"the JSON object lacks {', '.join(missing)}")
     return make_draft(fields["subject"], fields["body"], fields["summary"])
+
+
+def parse_answer(completion: Any) -> ModelAnswer:
+    """The turn's answer in a chat completion, or :class:`AnswerError` saying why there is none.
+
+    ``choices[0].message``: its text (none: ``""``; a refusal with no text: ``(refused: ...)``, a final answer)
+    and its tool calls in the model's order. A call counts as a function call when its ``type`` is
+    ``"function"`` or absent (some servers leave it out); it needs an id and a name; its arguments are kept
+    as the text the model wrote (an object some servers send instead is written back as JSON text).
+    """
+    choices = _get(completion, "choices") or []
+    if not choices:
+        raise AnswerError("the answer held no choice")
+    message = _get(choices[0], "message")
+    content = _get(message, "content")
+    text = content if isinstance(content, str) else ""
+    if not text.strip():
+        refusal = _get(message, "refusal")
+        text = f"(refused: {refusal})" if isinstance(refusal, str) and refusal.strip() else ""
+    calls = []
+    for place, raw in enumerate(_get(message, "tool_calls") or []):
+        kind = _get(raw, "type")
+        function = _get(raw, "function")
+        if kind not in (None, "function") or function is None:
+            raise AnswerError(f"tool call {place} is a {kind!r} call; only function calls can run")
+        call_id, name, arguments = _get(raw, "id"), _get(function, "name"), _get(function, "arguments")
+        if not isinstance(call_id, str) or not call_id:
+            raise AnswerError(f"tool call {place} has no id")
+        if not isinstance(name, str) or not name:
+            raise AnswerError(f"tool call {place} has no function name")
+        if arguments is None:
+            arguments = "{}"
+        elif not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(AskedCall(call_id, name, arguments))
+    if not calls and not text.strip():
+        raise AnswerError("the answer had neither text nor a tool call")
+    return ModelAnswer(text, tuple(calls))
+
+
+def label_headers(labels: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The headers that carry a turn's labels (``{"run": ..., "turn": ...}``), percent-encoded so any run id
+    fits a header; None without labels. The stand-in decodes them (``urllib.parse.unquote``)."""
+    if not labels:
+        return None
+    out = {}
+    for header, key in ((RUN_HEADER, "run"), (TURN_HEADER, "turn")):
+        value = labels.get(key)
+        if value is not None:
+            # Cut before encoding, so no escape is cut in half; a lone surrogate is escaped, never an error.
+            out[header] = quote(str(value)[:_MAX_LABEL_CHARS], safe="", errors="backslashreplace")
+    return out or None
+
+
+def _get(value: Any, name: str) -> Any:
+    """A field of the client's answer objects, or of a plain dict where the client left one unparsed."""
+    return value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
+
+
+def _answer_text(completion: Any) -> str:
+    """The answer's text, to show it back: its content, else its tool calls as JSON (they may be malformed,
+    so never sent back as ``tool_calls``, which the server would refuse)."""
+    choices = _get(completion, "choices") or []
+    message = _get(choices[0], "message") if choices else None
+    content = _get(message, "content")
+    if isinstance(content, str) and content.strip():
+        return content
+    calls = _get(message, "tool_calls") or []
+    dumped = [c.model_dump() if hasattr(c, "model_dump") else c for c in calls]
+    return json.dumps(dumped, ensure_ascii=False, default=str) if dumped else ""
+
+
+def _finish_reason(completion: Any) -> Any:
+    choices = _get(completion, "choices") or []
+    return _get(choices[0], "finish_reason") if choices else None
+
+
+def _turn_correction(text: str, problem: str) -> list[dict]:
+    turn: list[dict] = []
+    if text.strip():
+        shown = text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
+        turn.append({"role": "assistant", "content": shown})
+    turn.append({
+        "role": "user",
+        "content": (
+            f"That answer could not be used: {problem}. Answer again: call one or more of the tools you were "
+            "given (each call with its id, the tool's name and its arguments as a JSON object), or, when "
+            "nothing is left to do, give your final answer as text with no tool call."
+        ),
+    })
+    return turn
 
 
 def _find_object(text: str) -> dict:

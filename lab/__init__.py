@@ -13,6 +13,9 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
   (a crash, or an outage) and restarted on the same store and port.
 - ``lab.loopback``: an HTTP server on 127.0.0.1 in a thread of this process,
   for stand-ins read in place (the grader's model, the tests' OpenAI server).
+- ``lab.model_standin``: an OpenAI-compatible server playing the agent loop's
+  scripted model (and the offline draft), in a thread or as its own process,
+  that counts the requests of each run and turn: a recorded turn never asked again.
 - ``lab.demo``: the kill-and-resume demo (``make demo``): a worker SIGKILLed
   after step 2, a new one finishing the run, each effect counted once.
 - ``lab.chaos``: many concurrent runs on Temporal while workers are SIGKILLed

@@ -56,6 +56,22 @@ def completion(content: str | None, *, finish_reason: str = "stop", model: str =
     })
 
 
+def tool_call(name: str | None, arguments: Any = "{}", *, id: str | None = "call_1",
+              type: str | None = "function") -> dict[str, Any]:
+    """One entry of ``message.tool_calls``; ``None`` leaves that field out (a malformed call a server may send)."""
+    function = {k: v for k, v in (("name", name), ("arguments", arguments)) if v is not None}
+    call: dict[str, Any] = {"id": id, "type": type, "function": function}
+    return {k: v for k, v in call.items() if v is not None}
+
+
+def tool_completion(*calls: dict[str, Any], content: str | None = None,
+                    finish_reason: str = "tool_calls") -> Scripted:
+    """A 200 chat completion whose one choice asks for ``calls`` (``tool_call``), in that order."""
+    scripted = completion(content, finish_reason=finish_reason)
+    scripted.body["choices"][0]["message"]["tool_calls"] = list(calls)
+    return scripted
+
+
 def no_choices() -> Scripted:
     return Scripted(body={
         "id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,

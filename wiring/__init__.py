@@ -2,7 +2,8 @@
 implementations. Every process that runs steps builds its ``StepDeps`` here,
 from the environment (``wiring.deps_from_env``): the Temporal worker, the run
 record's and DBOS's CLIs, the lesson's in-memory engine, the benches. So the
-engines share one way of reaching the provider, the model and memory, and no
+engines share one way of reaching the provider, the models (the draft's and
+the agent loop's: one instance when a server answers both) and memory, and no
 engine or step builds its own.
 
 Nothing inside the engines imports this package: it imports them (or what
