@@ -1,5 +1,6 @@
 """The provider: a local stand-in for an external email API, ticket API and
-refund API that honours ``Idempotency-Key`` the way Stripe does. Run it with
+refund API (with the orders refunds are taken from) that honours
+``Idempotency-Key`` the way Stripe does. Run it with
 ``python -m provider``.
 
 Exactly-once execution of an external effect is impossible in general. The
@@ -23,6 +24,8 @@ most 10 entries, keys 1-40 of ``[A-Za-z0-9_.-]``, values single-line strings
 of at most 200 characters), stored with the effect and part of the request.
 Each requires an ``Idempotency-Key`` header: 1 to 255 printable ASCII
 characters, no whitespace. One key names one request, across every endpoint.
+A ticket's ``email_message_id`` is the id of the email it follows, or ``""``
+for a ticket that follows no email (the agent loop's).
 
 - The fingerprint of a request is sha256 over its method, path and the
   canonical JSON of its body (sorted keys, no insignificant whitespace).
@@ -47,9 +50,16 @@ characters, no whitespace. One key names one request, across every endpoint.
 - A body nested more than ``MAX_JSON_DEPTH`` (32) arrays and objects deep is
   400 ``invalid_request`` naming the limit, found by a scan of the bytes
   before the parser (which recurses per level) ever sees it.
-- A request that fails validation (400 bad JSON, 422 bad field) stores nothing
-  under its key, so the client may fix it and retry with the same key. It is
-  still counted: the key's bookkeeping row is created, with 0 effects, if need be.
+- A refund is capped by its order (``provider.store``): an order the provider
+  does not keep is 404 ``order_not_found``; an amount that, with the refunds
+  of that order already applied, exceeds its total is 422
+  ``refund_exceeds_total`` saying the total, what was refunded and what is
+  left. Checked in the transaction that would insert it, after the key: a
+  replay still answers its stored receipt once the order is fully refunded.
+- A request that fails validation (400 bad JSON, 422 bad field) or is refused
+  by the refund cap stores nothing under its key, so the client may fix it and
+  retry with the same key. It is still counted: the key's bookkeeping row is
+  created, with 0 effects, if need be.
 
 Retrieve by key (``GET /v1/requests/<key>``, the key percent-encoded, ``/``
 as ``%2F``): 404 ``not_found`` if no request ever carried it; else ``key``,
@@ -68,6 +78,19 @@ conflicts, validation failures and injected failures), ``effects_applied``
 ``status_code`` (of the latest response for that key, as sent, so 503 after a
 lost response), ``first_seen`` and ``last_seen`` (ISO 8601 UTC).
 
+Orders, seeded by the lab and read by the agent loop's ``lookup_order``
+(no Idempotency-Key: an order's id is its identity, a lookup applies
+nothing): ``POST /v1/orders`` ``{"order_id", "total", "currency"?}`` (total in
+cents, 1 to ``MAX_ORDER_TOTAL``; currency three capital letters, default EUR)
+keeps one: 201 when new, 200 (``"replayed": true``) when the same order is
+seeded again, 409 ``order_conflict`` when its id holds another total or
+currency. ``GET /v1/orders/<order_id>[?run_id=]`` answers ``order_id``,
+``total``, ``refunded`` (cents of its applied refunds), ``currency`` and
+``lookups`` (the GETs of this order answered, this one included), or 404
+``order_not_found``; every such GET is counted, 404s included, under the run
+it names (an id or run id no order or run could have is 400 and not counted).
+``GET /v1/lookups[?run_id=]`` answers ``{"run_id", "lookups", "by_order"}``.
+
 The customers' inbox (``GET /inbox[?run_id=]``, ``provider.inbox``): a
 read-only HTML page of the applied emails, newest first, each field escaped; a
 run with more than one email is marked. Its errors are the JSON ones below.
@@ -81,7 +104,8 @@ answers 503.
 
 Every error body is JSON ``{"error": code, "message": text}``, plus ``field``
 for validation errors. Codes: ``invalid_request`` (400/422),
-``idempotency_conflict`` (409), ``not_found`` (404), ``method_not_allowed``
+``idempotency_conflict`` (409), ``not_found`` (404), ``order_not_found``
+(404), ``refund_exceeds_total`` (422), ``order_conflict`` (409), ``method_not_allowed``
 (405), ``length_required`` (411), ``payload_too_large`` (413),
 ``injected_fault`` and ``response_lost`` (injected), ``shutting_down`` (503),
 ``not_implemented`` (501, a method HTTP/1.1 servers need not know),
@@ -124,7 +148,9 @@ from provider.validation import (
     MAX_RUN_ID_CHARS,
     bookkeeping_run_id,
     check_idempotency_key,
+    check_url_text,
     parse_json_object,
+    validate_order,
 )
 
 DEFAULT_PORT = 8780
@@ -277,8 +303,9 @@ class Handler(BaseHTTPRequestHandler):
                 # Read the body first so an error answer leaves the connection in step.
                 self.body = self._read_body()
                 routes = ROUTES.get(url.path)
-                if routes is None and url.path.startswith(REQUESTS_PREFIX) and len(url.path) > len(REQUESTS_PREFIX):
-                    routes = {"GET": Handler.get_request}
+                if routes is None:
+                    routes = next((found for prefix, found in PREFIX_ROUTES.items()
+                                   if url.path.startswith(prefix) and len(url.path) > len(prefix)), None)
                 if routes is None:
                     raise ApiError(404, "not_found", f"no such endpoint: {url.path}; see the provider module docstring")
                 route = routes.get(self.command)
@@ -415,8 +442,40 @@ class Handler(BaseHTTPRequestHandler):
                 "Retry with the same key to get the stored response.",
             )
         if outcome.status != 200:
-            raise ApiError(outcome.status, outcome.body["error"], outcome.body["message"])
+            raise ApiError(outcome.status, outcome.body["error"], outcome.body["message"],
+                           field=outcome.body.get("field"))
         return 200, outcome.body, {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+
+    # -- orders: seeded by the lab, looked up by the agent loop, the cap of its refunds ------------
+
+    def post_order(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``POST /v1/orders``: keep one order. Its id is its identity, so no Idempotency-Key is needed (one
+        sent is ignored): the same order again is 200, another total or currency under its id 409."""
+        self._no_query(query)
+        fields = validate_order(parse_json_object(self.body))
+        status, body = self.server.store.seed_order(**fields)
+        if status == 409:
+            raise ApiError(409, body["error"], body["message"], field=body["field"])
+        return status, body, {}
+
+    def get_order(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``GET /v1/orders/<order_id>[?run_id=]``: the order and what was refunded of it; every answer counted
+        (404 included), under the run it names."""
+        order_id = check_url_text("order_id", unquote(urlsplit(self.path).path[len(ORDERS_PREFIX):]))
+        run_id = self._run_id_filter(query)
+        if run_id is not None:
+            run_id = check_url_text("run_id", run_id)
+        found = self.server.store.lookup_order(order_id, run_id)
+        if found is None:
+            raise ApiError(404, "order_not_found",
+                           f"no order {order_id!r}: the provider keeps only the orders seeded with POST /v1/orders",
+                           field="order_id")
+        return 200, found, {}
+
+    def get_lookups(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``GET /v1/lookups[?run_id=]``: how many order lookups the run made, in all and per order."""
+        run_id = self._run_id_filter(query)
+        return 200, self.server.store.lookups(None if run_id is None else check_url_text("run_id", run_id)), {}
 
     def get_faults(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
         self._no_query(query)
@@ -437,6 +496,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 REQUESTS_PREFIX = "/v1/requests/"
+ORDERS_PREFIX = "/v1/orders/"
 
 Route = Callable[..., tuple[int, dict[str, Any] | str, dict[str, str]]]
 
@@ -451,7 +511,14 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/inbox": {"GET": Handler.get_inbox},
     **{kind.path: _kind_routes(kind) for kind in KINDS},
     "/v1/effects": {"GET": Handler.get_effects},
+    "/v1/orders": {"POST": Handler.post_order},
+    "/v1/lookups": {"GET": Handler.get_lookups},
     "/admin/faults": {"GET": Handler.get_faults, "POST": Handler.post_faults, "DELETE": Handler.delete_faults},
+}
+# Paths with an id after the prefix (percent-encoded, ``/`` as ``%2F``).
+PREFIX_ROUTES: dict[str, dict[str, Route]] = {
+    REQUESTS_PREFIX: {"GET": Handler.get_request},
+    ORDERS_PREFIX: {"GET": Handler.get_order},
 }
 
 

@@ -1,6 +1,6 @@
 """The provider's durable store: the effects (a table per kind: emails,
-tickets, refunds; ``provider.kinds``) and the idempotency bookkeeping, in one
-SQLite file.
+tickets, refunds; ``provider.kinds``), the idempotency bookkeeping, and the
+orders the lab seeds (with every lookup of one counted), in one SQLite file.
 
 The guarantee that matters lives here: the effect, the stored response and the
 key's bookkeeping are written in ONE ``BEGIN IMMEDIATE`` transaction. SQLite
@@ -15,12 +15,22 @@ second email.
 tables themselves, so it reports what really happened, never what the
 bookkeeping believes happened.
 
+Refunds are capped by their order (``apply``): a refund is applied only if
+its order is kept here and its amount, with every refund of that order already
+applied, stays within the order's total. The check and the insert are in the
+same transaction as the key's lookup, so two refunds of one order that each
+fit alone cannot both pass; and the key comes first, so a replay answers its
+stored receipt even once the order is fully refunded. A refused refund is
+treated as a request that fails validation: counted under its key, nothing
+stored, the key free to carry a request that passes.
+
 Schema versions (``PRAGMA user_version``; ``storage.sqlite.migrate``): 1, the
 emails, tickets and bookkeeping; 2, the optional request metadata of each
 effect; 3, the kinds of ``provider.kinds`` (a refunds table, and the
 bookkeeping's ``CHECK (kind IN (...))`` rebuilt from the table, every row
-kept). A new file runs version 1's statements and then every upgrade, the
-very statements an old file gets.
+kept); 4, the orders and their lookups (new tables only: every row kept). A
+new file runs version 1's statements and then every upgrade, the very
+statements an old file gets.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from typing import Any
 from provider.kinds import BY_NAME, KINDS, NAMES, EffectKind
 from storage import sqlite
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Version 1, as released: never edited (files in the field were made by it, and a new file starts with it).
 _SCHEMA_V1 = """
@@ -128,8 +138,33 @@ def _kinds_schema(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX idempotency_keys_run ON idempotency_keys (run_id, seq)")
 
 
+# Version 4: the orders the lab seeds (POST /v1/orders), every lookup of one (GET /v1/orders/<id>, counted
+# per request, found or not), and the index the refund cap sums an order's refunds by.
+_SCHEMA_V4_ORDERS = """
+CREATE TABLE IF NOT EXISTS orders (
+    order_id   TEXT PRIMARY KEY,
+    total      INTEGER NOT NULL CHECK (total > 0),   -- in the currency's minor units (cents)
+    currency   TEXT NOT NULL DEFAULT 'EUR',
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS order_lookups (
+    order_id TEXT NOT NULL,                          -- as asked for: an order the provider may not keep
+    run_id   TEXT,                                   -- NULL when the lookup named no run
+    at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS order_lookups_order ON order_lookups (order_id);
+CREATE INDEX IF NOT EXISTS order_lookups_run ON order_lookups (run_id, order_id);
+CREATE INDEX IF NOT EXISTS refunds_order ON refunds (order_id);
+"""
+
+
+def _orders_schema(conn: sqlite3.Connection) -> None:
+    """Version 4's tables and indexes, added beside the others: no existing row is touched."""
+    sqlite.run_script(conn, _SCHEMA_V4_ORDERS)
+
+
 # Key = the version a step upgrades *from*. Add a step for each new version; never edit a released one.
-_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _kinds_schema}
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _kinds_schema, 3: _orders_schema}
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -168,7 +203,7 @@ def utc_now() -> str:
 class Outcome:
     """What an effect request came to, before any injected fault rewrites it."""
 
-    status: int  # 200 (applied or replayed) or 409 (key used for another request)
+    status: int  # 200 (applied or replayed), 409 (key used for another request), 404/422 (refused: the refund cap)
     body: dict[str, Any]
     replayed: bool
     response_lost: bool  # the effect is stored, but this answer is to be "lost"
@@ -242,6 +277,8 @@ class Store:
             row = conn.execute(
                 "SELECT method, path, fingerprint, response_json FROM idempotency_keys WHERE key = ?", (key,)
             ).fetchone()
+            # The key first: a replay answers its stored receipt whatever has happened since (an order
+            # refunded in full meanwhile included); only a request new to its key meets the refund cap.
             if row is not None and row["fingerprint"] is not None:
                 if row["fingerprint"] == fingerprint:
                     body = json.loads(row["response_json"])
@@ -250,8 +287,12 @@ class Store:
                 else:
                     outcome = Outcome(409, _conflict_body(key, row["method"], row["path"], method, path), False, False)
             else:
-                body = _insert_effect(conn, key=key, kind=kind, fields=fields, now=now)
-                outcome = Outcome(200, body, replayed=False, response_lost=False)
+                refused = _refund_refusal(conn, fields) if kind == "refund" else None
+                if refused is not None:
+                    outcome = Outcome(refused[0], refused[1], replayed=False, response_lost=False)
+                else:
+                    body = _insert_effect(conn, key=key, kind=kind, fields=fields, now=now)
+                    outcome = Outcome(200, body, replayed=False, response_lost=False)
             if outcome.status == 200 and lose_response():
                 outcome = replace(outcome, response_lost=True)
             status_sent = 503 if outcome.response_lost else outcome.status
@@ -266,7 +307,50 @@ class Store:
                 )
             return outcome
 
+    def seed_order(self, *, order_id: str, total: int, currency: str) -> tuple[int, dict[str, Any]]:
+        """Keep an order (``POST /v1/orders``): 201 and the order when it is new, 200 when the same order was
+        seeded before (``"replayed": true``), 409 ``order_conflict`` when the id holds another total or
+        currency (the order is left as it was)."""
+        with self._write() as conn:
+            row = conn.execute("SELECT order_id, total, currency, created_at FROM orders WHERE order_id = ?",
+                               (order_id,)).fetchone()
+            if row is None:
+                now = utc_now()
+                conn.execute("INSERT INTO orders (order_id, total, currency, created_at) VALUES (?, ?, ?, ?)",
+                             (order_id, total, currency, now))
+                return 201, {"order_id": order_id, "total": total, "currency": currency, "created_at": now,
+                             "replayed": False}
+            if (row["total"], row["currency"]) == (total, currency):
+                return 200, {**dict(row), "replayed": True}
+            return 409, {"error": "order_conflict", "field": "total" if row["total"] != total else "currency",
+                         "message": f"order {order_id!r} is already kept with a total of {_cents(row['total'])} "
+                         f"{row['currency']}; this request seeds {_cents(total)} {currency}. An order's id names "
+                         "one order: seed it again unchanged, or seed another order under a new id."}
+
+    def lookup_order(self, order_id: str, run_id: str | None) -> dict[str, Any] | None:
+        """The order (``GET /v1/orders/<id>``), None if it is not kept; the lookup counted either way, in the same
+        transaction, so ``lookups`` includes this one and two lookups never report the same count."""
+        with self._write() as conn:
+            conn.execute("INSERT INTO order_lookups (order_id, run_id, at) VALUES (?, ?, ?)",
+                         (order_id, run_id, utc_now()))
+            row = conn.execute("SELECT order_id, total, currency FROM orders WHERE order_id = ?",
+                               (order_id,)).fetchone()
+            if row is None:
+                return None
+            lookups = conn.execute("SELECT count(*) FROM order_lookups WHERE order_id = ?", (order_id,)).fetchone()[0]
+            return {"order_id": row["order_id"], "total": row["total"], "refunded": _refunded(conn, order_id),
+                    "currency": row["currency"], "lookups": lookups}
+
     # -- reads -----------------------------------------------------------------
+
+    def lookups(self, run_id: str | None = None) -> dict[str, Any]:
+        """The order lookups of ``run_id`` (every one when None; lookups that named no run count only
+        there): ``{"run_id", "lookups", "by_order": {order_id: n}}``."""
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id is not None else ("", ())
+        with self._connect() as conn:
+            by_order = {r[0]: r[1] for r in conn.execute(
+                f"SELECT order_id, count(*) FROM order_lookups {where} GROUP BY order_id ORDER BY order_id", params)}
+        return {"run_id": run_id, "lookups": sum(by_order.values()), "by_order": by_order}
 
     def effects(self, run_id: str | None = None) -> list[dict[str, Any]]:
         sql = (
@@ -359,6 +443,38 @@ def _insert_effect(conn: sqlite3.Connection, *, key: str, kind: str, fields: dic
     )
     return {effect.id_field: effect_id, **{name: fields[name] for name in effect.answer}, "idempotency_key": key,
             "created_at": now, "replayed": False}
+
+
+def _refunded(conn: sqlite3.Connection, order_id: str) -> int:
+    """Cents refunded of ``order_id``: every applied refund of it (the refunds table holds only applied ones)."""
+    return int(conn.execute("SELECT coalesce(sum(amount), 0) FROM refunds WHERE order_id = ?",
+                            (order_id,)).fetchone()[0])
+
+
+def _refund_refusal(conn: sqlite3.Connection, fields: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """Why this refund may not be applied, as (status, error body); None when it may. Read inside ``apply``'s
+    write transaction, so the sum it checks is the sum the insert will add to."""
+    order_id, amount = fields["order_id"], fields["amount"]
+    order = conn.execute("SELECT total, currency FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+    if order is None:
+        return 404, {"error": "order_not_found", "field": "order_id",
+                     "message": f"no order {order_id!r}: the provider refunds only the orders it keeps (seeded with "
+                     "POST /v1/orders; GET /v1/orders/<order_id> shows one). Nothing was applied: refund an order "
+                     "it keeps, or seed this one first."}
+    total, currency = order["total"], order["currency"]
+    refunded = _refunded(conn, order_id)
+    left = total - refunded
+    if amount <= left:
+        return None
+    advice = f"refund at most {_cents(left)}" if left else "nothing is left to refund: the order is fully refunded"
+    return 422, {"error": "refund_exceeds_total", "field": "amount",
+                 "message": f"a refund of {_cents(amount)} would take order {order_id!r} past its total: the total "
+                 f"is {_cents(total)} {currency}, {refunded} already refunded, {left} left. Nothing was applied; "
+                 f"{advice}."}
+
+
+def _cents(n: int) -> str:
+    return f"{n} cent" if n == 1 else f"{n} cents"
 
 
 def _conflict_body(key: str, first_method: str, first_path: str, method: str, path: str) -> dict[str, Any]:

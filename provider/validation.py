@@ -1,6 +1,8 @@
 """What the provider accepts: its limits, its text rule and the checks of
-every effect request, each refusal an ``ApiError`` (400 or 422) that names the
-field and says what to send instead.
+every effect request, of an order the lab seeds and of the ids a lookup's URL
+carries, each refusal an ``ApiError`` (400 or 422) that names the field and
+says what to send instead. (The refund cap is the store's: it depends on what
+was refunded, which only a transaction can read safely.)
 
 The provider's own, on purpose: it is the far side of an API and trusts no
 client to have checked anything, so it shares no code with its clients (they
@@ -27,13 +29,17 @@ MAX_SUMMARY_CHARS = 500
 MAX_MESSAGE_ID_CHARS = 128
 MAX_ORDER_ID_CHARS = 64
 MAX_REFUND_AMOUNT = 1_000_000  # in the currency's minor units (cents): 10,000.00 at most
+MAX_ORDER_TOTAL = MAX_REFUND_AMOUNT  # one refund may take a whole order, so an order is no bigger than a refund
+DEFAULT_CURRENCY = "EUR"
 MAX_REQUEST_BYTES = 1 << 20  # a 20,000-character body is at most ~80 KB of UTF-8
 MAX_JSON_DEPTH = 32  # arrays and objects inside one another; the effect bodies need 2 (the body, its metadata)
 
 EMAIL_FIELDS = ("run_id", "to", "subject", "body")
 TICKET_FIELDS = ("run_id", "summary", "email_message_id")
 REFUND_FIELDS = ("run_id", "order_id", "amount")
+ORDER_FIELDS = ("order_id", "total")
 OPTIONAL_FIELDS = ("metadata",)
+ORDER_OPTIONAL_FIELDS = ("currency",)
 MAX_METADATA_ENTRIES = 10
 MAX_METADATA_KEY_CHARS = 40
 MAX_METADATA_VALUE_CHARS = 200
@@ -157,15 +163,15 @@ def _refuse_lone_surrogates(payload: dict[str, Any]) -> None:
 
 
 def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...],
-                       numbers: tuple[str, ...] = ()) -> None:
-    """Every field of ``expected`` present, no other (but the optional ones), each a string but ``numbers``."""
+                       numbers: tuple[str, ...] = (), optional: tuple[str, ...] = OPTIONAL_FIELDS) -> None:
+    """Every field of ``expected`` present, no other (but ``optional``), each a string but ``numbers``."""
     for name in expected:
         if name not in payload:
             raise ApiError(422, "invalid_request",
                            f"missing field {name!r}: this endpoint needs {', '.join(expected)}", field=name)
     for name in payload:
-        if name not in expected and name not in OPTIONAL_FIELDS:
-            accepted = ", ".join(expected + OPTIONAL_FIELDS)
+        if name not in expected and name not in optional:
+            accepted = ", ".join(expected + optional)
             raise ApiError(422, "invalid_request",
                            f"unknown field {name!r}: this endpoint accepts only {accepted}", field=name)
     for name in expected:
@@ -198,11 +204,12 @@ def refuse_control_characters(name: str, value: str, *, multiline: bool = False,
     )
 
 
-def _single_line(payload: dict[str, Any], name: str, max_chars: int) -> str:
+def _single_line(payload: dict[str, Any], name: str, max_chars: int, *, empty_hint: str = "") -> str:
     value = payload[name]
     refuse_control_characters(name, value)
     if not value.strip():
-        raise ApiError(422, "invalid_request", f"{name} is empty: give a value", field=name)
+        raise ApiError(422, "invalid_request", f"{name} is empty: give a value" + (empty_hint and f", {empty_hint}"),
+                       field=name)
     return _one_line(name, value, max_chars, field=name)
 
 
@@ -264,27 +271,61 @@ def validate_email(payload: dict[str, Any]) -> dict[str, Any]:
 
 def validate_ticket(payload: dict[str, Any]) -> dict[str, Any]:
     _check_field_names(payload, TICKET_FIELDS)
+    # "" is a ticket that follows no email (the agent loop's create_ticket); any other value is an email's id.
+    # Whitespace alone is neither, and stays refused.
+    message_id = "" if payload["email_message_id"] == "" else _single_line(
+        payload, "email_message_id", MAX_MESSAGE_ID_CHARS, empty_hint='or "" for a ticket that follows no email')
     return {
         "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
         "summary": _single_line(payload, "summary", MAX_SUMMARY_CHARS),
-        "email_message_id": _single_line(payload, "email_message_id", MAX_MESSAGE_ID_CHARS),
+        "email_message_id": message_id,
         "metadata": _metadata(payload),
     }
 
 
+def _cents(payload: dict[str, Any], name: str, limit: int) -> int:
+    value = payload[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise ApiError(422, "invalid_request",
+                       f"{name} must be a whole number of the currency's minor units (cents) from 1 to "
+                       f"{limit}, got {value!r}", field=name)
+    return value
+
+
 def validate_refund(payload: dict[str, Any]) -> dict[str, Any]:
     _check_field_names(payload, REFUND_FIELDS, numbers=("amount",))
-    amount = payload["amount"]
-    if isinstance(amount, bool) or not isinstance(amount, int) or not 1 <= amount <= MAX_REFUND_AMOUNT:
-        raise ApiError(422, "invalid_request",
-                       f"amount must be a whole number of the currency's minor units (cents) from 1 to "
-                       f"{MAX_REFUND_AMOUNT}, got {amount!r}", field="amount")
+    amount = _cents(payload, "amount", MAX_REFUND_AMOUNT)
     return {
         "run_id": _single_line(payload, "run_id", MAX_RUN_ID_CHARS),
         "order_id": _single_line(payload, "order_id", MAX_ORDER_ID_CHARS),
         "amount": amount,
         "metadata": _metadata(payload),
     }
+
+
+_CURRENCY = re.compile("[A-Z]{3}")
+
+
+def validate_order(payload: dict[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/orders``: an order the lab seeds (its id, its total in cents, its currency)."""
+    _check_field_names(payload, ORDER_FIELDS, numbers=("total",), optional=ORDER_OPTIONAL_FIELDS)
+    total = _cents(payload, "total", MAX_ORDER_TOTAL)
+    currency = payload.get("currency", DEFAULT_CURRENCY)
+    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
+        raise ApiError(422, "invalid_request",
+                       f"currency must be three capital letters A-Z, an ISO 4217 code such as EUR or USD, got "
+                       f"{currency!r:.40}; leave it out for {DEFAULT_CURRENCY}", field="currency")
+    return {"order_id": _single_line(payload, "order_id", MAX_ORDER_ID_CHARS), "total": total, "currency": currency}
+
+
+def check_url_text(name: str, value: str) -> str:
+    """``order_id`` or ``run_id`` from a URL (``GET /v1/orders/<order_id>?run_id=``): 400 unless it is one an
+    order or a run could have (the rule and limit of the same field in a body)."""
+    limit = {"order_id": MAX_ORDER_ID_CHARS, "run_id": MAX_RUN_ID_CHARS}[name]
+    try:
+        return _single_line({name: value}, name, limit)
+    except ApiError as exc:  # 400, not 422: the URL is wrong, there is no body
+        raise ApiError(400, exc.error, exc.message, field=exc.field) from None
 
 
 def bookkeeping_run_id(payload: Any) -> str | None:

@@ -1,6 +1,8 @@
 """The client side of the provider (``python -m provider``): the HTTP client
-the step functions use, and the synchronous reads (``fetch_effects``) that
-tests, the lab and the CLIs count effects with.
+the step functions use, and the synchronous helpers that tests, the lab and the
+CLIs count effects with (``fetch_effects``), seed the orders refunds are taken
+from (``seed_orders``) and count the agent loop's order lookups with
+(``lookup_counts``).
 
 A package of its own, apart from ``provider``, so that the judge of "exactly
 once" shares no code with the steps it judges: the client belongs to the
@@ -15,6 +17,7 @@ from providerclient.client import (
     AppliedRequest,
     EffectRecord,
     EmailReceipt,
+    OrderInfo,
     ProviderClient,
     RefundReceipt,
     TicketReceipt,
@@ -22,9 +25,12 @@ from providerclient.client import (
     error_from_response,
     error_from_transport,
     fetch_effects,
+    lookup_counts,
+    order_body,
     parse_retry_after,
     provider_url_from_env,
     refund_body,
+    seed_orders,
     ticket_body,
 )
 
@@ -32,6 +38,7 @@ __all__ = [
     "AppliedRequest",
     "EffectRecord",
     "EmailReceipt",
+    "OrderInfo",
     "ProviderClient",
     "RefundReceipt",
     "TicketReceipt",
@@ -39,8 +46,11 @@ __all__ = [
     "error_from_response",
     "error_from_transport",
     "fetch_effects",
+    "lookup_counts",
+    "order_body",
     "parse_retry_after",
     "provider_url_from_env",
     "refund_body",
+    "seed_orders",
     "ticket_body",
 ]

@@ -1,6 +1,9 @@
 """Client for the provider (``python -m provider``), used by the step functions:
 ``send_email``, ``create_ticket`` and ``issue_refund``, one per kind of effect
-(docs/provider-contract.md), and ``lookup`` by key.
+(docs/provider-contract.md), ``lookup`` by key, and the orders refunds are taken
+from: ``lookup_order`` (the agent loop's read-only tool), ``seed_order`` and
+``lookups`` (the lab's and the tests'; ``seed_orders`` and ``lookup_counts``
+are their synchronous forms).
 
 Workers find the provider through ``PROVIDER_URL`` (see
 ``provider_url_from_env``). Every effect call takes an ``idempotency_key``:
@@ -20,10 +23,21 @@ read timeout, connection broken after the     ``TransientError(in_doubt=True)``:
 request was sent, 500-599                     it may have been applied
 409 (the key was used for another request)    ``IdempotencyConflict`` (never
                                               retried; see ``lookup``)
-any other 4xx (invalid field, missing key)    ``PermanentError`` naming the field
+400, 404, 422 with a JSON error code, to an   ``Refused`` (a ``PermanentError``)
+effect request (an invalid field, an unknown  with the provider's ``code``, e.g.
+order, a refund over the order's total): the  ``refund_exceeds_total``, naming
+provider applied nothing                      the field
+any other 4xx                                 ``PermanentError`` naming the field
 2xx to an effect request whose body is not a  ``TransientError(in_doubt=True)``:
 JSON object or lacks the receipt's id         it was applied, the answer lost
 ===========================================  ==================================
+
+``Refused`` lets a caller that chose the request's values tell "this request
+is wrong, and nothing happened" from every other permanent failure: the agent
+loop (``steps.loop``) hands it back to the model, which chose the arguments; a
+fixed flow's step fails on it like on any ``PermanentError``. A read
+(``lookup_order``) is never in doubt: it applies nothing, so its timeouts and
+5xx are plain ``TransientError``.
 
 A timeout is transient on purpose even though the effect may have been applied:
 retrying with the same key is safe, because the provider replays. So is an
@@ -45,7 +59,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from steps.errors import IdempotencyConflict, PermanentError, StepError, TransientError
+from steps.errors import IdempotencyConflict, PermanentError, Refused, StepError, TransientError
 from steps.retry import parse_retry_after as _parse_retry_after
 
 DEFAULT_URL = "http://127.0.0.1:8780"
@@ -67,6 +81,29 @@ class TicketReceipt:
 class RefundReceipt:
     refund_id: str
     replayed: bool
+
+
+@dataclass(frozen=True)
+class OrderInfo:
+    """An order as the provider keeps it (``lookup_order``; ``steps.ports.OrderInfo``): amounts in the
+    currency's minor units (cents). ``lookups``: the provider's count of lookups of this order, this one
+    included."""
+
+    order_id: str
+    total: int
+    refunded: int  # every applied refund of the order, in all
+    currency: str
+    lookups: int
+
+    @property
+    def left(self) -> int:
+        """What may still be refunded of it."""
+        return self.total - self.refunded
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OrderInfo:
+        return cls(order_id=str(data["order_id"]), total=int(data["total"]), refunded=int(data["refunded"]),
+                   currency=str(data["currency"]), lookups=int(data["lookups"]))
 
 
 @dataclass(frozen=True)
@@ -170,20 +207,39 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return _parse_retry_after(value, now=None if now is None else now.timestamp())
 
 
-def error_from_response(response: httpx.Response, action: str) -> StepError:
-    """Map a non-2xx answer onto TransientError / PermanentError."""
+EFFECT_REFUSALS = frozenset({400, 404, 422})
+"""The statuses of an effect request's answer that say the provider refused it and applied nothing, when they
+carry the provider's JSON error code (``Refused``). A 409 is the key's (``IdempotencyConflict``)."""
+_SEED_REFUSALS = frozenset({400, 409, 422})  # seeding has no key: its 409 is the order's (order_conflict)
+
+
+# Refusals about something no choice of the request's values can mend: a bounce is the recipient's address
+# refusing mail (the run's customer; never the model's choice in the agent loop). They stay PermanentError, as
+# they were before ``Refused`` (exercise 6's workers and the logs name that type).
+_NOT_THE_CALLERS = frozenset({"recipient_rejected"})
+
+
+def error_from_response(response: httpx.Response, action: str, *, refusals: frozenset[int] = frozenset(),
+                        read_only: bool = False) -> StepError:
+    """Map a non-2xx answer onto TransientError / PermanentError.
+
+    ``refusals``: statuses that become ``Refused`` when the body carries the provider's error code (an answer
+    without one may come from something else on the way, which says nothing of what was applied).
+    ``read_only``: the request applies nothing, so a 5xx is never in doubt."""
     status = response.status_code
     code, message, field = _error_fields(response)
+    detail = f"{status} {code or 'error'}" + (f", field {field!r}" if field else "")
+    if status in refusals and code is not None and code not in _NOT_THE_CALLERS:
+        return Refused(f"the provider refused to {action} ({detail}): {message}", code=code)
     if status == 409:
         return IdempotencyConflict(f"idempotency conflict: {message}")
-    detail = f"{status} {code}" + (f", field {field!r}" if field else "")
     if status in (408, 425, 429) or 500 <= status <= 599:
         return TransientError(
             f"the provider could not {action} now ({detail}): {message}",
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
             # A 5xx does not say whether the request was applied: a gateway or proxy may send
             # one after the origin applied it, whatever its body claims (docs/provider-contract.md).
-            in_doubt=status >= 500,
+            in_doubt=status >= 500 and not read_only,
         )
     if 400 <= status <= 499:
         return PermanentError(f"the provider refused to {action} ({detail}): {message}")
@@ -194,9 +250,14 @@ def error_from_response(response: httpx.Response, action: str) -> StepError:
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
-def error_from_transport(exc: httpx.TransportError, action: str, base_url: str) -> StepError:
+def error_from_transport(exc: httpx.TransportError, action: str, base_url: str, *,
+                         read_only: bool = False) -> StepError:
+    """Map a failure to get an answer. ``read_only``: the request applies nothing, so none is in doubt."""
     if isinstance(exc, httpx.UnsupportedProtocol):
         return PermanentError(f"could not {action}: {exc}; check PROVIDER_URL")
+    if read_only and not isinstance(exc, _NOT_SENT):
+        return TransientError(f"could not {action}: no answer from the provider at {base_url} "
+                              f"({type(exc).__name__}: {exc}). It is a read, which applies nothing: retrying is safe.")
     if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, _NOT_SENT):
         return TransientError(
             f"could not {action}: no answer from the provider at {base_url} in time ({type(exc).__name__}). "
@@ -216,15 +277,17 @@ def error_from_transport(exc: httpx.TransportError, action: str, base_url: str) 
     )
 
 
-def _error_fields(response: httpx.Response) -> tuple[str, str, str | None]:
+def _error_fields(response: httpx.Response) -> tuple[str | None, str, str | None]:
+    """(the provider's error code, None without one; the message; the field to blame)."""
     try:
         data = response.json()
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("message"), str):
-        return str(data.get("error") or "error"), data["message"], data.get("field")
+        code = data.get("error")
+        return (code if isinstance(code, str) and code else None), data["message"], data.get("field")
     text = response.text.strip()[:200] or response.reason_phrase
-    return "error", text, None
+    return None, text, None
 
 
 def _json_object(response: httpx.Response, action: str) -> dict[str, Any]:
@@ -306,13 +369,14 @@ class ProviderClient:
         json: dict[str, Any] | None = None,
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
+        refusals: frozenset[int] = frozenset(),
     ) -> httpx.Response:
         try:
             response = await self._client().request(method, path, json=json, params=params, headers=headers)
         except httpx.TransportError as exc:
             raise error_from_transport(exc, action, self.base_url) from exc
         if not response.is_success:
-            raise error_from_response(response, action)
+            raise error_from_response(response, action, refusals=refusals)
         return response
 
     async def _apply(self, path: str, what: str, *, run_id: str, idempotency_key: str, body: dict[str, Any],
@@ -320,7 +384,7 @@ class ProviderClient:
         """POST an effect under its key: (the receipt's id, whether the provider replayed it)."""
         action = f"{what} for run {run_id!r} (Idempotency-Key {idempotency_key!r})"
         response = await self._request("POST", path, action=action, json=body,
-                                       headers={"Idempotency-Key": idempotency_key})
+                                       headers={"Idempotency-Key": idempotency_key}, refusals=EFFECT_REFUSALS)
         return _receipt(response, action, id_field)
 
     async def send_email(self, *, idempotency_key: str, run_id: str, to: str, subject: str, body: str,
@@ -360,6 +424,33 @@ class ProviderClient:
         if not response.is_success:
             raise error_from_response(response, action)
         return AppliedRequest.from_json(_json_object(response, action))
+
+    async def lookup_order(self, order_id: str, *, run_id: str | None = None) -> OrderInfo | None:
+        """The order ``order_id`` as the provider keeps it, None if it keeps no such order. Read-only, no key;
+        the provider counts every lookup (under ``run_id`` when given: ``lookups``). Its failures are never in
+        doubt: a lookup applies nothing."""
+        action = f"look up order {order_id!r}"
+        try:
+            response = await self._client().get(_order_path(order_id), params=_run_filter(run_id))
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, action, self.base_url, read_only=True) from exc
+        return _order_answer(response, action)
+
+    async def seed_order(self, order_id: str, total: int, currency: str = "EUR") -> dict[str, Any]:
+        """Have the provider keep an order refunds may be taken from (``total`` in cents): its answer, with
+        ``"replayed": true`` when the same order was kept already. ``Refused`` (code ``order_conflict``)
+        when the id holds another total or currency, or for a field the provider does not accept."""
+        action = f"seed order {order_id!r}"
+        response = await self._request("POST", "/v1/orders", action=action, refusals=_SEED_REFUSALS,
+                                       json=order_body(order_id, total, currency))
+        return _json_object(response, action)
+
+    async def lookups(self, run_id: str | None = None) -> dict[str, Any]:
+        """The order lookups the provider answered for ``run_id`` (all, without it):
+        ``{"run_id", "lookups": n, "by_order": {order_id: n}}``."""
+        action = "count order lookups"
+        response = await self._request("GET", "/v1/lookups", action=action, params=_run_filter(run_id))
+        return _json_object(response, action)
 
     async def effects(self, run_id: str | None = None) -> list[EffectRecord]:
         action = "list effects"
@@ -404,15 +495,69 @@ def _run_filter(run_id: str | None) -> dict[str, str] | None:
     return None if run_id is None else {"run_id": run_id}
 
 
+def order_body(order_id: str, total: int, currency: str = "EUR") -> dict[str, Any]:
+    """The JSON body of ``POST /v1/orders``; ``total`` in the currency's minor units (cents)."""
+    return {"order_id": order_id, "total": total, "currency": currency}
+
+
+def _order_path(order_id: str) -> str:
+    return f"/v1/orders/{quote(order_id, safe='')}"
+
+
+def _order_answer(response: httpx.Response, action: str) -> OrderInfo | None:
+    """An answer to ``GET /v1/orders/<id>``: the order, or None for the provider's 404 ``order_not_found``. Any
+    other 404 (an endpoint the provider lacks: an older provider) is no "no such order", and raises."""
+    if response.status_code == 404 and _error_fields(response)[0] == "order_not_found":
+        return None
+    if not response.is_success:
+        raise error_from_response(response, action, read_only=True)
+    data = _json_object(response, action)
+    try:
+        return OrderInfo.from_json(data)
+    except (KeyError, TypeError, ValueError):
+        raise PermanentError(f"could not {action}: the provider's answer is no order (order_id, total, refunded, "
+                             "currency, lookups); is PROVIDER_URL a provider of this version?") from None
+
+
+def _sync(base_url: str, method: str, path: str, action: str, *, timeout: float,
+          refusals: frozenset[int] = frozenset(), **request: Any) -> httpx.Response:
+    """One request of the synchronous helpers, its failures mapped as the async client maps them."""
+    try:
+        with httpx.Client(timeout=timeout, **_tls_settings(base_url)) as http:
+            response = http.request(method, f"{base_url}{path}", **request)
+    except httpx.TransportError as exc:
+        raise error_from_transport(exc, action, base_url) from exc
+    if not response.is_success:
+        raise error_from_response(response, action, refusals=refusals)
+    return response
+
+
 def fetch_effects(base_url: str, run_id: str | None = None, *, timeout: float = 5.0) -> list[EffectRecord]:
     """Synchronous ``effects()`` for CLIs and tests; raises the same errors."""
     base_url = _check_base_url(base_url)
     action = "list effects"
-    try:
-        with httpx.Client(timeout=timeout, **_tls_settings(base_url)) as http:
-            response = http.get(f"{base_url}/v1/effects", params=_run_filter(run_id))
-    except httpx.TransportError as exc:
-        raise error_from_transport(exc, action, base_url) from exc
-    if not response.is_success:
-        raise error_from_response(response, action)
+    response = _sync(base_url, "GET", "/v1/effects", action, timeout=timeout, params=_run_filter(run_id))
     return [EffectRecord.from_json(item) for item in _field(_json_object(response, action), "effects", action)]
+
+
+def seed_orders(base_url: str, orders: Mapping[str, int], *, currency: str = "EUR",
+                timeout: float = 5.0) -> dict[str, dict[str, Any]]:
+    """Synchronous ``seed_order`` of each ``{order_id: total in cents}``, for CLIs and tests: the provider's
+    answer per order. Seeding the same orders again is harmless (each answers ``"replayed": true``); an id
+    kept with another total raises ``Refused`` (code ``order_conflict``)."""
+    base_url = _check_base_url(base_url)
+    answers = {}
+    for order_id, total in orders.items():
+        action = f"seed order {order_id!r}"
+        response = _sync(base_url, "POST", "/v1/orders", action, timeout=timeout, refusals=_SEED_REFUSALS,
+                         json=order_body(order_id, total, currency))
+        answers[order_id] = _json_object(response, action)
+    return answers
+
+
+def lookup_counts(base_url: str, run_id: str | None = None, *, timeout: float = 5.0) -> dict[str, Any]:
+    """Synchronous ``lookups()``: ``{"run_id", "lookups": n, "by_order": {order_id: n}}``."""
+    base_url = _check_base_url(base_url)
+    action = "count order lookups"
+    response = _sync(base_url, "GET", "/v1/lookups", action, timeout=timeout, params=_run_filter(run_id))
+    return _json_object(response, action)

@@ -11,9 +11,13 @@ engine, tool or page names it: the commands run it when ``LAB_FLOW`` names it,
     LAB_FLOW=tests.refund_flow:REFUND_FLOW python -m runrecord start RUN_ID "TASK" --email ADDR \\
         --param order_id=A-1234 --param amount=1250
 
-and the same with ``python -m dbosflow``. ``tests/test_second_flow.py`` runs it,
-kills it and resumes it on the run record and on DBOS through the lab's engine
-driver, draws it with the timeline and counts it with the effects table.
+and the same with ``python -m dbosflow``, once the provider keeps the order
+(``providerclient.seed_orders``, or ``POST /v1/orders``): it refunds only the
+orders it keeps, up to their total, and refuses any other refund, which fails
+this step (``steps.errors.Refused``, a permanent error).
+``tests/test_second_flow.py`` runs it, kills it and resumes it on the run
+record and on DBOS through the lab's engine driver, draws it with the timeline
+and counts it with the effects table.
 """
 
 from __future__ import annotations

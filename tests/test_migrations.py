@@ -30,6 +30,13 @@ PROVIDER_V2 = REPO / "tests" / "data" / "provider-schema2.sql"
 run v2-run an email (two requests, one applied), a ticket citing it, and a refused ticket request of run
 v2-other (counted, nothing applied). Never made again: it stands for the files in the field."""
 
+PROVIDER_V3 = REPO / "tests" / "data" / "provider-schema3.sql"
+"""A provider store made by the provider of 7edebac (schema 3: emails, tickets and refunds, no orders), dumped as
+SQL: for run v3-run an email, a refund of 1250 cents of order A-3000 (two requests, one applied), a ticket
+citing the email; and a refused refund request of run v3-other (amount 0: counted, nothing applied). Never
+made again: it stands for the files in the field."""
+PROVIDER_TABLES = ("idempotency_keys", "emails", "tickets", "refunds")
+
 DRAFT = {"subject": "Re: Confirm the refund for order 1234", "body": "Hello", "summary": "Drafted a reply",
          "model": "offline", "context_messages": 0}
 
@@ -136,6 +143,7 @@ def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_k
                 "metadata": {"lab_start_id": "0123abcd"}}
         replay = http.post("/v1/emails", json=body, headers={"Idempotency-Key": "agentlab/v2-run/send_confirmation"})
         assert replay.json()["message_id"] == email["message_id"] and replay.json()["replayed"] is True
+        assert http.post("/v1/orders", json={"order_id": "A-1234", "total": 1250}).status_code == 201
         refund = http.post("/v1/refunds", json={"run_id": "v2-run", "order_id": "A-1234", "amount": 1250},
                            headers={"Idempotency-Key": "agentlab/v2-run/issue_refund"})
         assert refund.status_code == 200, refund.text
@@ -154,3 +162,47 @@ def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_k
             assert "CHECK constraint failed" in str(refused)
         else:
             raise AssertionError("the rebuilt bookkeeping took a kind provider.kinds does not have")
+
+
+def test_a_schema_3_provider_store_gains_orders_and_keeps_every_row(tmp_path):
+    """Version 4 adds the orders and their lookups beside the other tables: every key, effect and stored answer
+    is kept as it was; a refund applied before orders existed replays before its order is seeded (the key
+    comes first) and counts against the order once it is, so the cap holds across the upgrade."""
+    db = tmp_path / "provider.db"
+    with closing(sqlite3.connect(db)) as conn:
+        conn.executescript(PROVIDER_V3.read_text())
+
+    def rows() -> dict[str, list[tuple]]:
+        with closing(sqlite3.connect(db)) as conn:
+            return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in PROVIDER_TABLES}
+
+    def version() -> int:
+        with closing(sqlite3.connect(db)) as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    assert version() == 3
+    before = rows()
+    refund = {"run_id": "v3-run", "order_id": "A-3000", "amount": 1250, "metadata": {"lab_start_id": "0123abcd"}}
+    with ProviderProcess(db) as provider, httpx.Client(base_url=provider.url) as http:
+        assert version() == PROVIDER_SCHEMA == 4 and rows() == before  # the upgrade itself changed no row
+        [old] = before["refunds"]
+        replay = http.post("/v1/refunds", json=refund, headers={"Idempotency-Key": "agentlab/v3-run/issue_refund"})
+        assert replay.status_code == 200 and replay.json()["refund_id"] == old[0], replay.text
+        assert http.get("/v1/orders/A-3000").json()["error"] == "order_not_found"
+        assert http.post("/v1/orders", json={"order_id": "A-3000", "total": 2000}).status_code == 201
+        order = http.get("/v1/orders/A-3000").json()
+        assert (order["total"], order["refunded"], order["lookups"]) == (2000, 1250, 2), order
+        other = {"Idempotency-Key": "agentlab/v3-other/issue_refund"}
+        over = http.post("/v1/refunds", json={"run_id": "v3-other", "order_id": "A-3000", "amount": 751},
+                         headers=other)
+        assert (over.status_code, over.json()["error"]) == (422, "refund_exceeds_total"), over.text
+        # Refused twice (an amount of 0 by the old code, 751 by the cap), the key still carries one that fits.
+        fits = http.post("/v1/refunds", json={"run_id": "v3-other", "order_id": "A-3000", "amount": 750},
+                         headers=other)
+        assert fits.status_code == 200, fits.text
+        effects = {e.key: (e.requests, e.effects_applied) for e in fetch_effects(provider.url)}
+        assert effects["agentlab/v3-other/issue_refund"] == (3, 1) and effects["agentlab/v3-run/issue_refund"] == (
+            3, 1), effects
+    after = rows()
+    assert after["emails"] == before["emails"] and after["tickets"] == before["tickets"]
+    assert after["refunds"][0] == old and len(after["refunds"]) == 2

@@ -632,6 +632,7 @@ async def test_a_refund_is_applied_once_counted_per_key_and_mapped_like_the_othe
     amount a permanent error naming the field, an injected 5xx in doubt: the client's table, as for the
     email and the ticket; the provider counts it per key under its kind."""
     key = new_key()
+    await provider_client.seed_order("A-1234", 5000)  # a refund is taken from an order the provider keeps
     first = await provider_client.issue_refund(idempotency_key=key, run_id=run_id, order_id="A-1234", amount=1250)
     again = await provider_client.issue_refund(idempotency_key=key, run_id=run_id, order_id="A-1234", amount=1250)
     assert first.refund_id.startswith("rfd_") and (first.replayed, again.replayed) == (False, True)

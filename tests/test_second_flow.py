@@ -31,7 +31,7 @@ from lab.engines import driver_for, started_steps
 from lab.processes import REPO
 from lesson.effects import per_step, provider_side
 from lesson.lanes import dbos_lane, record_lane
-from providerclient import fetch_effects
+from providerclient import fetch_effects, seed_orders
 from runrecord.compare import record_side
 from runrecord.store import RunRecord
 from steps.limits import InputError
@@ -42,6 +42,9 @@ from tests.support import EMAIL, TASK, parse_page, worktree_of
 from timeline import Effect, Lane, render_page
 
 PARAMS = ("--param", "order_id=A-1234", "--param", "amount=1250")
+ORDER = {"A-1234": 2 * 1250}
+"""The order the refunds are taken from, seeded before a test's runs (the provider refunds only the orders it
+keeps, up to their total): room for the two runs a test starts."""
 NAMES = [step.name for step in REFUND_FLOW]
 KILLED_AT = "issue_refund:after_effect"  # the refund applied at the provider, its step not recorded
 PREVIOUS = "bae0eb859c01b077f2c721010e847f13a7e3113d"
@@ -61,6 +64,7 @@ def _run_id(engine: str) -> str:
 @pytest.mark.parametrize("engine", ["runrecord", "dbos"])
 async def test_a_second_flow_runs_resumes_is_drawn_and_counted_from_its_plan_alone(engine, provider, tmp_path):
     run_id = _run_id(engine)
+    seed_orders(provider.url, ORDER)
     with driver_for(engine, _env(tmp_path, provider, LAB_FLOW=SPEC)) as driver:
         first = await driver.start(run_id, TASK, EMAIL, crash_at=KILLED_AT, args=PARAMS)
         await driver.killed(first)
@@ -102,6 +106,7 @@ async def test_a_flow_change_reaches_runs_in_flight_as_each_engine_says(provider
     wrong flow (exit 6, the run still pending, not ended in DBOSUnexpectedStepError); the refund flow then
     finishes both, each effect once."""
     record_id, dbos_id = _run_id("record-change"), _run_id("dbos-change")
+    seed_orders(provider.url, ORDER)
     refund_env, lab_env = _env(tmp_path, provider, LAB_FLOW=SPEC), _env(tmp_path, provider)
     with driver_for("runrecord", refund_env) as old, driver_for("runrecord", lab_env) as new:
         await old.killed(await old.start(record_id, TASK, EMAIL, crash_at="runrecord:issue_refund:after_record",
