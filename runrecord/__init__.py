@@ -31,6 +31,13 @@ Contract
   every commit and a heartbeat (``runrecord.runner``); a dead holder on this
   host is taken over at once, any other waited out (``runrecord.lease``).
 - SQLite in WAL mode with synchronous=FULL: see ``runrecord.store`` for why.
+- The agent loop (``steps.loop``; ``python -m runrecord loop``) runs on the
+  same tables and the same runner: its plan grows as turns are recorded
+  (``runrecord.plans``). A turn's answer and the rows of its calls and of the
+  next turn are ONE commit, before any call runs; a call with an effect
+  records its intent before its request can be sent; a recorded turn is
+  never asked again; each turn's window is derived from the record under the
+  run's recorded bounds, never stored.
 
 Crash points (``CRASH_AT``, see ``steps.crashpoints``; the steps' own points
 work here too), for each step name S:
@@ -44,6 +51,18 @@ work here too), for each step name S:
 ``runrecord:S:after_record``             S's result, its intent's outcome and
                                          the advance (with the next step's
                                          first attempt and intent) committed
+=======================================  ==========================================
+
+And for a run of the agent loop, besides the steps' ``turn:after_answer`` and
+``tool:<name>:after_effect``:
+
+=======================================  ==========================================
+``runrecord:loop:between_calls``         a call's result committed, with the
+                                         next call of its turn's attempt 1 (and
+                                         intent); that call not started
+``runrecord:loop:after_turn``            a turn's last call committed, with the
+                                         next turn's attempt 1; the model not
+                                         asked
 =======================================  ==========================================
 
 What resume does after each: after_start / after_intent: a new attempt

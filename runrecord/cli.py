@@ -2,6 +2,7 @@
 hand-rolled SQLite run record.
 
     python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
+    python -m runrecord loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
     python -m runrecord resume RUN_ID [--wait [--wait-limit SECONDS]]
     python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
@@ -22,14 +23,22 @@ The flow is the lab's (``steps.plan.FLOW``), or the one ``LAB_FLOW`` names
 (``module:NAME``, ``steps.plan.flow_from_env``); ``status`` and ``resume``
 check the run's recorded steps against it.
 
+``loop`` starts a run of the agent loop (``steps.loop``): the model chooses its
+tools turn by turn until it answers with no tool call, each turn recorded
+before any of its calls runs, each effect applied once. Its numbers (the turn
+limit, the window's bounds) are recorded with the run; ``resume``, ``retry``,
+``status`` and ``settle`` recognise a loop run from its row and need nothing
+more. The model is ``wiring.deps_from_env``'s (``LLM_BASE_URL``, ``LLM_MODEL``;
+the scripted offline model by default).
+
 Exit codes:
 
 ==  =====================================================================
-0   completed (start, resume, retry, status); status of a running run; list; compare; settle
-1   the run failed (start, resume, retry, or status of a failed run)
-2   bad input, unknown run id, Temporal/provider unreachable (compare, settle),
-    or retry of a run that did not fail
-3   start: RUN_ID already exists; nothing was started (resume it instead);
+0   completed (start, loop, resume, retry, status); status of a running run; list; compare; settle
+1   the run failed (start, loop, resume, retry, or status of a failed run)
+2   bad input (loop: a turn limit or window bound out of range too; nothing recorded), unknown run id,
+    Temporal/provider unreachable (compare, settle), or retry of a run that did not fail
+3   start, loop: RUN_ID already exists; nothing was started (resume it instead);
     status: the run is parked (this code's flow differs from the recorded one)
 4   resume: the run failed earlier; failed is terminal, refused with the reason
 5   resume: another process that may be alive holds the run's lease (named,
@@ -53,13 +62,14 @@ from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 from runrecord import status as status_mod
+from runrecord.plans import plan_for
 from runrecord.runner import (
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
     Runner,
     RunTerminal,
-    check_flow,
     check_lease_seconds,
+    check_plan,
     lease_seconds_from_env,
 )
 from runrecord.store import (
@@ -73,6 +83,7 @@ from runrecord.store import (
     SettingError,
     db_path_from,
 )
+from steps import loop
 from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.params import parse_params
@@ -113,11 +124,11 @@ def _flow() -> tuple[FlowStep, ...]:
 
 
 def _flow_changed(run) -> str | None:
-    """Why this code cannot resume ``run`` (its flow differs), or None."""
+    """Why this code cannot resume ``run`` (its flow differs, or its loop plans other steps), or None."""
     if run.status != "running":
         return None
     try:
-        check_flow(run, _flow())
+        check_plan(run, plan_for(run, _flow()))
     except FlowChanged as err:
         return str(err)
     return None
@@ -149,6 +160,32 @@ async def _cmd_start(args) -> int:
     params = parse_params(args.param)
     async with _runner(args) as runner:
         return _finish(await runner.start(run_id, task, email, conversation, params=params), runner.record)
+
+
+def _loop_number(raw: str | None, default: int) -> int | str:
+    """A loop number as given on the command line: a whole number, or the text given (which
+    ``steps.loop.check_loop_inputs`` then refuses in its own words, saying what to give)."""
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+async def _cmd_loop(args) -> int:
+    run_id = check_run_id(args.run_id)
+    task = check_task(args.task)
+    email = check_email(args.email)
+    # Checked before the record is opened: refused input leaves nothing behind, not even a file.
+    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
+        _loop_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
+        _loop_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
+        _loop_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+    async with _runner(args) as runner:
+        run = await runner.start_loop(run_id, task, email, max_turns=max_turns, window_tokens=window_tokens,
+                                      window_messages=window_messages)
+        return _finish(run, runner.record)
 
 
 async def _cmd_resume(args) -> int:
@@ -187,14 +224,38 @@ async def _cmd_settle(args) -> int:
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)  # unknown id: say so before asking the provider
-        # The run's own effect steps: those that recorded an intent, and those this code's flow says have one.
-        keyed = {i.step for i in record.intents(run_id)} | set(effect_steps(_flow()))
         async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-            report = await settle(provider, run_id, [s.name for s in run.steps if s.name in keyed])
+            if run.loop is not None:
+                report = await _settle_keys(provider, status_mod.loop_call_keys(run))
+            else:
+                # The run's own effect steps: those that recorded an intent, and those this code's flow says
+                # have one.
+                keyed = {i.step for i in record.intents(run_id)} | set(effect_steps(_flow()))
+                report = await settle(provider, run_id, [s.name for s in run.steps if s.name in keyed])
         settled, notes = _record_answers(record, run, report)
     print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
           render_settle(run_id, report, retry=f"python -m runrecord retry {run_id}", recorded=notes), flush=True)
     return EXIT_OK
+
+
+async def _settle_keys(provider, keys: dict[str, str]) -> list[dict[str, Any]]:
+    """``steps.settle.settle`` for steps whose keys are not derived from their names: a loop run's calls
+    with an effect, each under the key its recorded turn gives it (``steps.loop.tool_key``). The same
+    entries, in the same words."""
+    from steps.settle import made_ids
+
+    report = []
+    for step, key in keys.items():
+        found = await provider.lookup(key)
+        entry: dict[str, Any] = {"step": step, "key": key, "state": "never seen", "requests": 0,
+                                 "applied_at": None, "ids": None, "request_sha256": None}
+        if found is not None:
+            entry.update(requests=found.requests, state="applied" if found.applied else "not applied")
+            if found.applied:
+                entry.update(applied_at=found.applied_at, ids=made_ids(found.response or {}, found.request or {}),
+                             request_sha256=found.request_sha256)
+        report.append(entry)
+    return report
 
 
 def _record_answers(record: RunRecord, run, report: list[dict[str, Any]]) -> tuple[dict[str, list[int]],
@@ -268,7 +329,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a parameter a step of the flow reads (e.g. amount=1250), recorded with the run; repeatable")
     p.set_defaults(func=_cmd_start)
-    p = sub.add_parser("resume", parents=[common, running], help="continue a run at its recorded step")
+    p = sub.add_parser(
+        "loop", parents=[common, running],
+        help="create a run of the agent loop and drive it to the end: the model chooses its tools turn by turn",
+        description="Create a run of the agent loop (steps.loop) and drive it to the end. Each turn the model is "
+                    "asked, on a window of the conversation derived from the record, and chooses tools "
+                    f"({', '.join(loop.TOOL_NAMES)}); the turn is recorded before any of its calls runs, and each "
+                    "call's effect is applied once, under a key from the run, the turn and the call. The run "
+                    "completes when a turn asks for no tool (its text is the final answer) and fails when the "
+                    "turn limit is reached with tools still asked for. Resume, retry, status and settle take "
+                    "its RUN_ID like any other run's.")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
+    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
+    p.add_argument("--max-turns", default=None, metavar="N",
+                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
+                        "that still asks for tools at the limit fails the run, naming it")
+    p.add_argument("--window-tokens", default=None, metavar="N",
+                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded, so a "
+                        "resume derives the same windows")
+    p.add_argument("--window-messages", default=None, metavar="N",
+                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    p.set_defaults(func=_cmd_loop)
+    p = sub.add_parser("resume", parents=[common, running],
+                       help="continue a run (of the flow or the agent loop) at its recorded step")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--wait", action="store_true",
                    help="if a process that may be alive holds the lease, wait until it ends, lets the lease "

@@ -1,9 +1,16 @@
 """The runner: drives a run's steps in order against the run record.
 
+A run's steps are what its plan says (``runrecord.plans``): the fixed flow
+(every step known at start), or the agent loop (``steps.loop``: the plan
+grows as turns are recorded, each recorded turn adding its tool calls and the
+next turn). The plan only says what comes next; everything below is one
+machinery for both.
+
 One loop, whatever brought us here (start, or resume after a SIGKILL):
 
 1. read the run; take (or hold) its lease; check the recorded step names
-   against the flow's;
+   against the plan's (the flow's; a loop run's ``LoopPlan.names`` of its
+   recorded results);
 2. at the current position, start an attempt: its number and, for an
    effectful step, its *intent* (idempotency key and request) are committed
    before the step function can send anything. On the happy path this commit
@@ -13,12 +20,21 @@ One loop, whatever brought us here (start, or resume after a SIGKILL):
    and counts toward the worker-death limit (``steps.retry``);
 3. call the step function (``steps.flow``, shared with Temporal), logging
    ``step <name> started: run <id> attempt <n>`` (``steps.startedline``);
-4. success: result + intent outcome + advance (+ next attempt and intent) in
-   ONE transaction. Transient failure: record it with the step's ledger (the
+4. success: result + intent outcome + the steps the result adds to the plan
+   (a loop turn: its calls and the next turn, as step rows) + advance (+ next
+   attempt and intent) in ONE transaction, so a turn is recorded before any of
+   its calls runs and a call's intent before its request can be sent.
+   Transient failure: record it with the step's ledger (the
    budget spent, whether the outcome is in doubt, when the next try is due),
    wait the backoff, next attempt. Non-retryable (``PermanentError``,
    ``InputError``), budget spent or a death too many: the run becomes
    failed, naming the step, the attempts and the reason. Nothing loops.
+
+Crash points: the plan's (``runrecord.plans``), reached here around each
+step: for the fixed flow ``runrecord:S:after_start`` / ``after_intent``
+before a step and ``runrecord:S:after_record`` after its commit; for the
+agent loop ``runrecord:loop:between_calls`` and ``runrecord:loop:after_turn``
+after a call's commit. ``runrecord`` (the package) has the table.
 
 The rules and numbers are ``steps.retry``'s, the same as the Temporal
 workflow's; the rule is read from the environment at ``start`` and recorded
@@ -54,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from runrecord.lease import new_holder_id
+from runrecord.plans import FLOW_WORDS, LOOP_NUMBERS, PlannedStep, RunPlan, flow_inputs, plan_for
 from runrecord.status import attempts_text, why_in_doubt
 from runrecord.store import (
     Intent,
@@ -67,7 +84,7 @@ from runrecord.store import (
     RunRow,
     StepRow,
 )
-from steps import flow
+from steps import loop
 from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError, TransientError
@@ -75,7 +92,7 @@ from steps.limits import InputError, check_conversation_id, check_email, check_r
 from steps.models import to_jsonable
 from steps.params import check_params
 from steps.plan import FLOW, FlowStep, missing_params
-from steps.requests import RunInputs, remember_request
+from steps.requests import RunInputs
 from steps.retry import RetryRule, StepLedger, rule_from_env
 from steps.settle import answer_text, what_retry_does
 from steps.startedline import started_line
@@ -134,7 +151,7 @@ class StartedAttempt:
 
     position: int
     attempt: int
-    request: Any
+    request: Any  # None: a step without an effect, its request built when it runs (``_one_step``)
 
     def is_current(self, position: int, row: StepRow) -> bool:
         """True while the record still says this is the step's current attempt."""
@@ -158,8 +175,21 @@ def check_lease_seconds(raw: Any, name: str = "--lease-seconds") -> float:
 
 
 def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
+    """Refuse (``FlowChanged``) a flow run whose recorded step names are not ``flow``'s."""
+    check_names(run, [s.name for s in flow], FLOW_WORDS)
+
+
+def check_plan(run: RunRow, plan: RunPlan) -> None:
+    """Refuse (``FlowChanged``) a run whose recorded step names are not the ones its plan expects from the
+    recorded results: a flow run's, the flow's; a loop run's, ``LoopPlan.names`` of its recorded results."""
+    check_names(run, plan.expected(run.results()), plan.words)
+
+
+def check_names(run: RunRow, expected: Sequence[str], words: str) -> None:
+    """``words``: how the refusal says what the record holds and what the code expects, with ``{recorded}``
+    and ``{code}`` for the two lists (``runrecord.plans``)."""
     recorded = [s.name for s in run.steps]
-    code = [s.name for s in flow]
+    code = list(expected)
     if recorded == code:
         return
     where = next((i for i, (a, b) in enumerate(zip(recorded, code, strict=False)) if a != b),
@@ -169,7 +199,7 @@ def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
         f"but {code[where] if where < len(code) else 'absent'!r} in the code"
     )
     raise FlowChanged(
-        f"run {run.run_id} was started with steps {recorded}, but this code's flow is {code} ({at}). "
+        f"run {run.run_id} {words.format(recorded=recorded, code=code)} ({at}). "
         "Resuming would run the wrong step, so nothing was done. Resume it with the code that started it, "
         "or start a new run id with this code."
     )
@@ -278,6 +308,27 @@ class Runner:
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
         return await self._drive(run_id, ahead=StartedAttempt(0, 1, request))
 
+    async def start_loop(self, run_id: str, task: str, email: str, *, max_turns: int = loop.DEFAULT_MAX_TURNS,
+                         window_tokens: int = loop.DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = loop.DEFAULT_WINDOW_MESSAGES) -> RunRow:
+        """Create a run of the agent loop (``steps.loop``; ``RunExists`` if the id is taken) and drive it to
+        the end. Its numbers (the turn limit, the window's bounds) are recorded with it (``runs.loop``), so a
+        resume decides and derives its windows under the numbers it started with. Bad input is an
+        ``InputError`` and nothing is recorded."""
+        run_id = check_run_id(run_id)
+        task, email = check_task(task), check_email(email)
+        numbers = dict(zip(LOOP_NUMBERS, loop.check_loop_inputs(max_turns, window_tokens, window_messages),
+                           strict=True))
+        rule = self.rule or rule_from_env()
+        # The model's first turn has no effect: no intent; its request (the window) is built when it runs.
+        self.record.create_run(
+            run_id, task, email, run_id, [loop.LoopPlan.first()], self.holder, self.lease_seconds,
+            NextAttempt(0, 1, None), start_id=secrets.token_hex(8), retry_rule=rule.to_dict(), loop=numbers,
+        )
+        self.say(f"loop run {run_id} created in {self.path} (at most {numbers['max_turns']} turns); "
+                 f"lease held by {self.holder}")
+        return await self._drive(run_id, ahead=StartedAttempt(0, 1, None))
+
     async def resume(self, run_id: str, *, wait: bool = False, wait_limit: float = DEFAULT_WAIT_LIMIT) -> RunRow:
         """Continue a run at its recorded step. A completed run is returned as is.
 
@@ -295,14 +346,14 @@ class Runner:
             return run
         if run.status == "failed":
             raise RunTerminal(run_id, run.error)
-        check_flow(run, self.flow)
+        check_plan(run, self._plan(run))
         try:
             await self._take_lease(run_id, wait, wait_limit)
         except RunEnded as ended:
             # It completed (or failed) after we read it: take no lease; answer as for an ended run.
             self.say(f"run {run_id} became {ended.status} before this resume could take its lease; no step to run")
             return await self.resume(run_id)
-        self.say(f"resuming run {run_id} at step {self.flow[run.position].name}; lease held by {self.holder}")
+        self.say(f"resuming run {run_id} at step {run.steps[run.position].name}; lease held by {self.holder}")
         self.say(self._what_was_read(run))
         return await self._continue(run_id)
 
@@ -327,9 +378,9 @@ class Runner:
         replayed or adopted), nothing completed run again. ``RunNotFailed`` if
         the run did not fail."""
         run = self.record.load(check_run_id(run_id))
-        check_flow(run, self.flow)
+        check_plan(run, self._plan(run))
         position = self.record.reopen_failed(run_id, self.holder, self.lease_seconds)
-        self.say(f"retrying run {run_id} at step {self.flow[position].name} (it failed: {run.error}); "
+        self.say(f"retrying run {run_id} at step {run.steps[position].name} (it failed: {run.error}); "
                  f"lease held by {self.holder}")
         return await self._continue(run_id)
 
@@ -397,15 +448,19 @@ class Runner:
 
     # ------------------------------------------------------------ the loop
 
-    async def _remember(self, run: RunRow) -> None:
-        """After completion, the exchange goes to conversation memory (as on Temporal).
+    def _plan(self, run: RunRow) -> RunPlan:
+        """What comes next in ``run`` (``runrecord.plans``): a loop run's plan if its row says it is one,
+        else this runner's flow."""
+        return plan_for(run, self.flow)
 
-        Best effort and idempotent by message id; memory is never read to
-        decide what has been done, so nothing here touches the record."""
-        await flow.remember_exchange(remember_request(self._inputs(run), run.results()), self.deps)
+    async def _remember(self, run: RunRow) -> None:
+        """After completion, what the plan does once a run is done: a flow run's exchange goes to
+        conversation memory (as on Temporal). Best effort and idempotent by message id; memory is never
+        read to decide what has been done, so nothing here touches the record."""
+        await self._plan(run).finished(run, self.deps)
 
     @staticmethod
-    def _intent(step: FlowStep, request: Any) -> Intent | None:
+    def _intent(step: PlannedStep | FlowStep, request: Any) -> Intent | None:
         return Intent(request.idempotency_key, to_jsonable(request)) if step.effect else None
 
     async def _drive(self, run_id: str, ahead: StartedAttempt | None) -> RunRow:
@@ -435,30 +490,34 @@ class Runner:
 
     @staticmethod
     def _inputs(run: RunRow) -> RunInputs:
-        return RunInputs(run.run_id, run.task, run.email, run.conversation_id,
-                         start_id=run.start_id or "", created_at=run.created_at if run.start_id else None,
-                         params=run.params or {})
+        return flow_inputs(run)
 
     async def _one_step(self, run: RunRow, ahead: StartedAttempt | None,
                         beat: _Heartbeat | None) -> StartedAttempt | None:
         """One attempt of the run's current step, to its recorded outcome. Returns the next
         step's first attempt when this one's commit started it, else None (the loop reads
         the record again)."""
-        step, row = self.flow[run.position], run.steps[run.position]
+        plan, row, results = self._plan(run), run.steps[run.position], run.results()
+        step = plan.step(row.name, results)
         ledger = self._ledger(run, step, row)
         attempt = ahead if ahead is not None and ahead.is_current(run.position, row) else None
         if attempt is None:
-            attempt = await self._open_attempt(run, step, row, ledger)
+            attempt = await self._open_attempt(run, plan, step, row, ledger)
             if attempt is None:
                 return None  # a death too many: the run failed
         ledger.attempts = attempt.attempt
         if beat is not None and beat.lost:
             raise LeaseLost(run.run_id, self.holder)
-        crash_point(f"runrecord:{step.name}:{'after_intent' if step.effect else 'after_start'}")
+        point = plan.point_before(step)
+        if point:
+            crash_point(point)
         self.say(started_line(step.name, run.run_id, attempt.attempt))
         began = time.monotonic()
         try:
-            result = await self._call(step, attempt.request, ledger.rule.attempt_timeout_for(step.name))
+            # A step without an effect has no intent to carry its request: it is built now, from the record
+            # (a loop turn's window, derived; a turn that cannot be built fails here, naming why).
+            request = attempt.request if attempt.request is not None else plan.request(step.name, results)
+            result = await self._call(step, request, ledger.rule.attempt_timeout_for(step.name))
         except (PermanentError, InputError) as err:
             ledger.after_permanent(str(err))
             self._fail(run.run_id, step, run.position, ledger)
@@ -466,10 +525,10 @@ class Runner:
         except Exception as err:  # TransientError, and anything unexpected: retried within the budget
             await self._after_error(run, step, ledger, err, time.monotonic() - began)
             return None
-        return self._complete(run, step, attempt.attempt, to_jsonable(result))
+        return self._complete(run, plan, step, attempt.attempt, to_jsonable(result))
 
     @staticmethod
-    def _ledger(run: RunRow, step: FlowStep, row: StepRow) -> StepLedger:
+    def _ledger(run: RunRow, step: PlannedStep, row: StepRow) -> StepLedger:
         """The step's ledger as the record holds it, under the rule the run recorded at start."""
         return StepLedger(
             step.name, RetryRule.from_dict(run.retry_rule), effect=step.effect, attempts=row.attempts,
@@ -478,14 +537,15 @@ class Runner:
             in_doubt=row.in_doubt, last_error=row.last_error,
         )
 
-    async def _open_attempt(self, run: RunRow, step: FlowStep, row: StepRow,
+    async def _open_attempt(self, run: RunRow, plan: RunPlan, step: PlannedStep, row: StepRow,
                             ledger: StepLedger) -> StartedAttempt | None:
-        """Commit a new attempt of the step (and its intent) before anything is sent.
+        """Commit a new attempt of the step (and, for a step with an effect, its intent) before anything
+        is sent.
 
         First what the record says of the attempt before: one still open died
         with its process (a crash: None if it was one too many, and the run
         failed); a backoff a death interrupted is waited out, as the rule says."""
-        request = step.request(self._inputs(run), run.results())
+        request = plan.request(step.name, run.results()) if step.effect else None
         crashes = None
         if row.attempt_open and row.attempts > 0:
             died = f"the process running attempt {row.attempts} died before recording its outcome"
@@ -502,7 +562,7 @@ class Runner:
                                   self.holder, self.lease_seconds)
         return started
 
-    async def _call(self, step: FlowStep, request: Any, limit: float) -> Any:
+    async def _call(self, step: PlannedStep, request: Any, limit: float) -> Any:
         """The step function, given ``limit`` seconds (the attempt timeout). An attempt
         still running then may have sent its request: a transient error, in doubt."""
         try:
@@ -510,7 +570,7 @@ class Runner:
         except TimeoutError:
             raise TransientError(f"timed out after {limit:g} s (the attempt timeout)", in_doubt=True) from None
 
-    async def _after_error(self, run: RunRow, step: FlowStep, ledger: StepLedger, err: Exception,
+    async def _after_error(self, run: RunRow, step: PlannedStep, ledger: StepLedger, err: Exception,
                            seconds: float) -> None:
         """A retryable failure: the run fails if the ledger says the budget is spent; else
         the error is recorded with the ledger and the backoff waited."""
@@ -530,27 +590,39 @@ class Runner:
                  f"(budget {ledger.rule.budget_seconds - ledger.error_seconds:.0f} s left)")
         await self.sleep(delay)
 
-    def _complete(self, run: RunRow, step: FlowStep, attempt: int, value: Any) -> StartedAttempt | None:
-        """The step's result and the advance in one commit, which also starts the next
-        step's first attempt (intent and all); returns that attempt, or None after the last step."""
+    def _complete(self, run: RunRow, plan: RunPlan, step: PlannedStep, attempt: int,
+                  value: Any) -> StartedAttempt | None:
+        """The step's result, the steps it adds to the plan (``plan.after``: a loop turn's calls and the
+        next turn) and the advance in one commit, which also starts the next step's first attempt (with its
+        intent, for a step with an effect); returns that attempt, or None after the last step."""
         pos = run.position
+        names = [s.name for s in run.steps]
+        added = plan.after(step.name, value)
+        names += added
         nxt, next_name, ahead = None, None, None
-        if pos + 1 < len(self.flow):
-            following = self.flow[pos + 1]
-            next_request = following.request(self._inputs(run), {**run.results(), step.name: value})
-            ahead = StartedAttempt(pos + 1, run.steps[pos + 1].attempts + 1, next_request)
+        if pos + 1 < len(names):
+            next_name = names[pos + 1]
+            results = {**run.results(), step.name: value}
+            following = plan.step(next_name, results)
+            # A step with an effect records its intent (key and request) in this commit, before it can send.
+            next_request = plan.request(next_name, results) if following.effect else None
+            attempts = run.steps[pos + 1].attempts if pos + 1 < len(run.steps) else 0
+            ahead = StartedAttempt(pos + 1, attempts + 1, next_request)
             nxt = NextAttempt(ahead.position, ahead.attempt, self._intent(following, next_request))
-            next_name = following.name
         self.record.complete_step(run.run_id, pos, attempt, value, self.holder, self.lease_seconds,
-                                  effect=step.effect, next_name=next_name, nxt=nxt)
+                                  effect=step.effect, next_name=next_name, nxt=nxt,
+                                  added=[(len(run.steps) + i, name) for i, name in enumerate(added)])
         if isinstance(value, dict) and value.get("adopted"):
             self.say(f"  {_clock()} {step.name}: adopted (attempt {attempt}): {value['adopted']['reason']}")
         else:
-            self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})")
-        crash_point(f"runrecord:{step.name}:after_record")
+            said = plan.outcome(step.name, value)
+            self.say(f"  {_clock()} {step.name}: completed (attempt {attempt})" + (f": {said}" if said else ""))
+        point = plan.point_after(step.name, next_name)
+        if point:
+            crash_point(point)
         return ahead
 
-    def _fail(self, run_id: str, step: FlowStep, pos: int, ledger: StepLedger, answered: bool = True,
+    def _fail(self, run_id: str, step: PlannedStep, pos: int, ledger: StepLedger, answered: bool = True,
               doubtful: bool = False) -> None:
         error = ledger.failure or f"step {step.name} failed after {ledger.attempts} attempt(s)"
         self.record.fail_run(run_id, pos, ledger.attempts, error, ledger.last_error or error, self.holder,
@@ -569,6 +641,7 @@ __all__ = [
     "Runner",
     "RunTerminal",
     "check_flow",
+    "check_plan",
     "lease_seconds_from_env",
     "new_holder_id",
 ]

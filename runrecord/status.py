@@ -14,7 +14,12 @@ How the record's rows map onto them:
   recorded one (``resume`` refuses it, exit 6, until the right code runs).
 
 What only the record knows (intents, the lease) is shown by ``render`` below
-the table, never added to the JSON, so one parser reads both engines. Its
+the table, never added to the JSON, so one parser reads both engines. A run
+of the agent loop (``steps.loop``) has a row per turn and per call, shown in
+the table like any step (a turn's or a call's recorded result in the JSON);
+``render`` adds the loop turn by turn: the calls each turn asked for, each
+call's key (an effect's, from its recorded turn: ``steps.loop.tool_key``),
+status and result, and the final answer. Its
 lines quote run data (a provider's refusal, a holder's name) and are escaped
 for the terminal like the table's (``steps.controls.printable``).
 """
@@ -27,6 +32,7 @@ from collections.abc import Sequence
 
 from runrecord.lease import check_holder
 from runrecord.store import IntentRow, RunRow, StepRow
+from steps import loop
 from steps.controls import printable
 from steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
 from steps.runview import render_table
@@ -117,7 +123,8 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
            flow_changed: str | None = None) -> str:
     """The starter's table, plus the intents and the lease."""
     now = time.time() if now is None else now
-    lines: list[str] = []
+    status = status_of(run, now, flow_changed)
+    lines: list[str] = loop_lines(run, status["steps"]) if run.loop is not None else []
     for i in intents:
         outcome = i.outcome or {}
         note = {
@@ -144,7 +151,57 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
         lines.append(f"  lease: {run.lease_holder}, {state}")
     elif run.status == "running":
         lines.append("  lease: none (no process is running it): resume it to continue")
-    return "\n".join([render_table(status_of(run, now, flow_changed)), *(printable(line) for line in lines)])
+    return "\n".join([render_table(status), *(printable(line) for line in lines)])
+
+
+def loop_call_keys(run: RunRow) -> dict[str, str]:
+    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key."""
+    keys: dict[str, str] = {}
+    for s in run.steps:
+        turn, index = loop.parse_step(s.name)
+        if index is None and s.status == "completed":
+            for i, call in enumerate(loop.as_call(c) for c in s.result.get("calls") or ()):
+                if call.name in loop.EFFECT_OF_TOOL:
+                    keys[loop.call_step(turn, i)] = loop.tool_key(run.run_id, turn, i, call.id)
+    return keys
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def loop_lines(run: RunRow, entries: Sequence[StepEntry]) -> list[str]:
+    """A loop run turn by turn: what each turn asked for, each call's arguments, key, status and result
+    (a recorded call's result as the model got it back), and the final answer. Run data: the caller
+    escapes each line for the terminal."""
+    numbers = run.loop or {}
+    keys = loop_call_keys(run)
+    lines = [f"  the agent loop: at most {numbers.get('max_turns')} turns; window of at most "
+             f"{numbers.get('window_tokens')} tokens and {numbers.get('window_messages')} messages, derived from "
+             "the record for each turn"]
+    calls: list[loop.AskedCall] = []
+    for s, entry in zip(run.steps, entries, strict=True):
+        turn, index = loop.parse_step(s.name)
+        if index is None:
+            if s.status != "completed":
+                lines.append(f"  turn {turn}: {entry['status']}" + (f" (attempt {s.attempts})" if s.attempts else ""))
+                continue
+            calls = [loop.as_call(c) for c in s.result.get("calls") or ()]
+            asked = ", ".join(c.name for c in calls) if calls else "no tool: the final answer"
+            lines.append(f"  turn {turn}: asked for {asked}")
+            continue
+        call = calls[index]
+        lines.append(f"    call {index} {call.name} {_clip(call.arguments, 100)}")
+        key = keys.get(s.name)
+        lines.append(f"      key {key}" if key else "      no key: no effect (read-only, or not a tool)")
+        shown = f"{entry['status']}" + (f", attempt {s.attempts}" if s.attempts > 1 else "")
+        if s.status == "completed":
+            shown += f": {s.result.get('status')} {_clip(str(s.result.get('content')))}"
+        lines.append(f"      {shown}")
+    answer = loop.LoopPlan.final_answer(run.results())
+    if answer is not None:
+        lines.append(f"  final answer: {_clip(answer, 400)}")
+    return lines
 
 
 def dumps(status: RunEntry) -> str:

@@ -39,10 +39,16 @@ the same way after its upgrade:
     since version 2 ``start_id`` (drawn at start, sent with every effect for
     ``steps.adoption``) and ``retry_rule`` (the JSON ``steps.retry.RetryRule``
     the run runs under); since version 3 ``params`` (the JSON mapping of the
-    run's parameters, ``steps.params``: what a step needs beyond the task).
+    run's parameters, ``steps.params``: what a step needs beyond the task);
+    since version 4 ``loop`` (NULL for a run of the fixed flow; for a run of
+    the agent loop, ``steps.loop``, the JSON of its numbers: ``max_turns``,
+    ``window_tokens``, ``window_messages``: what marks the run a loop run).
 ``steps``
-    one row per (run, position), created with the run: the step ``name`` at
-    that position (checked on resume), ``status`` (pending | running |
+    one row per (run, position): for a run of the fixed flow, every step's
+    row created with the run; for a loop run, ``turn-1``'s, and the rows a
+    recorded turn decides (its calls and the next turn) inserted in the
+    commit that records the turn (``complete_step``'s ``added``). Each holds
+    the step ``name`` at that position (checked on resume), ``status`` (pending | running |
     completed | failed), ``attempts``, the JSON ``result``, ``last_error`` and
     times of the first attempt, the latest attempt and completion; since
     version 2 what the retry rule keeps (``steps.retry.StepLedger``):
@@ -71,7 +77,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -79,7 +85,7 @@ from typing import Any, NamedTuple, TypeVar
 from runrecord.lease import Verdict, check_holder
 from storage import sqlite
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
 SYNCHRONOUS_ENV = "RUNRECORD_SYNCHRONOUS"
@@ -150,9 +156,15 @@ def _v2_to_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN params TEXT")
 
 
+def _v3_to_v4(conn: sqlite3.Connection) -> None:
+    """The agent loop's runs: one JSON column, NULL for every run before it (runs of the fixed flow).
+    A loop run's steps are rows of ``steps`` like any other's, so no other table changes and every row stays."""
+    conn.execute("ALTER TABLE runs ADD COLUMN loop TEXT")
+
+
 # Key = the version a step upgrades *from*. Add a step for each new version;
 # never edit a released one.
-_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3}
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -308,6 +320,7 @@ class RunRow:
     start_id: str | None = None
     retry_rule: Any = field(default=None, metadata=_JSON)
     params: Any = field(default=None, metadata=_JSON)
+    loop: Any = field(default=None, metadata=_JSON)  # a loop run's numbers (steps.loop); None: the fixed flow
     steps: list[StepRow] = field(default_factory=list, metadata=_NOT_A_COLUMN)
 
     def results(self) -> dict[str, Any]:
@@ -417,6 +430,7 @@ _SQL_STEP_START = (
     "UPDATE steps SET status = 'running', attempts = ?, attempt_started_at = ?, started_at = coalesce(started_at, ?), "
     "attempt_open = 1, next_try_at = NULL, crashes = coalesce(?, crashes) WHERE run_id = ? AND position = ?"
 )
+_SQL_STEP_ADD = "INSERT INTO steps (run_id, position, name, status) VALUES (?, ?, ?, 'pending')"
 _SQL_INTENT = (
     "INSERT INTO intents (run_id, position, attempt, step, idempotency_key, request, state, recorded_at) "
     "VALUES (?, ?, ?, ?, ?, ?, 'in_doubt', ?)"
@@ -516,9 +530,12 @@ class RunRecord:
         start_id: str | None = None,
         retry_rule: Any = None,
         params: Mapping[str, Any] | None = None,
+        loop: Mapping[str, Any] | None = None,
     ) -> None:
         """Create the run, holding its lease, with step 0's first attempt started: one commit.
 
+        ``step_names``: the steps known at start (the fixed flow: all of them; a loop run: its first turn).
+        ``loop``: a loop run's numbers (``runs.loop``), None for a run of the fixed flow.
         Raises ``RunExists`` if the id is taken, whatever that run's state: a run
         id names one run for ever (the idempotency keys derive from it).
         """
@@ -529,10 +546,11 @@ class RunRecord:
                 raise RunExists(run_id, existing["status"])
             c.execute(
                 "INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, "
-                "updated_at, lease_holder, lease_expires_at, start_id, retry_rule, params) "
-                "VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?, ?, ?, ?)",
+                "updated_at, lease_holder, lease_expires_at, start_id, retry_rule, params, loop) "
+                "VALUES (?, ?, ?, ?, 'running', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, task, email, conversation_id, now, now, holder, now + lease_seconds, start_id,
-                 None if retry_rule is None else _dump(retry_rule), _dump(dict(params)) if params else None),
+                 None if retry_rule is None else _dump(retry_rule), _dump(dict(params)) if params else None,
+                 None if loop is None else _dump(dict(loop))),
             )
             c.executemany(
                 "INSERT INTO steps (run_id, position, name, status) VALUES (?, ?, ?, 'pending')",
@@ -611,13 +629,17 @@ class RunRecord:
         effect: bool,
         next_name: str | None = None,
         nxt: NextAttempt | None = None,
+        added: Sequence[tuple[int, str]] = (),
     ) -> None:
         """The step's result, its intent's outcome, and the advance: ONE transaction.
 
         The advance also starts the next step's first attempt and records its
         intent, so the happy path costs one commit per step. When the last
         step completes, the run completes and the lease is released in the same
-        transaction.
+        transaction. ``added``: (position, name) of the steps this result adds
+        to the plan (a loop run's turn: its calls and the next turn), inserted
+        as pending rows in the same transaction, before the next attempt starts
+        (the first of them may be that next step).
         """
         now = self.clock()
         payload = _dump(result)
@@ -641,6 +663,8 @@ class RunRecord:
                         "WHERE run_id = ? AND position = ? AND attempt < ? AND state = 'in_doubt'",
                         (_dump({"settled_by_attempt": attempt, "result": result}), now, run_id, position, attempt),
                     )
+            if added:
+                c.executemany(_SQL_STEP_ADD, [(run_id, position, name) for position, name in added])
             if nxt is not None:
                 assert next_name is not None
                 self._start_attempt(run_id, next_name, nxt, now)

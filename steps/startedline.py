@@ -29,8 +29,9 @@ from dataclasses import dataclass
 STARTED = "step %s started: run %s attempt %d"
 """The line's format, ``%``-style so that ``logging`` can take it with its arguments unformatted."""
 
-_LINE = re.compile(r"(?:^|(?<=\s))step (?P<step>\w+) started: run (?P<run_id>[A-Za-z0-9][A-Za-z0-9._-]*)"
-                   r"(?: attempt (?P<attempt>\d+))?")
+# A step's name: the flow's (``send_confirmation``), or the agent loop's (``turn-3``, ``turn-3/call-1``).
+_LINE = re.compile(r"(?:^|(?<=\s))step (?P<step>\w+(?:-\d+(?:/call-\d+)?)?) started: "
+                   r"run (?P<run_id>[A-Za-z0-9][A-Za-z0-9._-]*)(?: attempt (?P<attempt>\d+))?")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,386 @@
+"""The agent loop on the run record (``python -m runrecord loop``), proved with real processes: the provider
+(which counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through
+``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m runrecord`` processes killed
+by SIGKILL at each crash point of the loop, then resumed without it.
+
+The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
+a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
+4 carry two calls). In every kill test: each effect applied once at the provider (2 refunds, 2 emails, 1
+ticket), no recorded turn asked again (the stand-in's count), the run completed.
+
+In process (``runrecord.Runner`` with a model of the test's, against the provider process): a bad tool call
+answered ``refused`` with nothing applied, a 30-turn run whose every prompt keeps to the window's bounds
+while the record holds every turn, and a resume that derives the same window as the process before it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from drafting import OfflineModel, ScriptedModel
+from lab.model_standin import start_model_standin
+from lab.processes import REPO
+from memory import Message, approx_tokens
+from providerclient import ProviderClient, fetch_effects, lookup_counts, seed_orders
+from runrecord import Runner, RunRecord
+from runrecord.plans import LoopRunPlan, loop_inputs
+from runrecord.status import status_of
+from runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
+from steps.flow import StepDeps
+from steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
+from tests.support import finished, status_json
+
+ORDERS = {"A-1001": 2500, "B-2002": 1200}
+TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
+CUSTOMER = "ada@example.com"
+TURNS = 6
+STARTED = re.compile(r"(?:^|\s)step (\S+) started: run ")
+
+
+# ---------------------------------------------------------------- the parts
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    """The model stand-in as its own process, shared by the module's tests: it counts by run id, and each
+    test has its own."""
+    proc, url = start_model_standin()
+    try:
+        yield url
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def loop_runner(runrecord, provider, standin):
+    """``python -m runrecord ...`` on this test's record and provider, its model the stand-in; the task's
+    orders seeded at the provider."""
+    seed_orders(provider.url, ORDERS)
+
+    def start(*args: str, crash_at: str | None = None):
+        env = {"LLM_BASE_URL": standin, "LLM_MODEL": "scripted"}
+        if crash_at:
+            env["CRASH_AT"] = crash_at
+        return runrecord(*args, env=env)
+
+    return start
+
+
+def turns_asked(standin: str, run_id: str) -> dict[str, int]:
+    """How many times the stand-in was asked each turn of ``run_id`` (the witness: not the runner's word)."""
+    answer = httpx.get(f"{standin}/counts", params={"run": run_id}, timeout=5).json()
+    return {turn: n for turn, n in answer["turns"].items()}
+
+
+def started(proc) -> list[str]:
+    """The steps a process began executing, one entry per execution (the runner's started lines)."""
+    return [m.group(1) for m in map(STARTED.search, proc.output().splitlines()) if m]
+
+
+def assert_each_effect_once(provider_url: str, run_id: str) -> list[Any]:
+    effects = fetch_effects(provider_url, run_id=run_id)
+    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
+    assert kinds == {"refund": 2, "email": 2, "ticket": 1}, effects
+    assert all(e.effects_applied == 1 for e in effects), effects
+    return effects
+
+
+def load(db, run_id: str):
+    with RunRecord(db) as record:
+        return record.load(run_id), record.intents(run_id)
+
+
+# ---------------------------------------------------------------- kills at each crash point
+
+
+# point -> (the state the kill must leave in the record, the turns asked twice)
+CRASHES = {
+    "turn:after_answer": ("turn-1", {"1"}),
+    "tool:issue_refund:after_effect": ("turn-2/call-0", set()),
+    "runrecord:loop:between_calls": ("turn-2/call-1", set()),
+    "runrecord:loop:after_turn": ("turn-2", set()),
+}
+
+
+@pytest.mark.parametrize("point", list(CRASHES))
+def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_runner, standin, provider, db,
+                                                                  run_id):
+    at, asked_twice = CRASHES[point]
+    first = loop_runner("loop", run_id, TASK, "--email", CUSTOMER, crash_at=point)
+    assert finished(first) == -9, first.output()
+    before = turns_asked(standin, run_id)
+
+    # At the kill, the record is what the plan says of its own results: every recorded turn's calls and the
+    # next turn are rows (recorded in the turn's commit, before any call ran), nothing else is.
+    run, intents = load(db, run_id)
+    results = run.results()
+    names = [s.name for s in run.steps]
+    assert names == LoopRunPlan(loop_inputs(run)).plan.names(results), names
+    assert run.status == "running" and names[run.position] == at, (names, run.position)
+    current = run.steps[run.position]
+    assert current.attempt_open and current.attempts == 1, current
+    recorded_turns = {n for n in results if "/" not in n}
+    if point == "tool:issue_refund:after_effect":
+        # The turn that asked for the refund is recorded with both its calls and the next turn as rows; the
+        # refund was applied, its result not recorded: its intent, recorded before the request, in doubt.
+        assert names[:5] == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1"]
+        assert names[5:] == ["turn-3"] and run.steps[4].status == "pending" and run.steps[5].status == "pending"
+        [intent] = intents
+        assert (intent.step, intent.state) == ("turn-2/call-0", "in_doubt")
+        assert intent.idempotency_key == tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+        shown = loop_runner("status", run_id)
+        assert finished(shown) == 0
+        assert f"intent turn-2/call-0 attempt 1 key {intent.idempotency_key}: IN DOUBT" in shown.output()
+        assert "turn 2: asked for issue_refund, send_email" in shown.output(), shown.output()
+    if point == "runrecord:loop:between_calls":
+        # The refund's result is committed, and with it the email's attempt and intent: no email sent yet.
+        assert [(i.step, i.state) for i in intents] == [("turn-2/call-0", "answered"), ("turn-2/call-1", "in_doubt")]
+        assert not [e for e in fetch_effects(provider.url, run_id=run_id) if e.kind == "email"]
+    if point == "runrecord:loop:after_turn":
+        assert before == {"1": 1}, before  # turn 2 started in the record, never asked
+
+    second = loop_runner("resume", run_id)
+    assert finished(second) == 0, second.output()
+    # Resume starts at the first step with no recorded result; no recorded step runs again.
+    assert started(second)[0] == at and not recorded_turns & set(started(second)), started(second)
+    status = status_of(load(db, run_id)[0])  # the JSON `status --json` prints (that command: the turn limit's test)
+    assert status["status"] == "completed", status
+    assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
+    assert status["steps"][-1]["result"]["content"].startswith("Done: I handled 2 orders"), status["steps"][-1]
+    # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
+    # recorded (the kill's count for the recorded turns is the final one).
+    asked = turns_asked(standin, run_id)
+    assert asked == {str(t): 2 if str(t) in asked_twice else 1 for t in range(1, TURNS + 1)}, asked
+    assert all(asked[t] == n for t, n in before.items() if f"turn-{t}" in results), (before, asked)
+    # The provider: each effect once; the refund the kill interrupted was requested twice, replayed once.
+    effects = assert_each_effect_once(provider.url, run_id)
+    requests = {e.key: e.requests for e in effects}
+    twice = [k for k, n in requests.items() if n == 2]
+    assert twice == ([tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])]
+                     if point == "tool:issue_refund:after_effect" else []), requests
+    assert lookup_counts(provider.url, run_id)["lookups"] == 2
+
+
+# ---------------------------------------------------------------- the command's edges
+
+
+def test_bad_loop_input_is_refused_with_nothing_recorded(db):
+    env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
+    cases = [
+        (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
+        (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
+        (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
+        (["--email", "not-an-address"], "malformed"),
+    ]
+    for extra, expected in cases:
+        argv = ["loop", "r-1", TASK, "--email", CUSTOMER, *extra]
+        done = subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO, capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert expected in done.stderr, (argv, done.stderr)
+        assert "started:" not in done.stdout
+    assert not db.exists()  # refused before the record was opened: nothing recorded, not even a file
+
+
+def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, run_id):
+    run = loop_runner("loop", run_id, TASK, "--email", CUSTOMER, "--max-turns", "3")
+    assert finished(run) == 1, run.output()
+    status = status_json(loop_runner, run_id)
+    assert status["status"] == "failed" and status["current_step"] == "turn-3", status
+    assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
+                                      "still asked for tools (lookup_order) at turn 3; none of them ran"), status
+    assert "Start the run with a higher turn limit" in status["error"]
+    assert [s["status"] for s in status["steps"]][-1] == "failed"
+    # What the turns before the limit did stays done, once; turn 3's calls never ran.
+    assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
+    refused = loop_runner("resume", run_id)
+    assert finished(refused) == 4 and "failed is terminal" in refused.output(), refused.output()
+    assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
+    # retry, as for the flow: the failed step again (its answer was never recorded, so the model is asked
+    # again), nothing recorded run again; under the same recorded limit it fails the same way.
+    again = loop_runner("retry", run_id)
+    assert finished(again) == 1 and "retrying run" in again.output() and "at step turn-3" in again.output()
+    assert started(again) == ["turn-3"], again.output()
+    assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 2}
+    assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
+
+
+# ---------------------------------------------------------------- in process: a model of the test's
+
+
+class RecordingModel:
+    """A ``steps.ports.ToolModel`` that answers with ``answer(window)`` and keeps every window it was given,
+    by turn. ``die_at``: the turn at which, once it has answered, it raises ``ProcessDied`` (a BaseException,
+    as a kill is no error: nothing catches it, the answer is lost, the attempt stays open in the record)."""
+
+    name = "recording"
+
+    def __init__(self, answer, die_at: int | None = None) -> None:
+        self.answer = answer
+        self.die_at = die_at
+        self.windows: list[tuple[int, list[dict]]] = []
+
+    async def turn(self, messages, tools, *, labels=None) -> ModelAnswer:
+        turn = int((labels or {})["turn"])
+        self.windows.append((turn, json.loads(json.dumps(messages))))
+        answer = self.answer(messages)
+        if turn == self.die_at:
+            self.die_at = None
+            raise ProcessDied(f"killed after answering turn {turn}")
+        return answer
+
+
+class ProcessDied(BaseException):
+    pass
+
+
+def _deps(provider, model) -> StepDeps:
+    return StepDeps(provider=ProviderClient(provider.url), llm=OfflineModel(), agent=model)
+
+
+async def _run_in_process(db, provider, model, run_id: str, task: str, **numbers) -> tuple[Any, list[str]]:
+    lines: list[str] = []
+    deps = _deps(provider, model)
+    runner = Runner(db, deps, heartbeat=False, say=lines.append)
+    try:
+        return await runner.start_loop(run_id, task, CUSTOMER, **numbers), lines
+    finally:
+        runner.close()
+        await deps.provider.aclose()
+
+
+async def test_a_bad_tool_call_is_answered_refused_and_nothing_is_applied(provider, db, run_id):
+    seed_orders(provider.url, ORDERS)
+    bad = [
+        AskedCall("c1", "issue_refund", json.dumps({"order_id": "A-1001", "amount": 999_999})),  # over the total
+        AskedCall("c2", "issue_refund", json.dumps({"order_id": "Z-0000", "amount": 100})),  # no such order
+        AskedCall("c3", "send_email", json.dumps({"subject": "Hi", "body": "x", "to": "mallory@example.com"})),
+        AskedCall("c4", "delete_everything", "{}"),
+        AskedCall("c5", "lookup_order", "{not json"),
+    ]
+
+    def answer(window):
+        return ModelAnswer("", tuple(bad)) if window[-1]["role"] == "user" else ModelAnswer("I could not do it.")
+
+    model = RecordingModel(answer)
+    run, _ = await _run_in_process(db, provider, model, run_id, TASK)
+    assert run.status == "completed", run.error
+    results = run.results()
+    calls = [results[f"turn-1/call-{i}"] for i in range(len(bad))]
+    assert [c["status"] for c in calls] == ["refused"] * len(bad), calls
+    reasons = [json.loads(c["content"])["error"] for c in calls]
+    assert "the provider refused it" in reasons[0] and "the provider refused it" in reasons[1], reasons
+    assert "send_email takes body, subject; it has no 'to'" in reasons[2]
+    assert reasons[3].startswith("unknown tool 'delete_everything'") and "not JSON" in reasons[4]
+    # Nothing applied: the two refunds reached the provider under their keys and were refused there.
+    effects = fetch_effects(provider.url, run_id=run_id)
+    assert effects and all(e.effects_applied == 0 for e in effects), effects
+    assert {e.key for e in effects} == {tool_key(run_id, 1, 0, "c1"), tool_key(run_id, 1, 1, "c2")}
+    # The model got each refusal back in its next window, as the results of its calls.
+    (_, first), (_, second) = model.windows
+    assert [m["content"] for m in second if m["role"] == "tool"] == [c["content"] for c in calls]
+    assert LoopPlan.final_answer(results) == "I could not do it."
+
+
+def _tokens(window: list[dict]) -> int:
+    return sum(approx_tokens(Message.from_chat(m, id=str(i))) for i, m in enumerate(window))
+
+
+async def test_thirty_turns_keep_every_prompt_in_budget_while_the_record_holds_every_turn(provider, db, run_id):
+    orders = {f"C-{1000 + i}": 1000 + i for i in range(14)}  # 14 orders to refund: 2 * 14 + 2 = 30 turns
+    seed_orders(provider.url, orders)
+    task = "Refund these broken orders: " + ", ".join(orders) + "."
+    scripted = ScriptedModel()
+    model = RecordingModel(scripted.answer)
+    bounds = {"window_tokens": 900, "window_messages": 10}
+    run, _ = await _run_in_process(db, provider, model, run_id, task, max_turns=30, **bounds)
+    assert run.status == "completed", run.error
+    turns = [s for s in run.steps if "/" not in s.name]
+    assert len(turns) == 30 and all(s.status == "completed" for s in turns)
+    assert [t for t, _ in model.windows] == list(range(1, 31))  # each turn asked once
+    for turn, window in model.windows:
+        assert len(window) <= bounds["window_messages"], (turn, len(window))
+        assert _tokens(window) <= bounds["window_tokens"], (turn, _tokens(window))
+        assert window[0]["role"] == "system" and window[1]["content"] == task  # pinned, and the task kept
+    # The window lost what the record keeps: the last prompt holds a few of the run's 74 messages before it
+    # (the system's, the task, 29 turns, 43 tool results: 14 lookups, 14 refunds, 14 emails, 1 ticket).
+    last = model.windows[-1][1]
+    assert len(LoopRunPlan(loop_inputs(run)).plan.messages(run.results(), upto="turn-30")) == 2 + 29 + 43
+    assert turn_message(run.results()["turn-1"])[1] not in last and len(last) < 2 + 29 + 43
+    kinds = Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id) if e.effects_applied == 1)
+    assert kinds == {"refund": 14, "email": 14, "ticket": 1}
+
+
+async def test_a_resume_derives_the_same_window_as_the_process_before_it(provider, db, run_id):
+    seed_orders(provider.url, ORDERS)
+    scripted = ScriptedModel()
+    model = RecordingModel(scripted.answer, die_at=3)
+    bounds = {"window_tokens": 600, "window_messages": 6}  # small: the window of turn 3 already left some out
+    with pytest.raises(ProcessDied):
+        await _run_in_process(db, provider, model, run_id, TASK, **bounds)
+    deps = _deps(provider, model)
+    resumed = Runner(db, deps, heartbeat=False, say=lambda line: None)
+    try:
+        run = await resumed.resume(run_id)
+    finally:
+        resumed.close()
+        await deps.provider.aclose()
+    assert run.status == "completed", run.error
+    asked = [t for t, _ in model.windows]
+    assert asked == [1, 2, 3, 3, 4, 5, 6], asked  # turn 3's answer was lost: asked again, the others once
+    (_, before_kill), (_, after_resume) = [w for w in model.windows if w[0] == 3]
+    assert after_resume == before_kill
+    # And each turn's window is the record's derivation, whenever it is made: from the finished record.
+    plan = LoopRunPlan(loop_inputs(run))
+    results = run.results()
+    for turn, window in model.windows:
+        request = plan.request(f"turn-{turn}", results)
+        assert isinstance(request, TurnRequest) and request.window == window, turn
+    turn_3 = next(s for s in run.steps if s.name == "turn-3")
+    assert (turn_3.attempts, turn_3.crashes) == (2, 1)  # the lost answer: an attempt whose process died
+
+
+# ---------------------------------------------------------------- the schema
+
+
+def test_a_version_3_record_is_upgraded_keeping_every_row(tmp_path, run_id):
+    """Version 4 adds ``runs.loop`` (NULL: a run of the fixed flow); every row of version 3 stays as it was,
+    and a run of version 3 is read as a run of the fixed flow."""
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in _SCHEMA_V1.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    _UPGRADES[1](conn)
+    _UPGRADES[2](conn)
+    conn.execute("PRAGMA user_version=3")
+    conn.execute("INSERT INTO runs (run_id, task, email, conversation_id, status, position, created_at, updated_at, "
+                 "start_id, params) VALUES (?, 't', ?, ?, 'running', 1, 1.0, 2.0, 's1', '{\"amount\":1}')",
+                 (run_id, CUSTOMER, run_id))
+    conn.execute("INSERT INTO steps (run_id, position, name, status, attempts, result) VALUES "
+                 "(?, 0, 'draft', 'completed', 1, '{\"subject\":\"s\"}'), (?, 1, 'send_confirmation', 'running', 1, "
+                 "NULL), (?, 2, 'record_outcome', 'pending', 0, NULL)", (run_id, run_id, run_id))
+    conn.execute("INSERT INTO intents VALUES (?, 1, 1, 'send_confirmation', 'k', '{}', 'in_doubt', NULL, 3.0, NULL)",
+                 (run_id,))
+    tables = ("runs", "steps", "intents")
+    before = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    conn.close()
+    with RunRecord(path) as record:
+        run = record.load(run_id)
+        assert run.loop is None and [s.name for s in run.steps] == ["draft", "send_confirmation", "record_outcome"]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    after = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    conn.close()
+    assert after["steps"] == before["steps"] and after["intents"] == before["intents"]
+    assert [row[:-1] for row in after["runs"]] == before["runs"] and after["runs"][0][-1] is None
