@@ -1,4 +1,4 @@
-"""Runs the Temporal worker for the agent flow.
+"""Runs the Temporal worker for the agent flow and the agent loop (``workflows.agent_loop``).
 
     python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--verbose]
 
@@ -45,6 +45,7 @@ from temporalio import workflow
 from temporalio.worker import Worker
 
 from activities import FlowActivities
+from activities.loop import LoopActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
@@ -53,6 +54,7 @@ from providerclient import provider_url_from_env
 from steps import crashpoints
 from wiring import deps_from_env, preload
 from workflows.agent_flow import AgentFlow
+from workflows.agent_loop import AgentLoop
 
 log = logging.getLogger("worker")
 
@@ -68,11 +70,12 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
     named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
     client = await connect(runtime=runtime, **named)
     activities = FlowActivities(deps)
+    loop_activities = LoopActivities(deps)  # the agent loop's (workflows.agent_loop), beside the flow's
     worker = Worker(
         client,
         task_queue=queue,
-        workflows=[AgentFlow],
-        activities=activities.all(),
+        workflows=[AgentFlow, AgentLoop],
+        activities=activities.all() + loop_activities.all(),
         graceful_shutdown_timeout=grace,
         **options,
     )

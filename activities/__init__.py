@@ -29,6 +29,11 @@ needs:
 Idempotency keys are not made here: the workflow derives them (``steps.keys``)
 and passes them in the input, so they are in the history and identical on
 every attempt.
+
+The wrapper is ``run_heartbeating``, one function every activity class
+shares: ``FlowActivities`` here, and the agent loop's ``model_turn`` and
+``tool_call`` (``activities.loop``), whose steps are named by the loop
+(``turn-3``, ``turn-3/call-1``) and whose effect is the tool's.
 """
 
 from __future__ import annotations
@@ -103,6 +108,69 @@ class RecordOutput:
     attempt: int
 
 
+async def run_heartbeating(step: Awaitable[T], *, name: str, effect: bool, heartbeat_every: float = 0.3) -> T:
+    """Run one attempt of a step inside the activity that called this: its started line (``STARTED``,
+    under ``name``), heartbeats every ``heartbeat_every`` s while it runs, and the error mapping of the
+    module docstring. ``effect``: the step sends a keyed request, so an unexpected error leaves it in
+    doubt. Shared by every activity class (``FlowActivities``; ``activities.loop.LoopActivities``,
+    whose steps are named by the loop, ``turn-3``, ``turn-3/call-1``, not by the activity type)."""
+    began = time.monotonic()
+
+    def details(**more) -> dict:
+        return {"attempt": step_attempt(), "seconds": round(time.monotonic() - began, 3), **more}
+
+    try:
+        return await _run_logged(step, name, began, heartbeat_every)
+    except TransientError as err:
+        raise ApplicationError(
+            err.message,
+            details(retry_after=err.retry_after, in_doubt=err.in_doubt),
+            type="TransientError",
+            # Read by server-side retries only (runs recorded before the workflow-side ones).
+            next_retry_delay=timedelta(seconds=err.retry_after) if err.retry_after else None,
+        ) from err
+    except (PermanentError, InputError) as err:
+        raise ApplicationError(str(err), details(), type=type(err).__name__, non_retryable=True) from err
+    except asyncio.CancelledError:
+        if activity.is_worker_shutdown():
+            raise ApplicationError(
+                "this worker shut down during the attempt", details(), type=WORKER_SHUTDOWN_TYPE
+            ) from None
+        raise
+    except Exception as err:  # a bug or an unexpected failure: retried within the budget
+        # Nothing says an effect step's request was not applied: it may have failed after sending.
+        raise ApplicationError(
+            f"{type(err).__name__}: {err}", details(retry_after=None, in_doubt=effect), type=type(err).__name__
+        ) from err
+
+
+async def _run_logged(step: Awaitable[T], name: str, began: float, heartbeat_every: float) -> T:
+    info = activity.info()
+    attempt = step_attempt()
+    # One line per execution: tests count these to prove a step did not run again.
+    # Run id, step and attempt on every line; never payload values (the task,
+    # the address) and never configuration secrets.
+    log.info(STARTED, name, info.workflow_id, attempt)
+    task = asyncio.ensure_future(step)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=heartbeat_every)
+            if done:
+                break
+            activity.heartbeat()
+        result = task.result()
+        log.info("step %s completed: run %s attempt %d in %.3f s",
+                 name, info.workflow_id, attempt, time.monotonic() - began)
+        return result
+    except BaseException as err:
+        log.warning("step %s failed: run %s attempt %d after %.3f s: %s",
+                    name, info.workflow_id, attempt, time.monotonic() - began, type(err).__name__)
+        raise
+    finally:
+        if not task.done():
+            task.cancel()
+
+
 class FlowActivities:
     """The activities, bound to the dependencies of one worker process."""
 
@@ -110,63 +178,11 @@ class FlowActivities:
         self.deps = deps
         self.heartbeat_every = heartbeat_every
 
-    async def _run_logged(self, step: Awaitable[T], began: float) -> T:
-        info = activity.info()
-        attempt = step_attempt()
-        # One line per execution: tests count these to prove a step did not run again.
-        # Run id, step and attempt on every line; never payload values (the task,
-        # the address) and never configuration secrets.
-        log.info(STARTED, info.activity_type, info.workflow_id, attempt)
-        task = asyncio.ensure_future(step)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.heartbeat_every)
-                if done:
-                    break
-                activity.heartbeat()
-            result = task.result()
-            log.info("step %s completed: run %s attempt %d in %.3f s",
-                     info.activity_type, info.workflow_id, attempt, time.monotonic() - began)
-            return result
-        except BaseException as err:
-            log.warning("step %s failed: run %s attempt %d after %.3f s: %s",
-                        info.activity_type, info.workflow_id, attempt, time.monotonic() - began,
-                        type(err).__name__)
-            raise
-        finally:
-            if not task.done():
-                task.cancel()
-
     async def _run(self, step: Awaitable[T]) -> T:
-        began = time.monotonic()
-
-        def details(**more) -> dict:
-            return {"attempt": step_attempt(), "seconds": round(time.monotonic() - began, 3), **more}
-
-        try:
-            return await self._run_logged(step, began)
-        except TransientError as err:
-            raise ApplicationError(
-                err.message,
-                details(retry_after=err.retry_after, in_doubt=err.in_doubt),
-                type="TransientError",
-                # Read by server-side retries only (runs recorded before the workflow-side ones).
-                next_retry_delay=timedelta(seconds=err.retry_after) if err.retry_after else None,
-            ) from err
-        except (PermanentError, InputError) as err:
-            raise ApplicationError(str(err), details(), type=type(err).__name__, non_retryable=True) from err
-        except asyncio.CancelledError:
-            if activity.is_worker_shutdown():
-                raise ApplicationError(
-                    "this worker shut down during the attempt", details(), type=WORKER_SHUTDOWN_TYPE
-                ) from None
-            raise
-        except Exception as err:  # a bug or an unexpected failure: retried within the budget
-            # Nothing says an effect step's request was not applied: it may have failed after sending.
-            in_doubt = activity.info().activity_type in EFFECT_STEPS
-            raise ApplicationError(
-                f"{type(err).__name__}: {err}", details(retry_after=None, in_doubt=in_doubt), type=type(err).__name__
-            ) from err
+        # A flow step is named as its activity (steps.plan), and has an effect when the plan says so.
+        name = activity.info().activity_type
+        return await run_heartbeating(step, name=name, effect=name in EFFECT_STEPS,
+                                      heartbeat_every=self.heartbeat_every)
 
     @activity.defn(name="draft")
     async def draft(self, req: DraftRequest) -> DraftOutput:

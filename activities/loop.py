@@ -1,0 +1,61 @@
+"""The agent loop's two activities, around the engine-agnostic steps of ``steps.loop``.
+
+- ``model_turn(TurnRequest) -> TurnResult`` (activity name ``model_turn``):
+  one turn of the model on the prompt the workflow derived (``req.window``).
+  No effect: an unexpected error is retried, never in doubt.
+- ``tool_call(ToolRequest) -> ToolResult`` (activity name ``tool_call``): one
+  tool call of a recorded turn, under the key the workflow derived
+  (``steps.loop.tool_key``, in the request, so in the history and the same on
+  every attempt). A call of a tool with an effect (``steps.loop.EFFECT_OF_TOOL``:
+  ``issue_refund``, ``send_email``, ``create_ticket``) is in doubt on an
+  unexpected error, like a flow step with an effect; ``lookup_order`` reads.
+
+Both run through the wrapper every activity shares (``activities.run_heartbeating``):
+heartbeats (a killed worker is noticed after the run's heartbeat timeout),
+the started line ``step <name> started: run <run id> attempt <n>`` under the
+loop step's name (``turn-3``, ``turn-3/call-1``; ``steps.loop``), and the
+error mapping the workflow's retry rules read (``steps.retry``). The attempt
+number comes from the activity id the workflow gives each attempt:
+``turn-<n>/<attempt>``, ``turn-<n>/call-<i>/<attempt>``.
+
+What the model chose is untrusted: the tool step checks it and answers a
+refused call with a ``refused`` result, nothing applied (``steps.loop.run_tool``);
+only what cannot be answered so (an idempotency conflict, a model answer the
+turn refuses, the turn limit) fails the run.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities import run_heartbeating
+from steps import loop
+from steps.flow import StepDeps
+from steps.loop import EFFECT_OF_TOOL, ToolRequest, ToolResult, TurnRequest, TurnResult
+
+MODEL_TURN = "model_turn"
+TOOL_CALL = "tool_call"
+"""The activity names: histories record them, so they never change."""
+
+
+class LoopActivities:
+    """The loop's activities, bound to the dependencies of one worker process (``StepDeps.agent``: the
+    model that chooses tools; ``StepDeps.provider``: the orders, refunds, emails and tickets)."""
+
+    def __init__(self, deps: StepDeps, *, heartbeat_every: float = 0.3) -> None:
+        self.deps = deps
+        self.heartbeat_every = heartbeat_every
+
+    @activity.defn(name=MODEL_TURN)
+    async def model_turn(self, req: TurnRequest) -> TurnResult:
+        return await run_heartbeating(loop.model_turn(req, self.deps), name=loop.turn_step(req.turn),
+                                      effect=False, heartbeat_every=self.heartbeat_every)
+
+    @activity.defn(name=TOOL_CALL)
+    async def tool_call(self, req: ToolRequest) -> ToolResult:
+        return await run_heartbeating(loop.run_tool(req, self.deps), name=loop.call_step(req.turn, req.index),
+                                      effect=req.call.name in EFFECT_OF_TOOL,
+                                      heartbeat_every=self.heartbeat_every)
+
+    def all(self) -> list:
+        return [self.model_turn, self.tool_call]

@@ -1,0 +1,383 @@
+"""Runs of the agent loop (``workflows.agent_loop``) from the client side: starting one, and reading it
+back across its chain of runs.
+
+- ``start_loop``: one run per RUN_ID, ever (every tool call's key derives from
+  it), decided atomically by the server as ``flowclient.runs.start_run`` does
+  (REJECT_DUPLICATE for a closed run, FAIL for an open one; either refusal
+  means "attach": it returns the existing run's status). The retry rule and
+  the loop's bounds (turn limit, window, history bound) go into the input, so
+  a run's numbers are in its history. The workflow task timeout is the flow's
+  (2 s); the execution timeout, which spans every run of the chain, is every
+  possible step's budget (the turn limit times a turn and its most calls)
+  plus the parking window.
+- ``read_chain``: every run of the chain, newest first found and walked back
+  through each run's ``continued_execution_run_id`` (each run's history, as
+  long as the namespace's retention keeps it), in order: each run's input,
+  its recorded turns and tool results, the prompt each turn was asked with.
+  ``LoopChain.window(upto)`` derives the prompt window from *every* recorded
+  turn of the chain (``steps.loop``'s messages, ``workflows.loop_state.derived_window``):
+  what a run carried across continue-as-new must equal it. ``chain_turns``:
+  the chain's recorded turns alone. A run id of another workflow is
+  refused (``NotALoopRun``).
+- ``loop_status``: the chain's status from the histories (needs no worker):
+  every turn of the chain with its calls, their keys and status, in
+  ``steps.runstate``'s words. ``loop_progress`` asks the running workflow
+  (the ``progress`` query: needs a worker; the newest turns only).
+
+Payloads are decoded with each run's serialization context (``flowclient.status.run_converter``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from flowclient.connect import task_queue as default_task_queue
+from flowclient.runs import LIVE_TIMEOUT, parking_window, workflow_task_timeout
+from flowclient.status import ActivityTrace, activity_traces, failure_text, read_history, run_converter
+from steps.limits import InputError, check_email, check_run_id, check_task
+from steps.loop import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_WINDOW_MESSAGES,
+    DEFAULT_WINDOW_TOKENS,
+    EFFECT_OF_TOOL,
+    MAX_CALLS_PER_TURN,
+    Chat,
+    LoopInputs,
+    call_step,
+    check_loop_inputs,
+    result_message,
+    system_message,
+    task_message,
+    tool_key,
+    turn_message,
+    turn_step,
+)
+from steps.retry import RetryRule, rule_from_env, run_timeout_floor
+from steps.runstate import RunStateName, StepStateName
+from workflows.agent_loop import LOOP_WORKFLOW_NAME, MODEL_TURN, TOOL_CALL
+from workflows.loop_state import (
+    DEFAULT_HISTORY_BOUND,
+    MAX_HISTORY_BOUND,
+    MIN_HISTORY_BOUND,
+    LoopInput,
+    derived_window,
+    shown,
+)
+
+MAX_CHAIN_RUNS = 10_000
+"""The most runs ``read_chain`` walks back through: a chain longer than this is refused, never looped over."""
+
+
+def loop_execution_timeout(rule: RetryRule, max_turns: int) -> timedelta:
+    """Every step a run may have (the turn limit, each turn with its most calls) spending its whole budget,
+    plus the parking window (``flowclient.runs.parking_window``): the execution timeout, which spans the chain."""
+    return timedelta(seconds=run_timeout_floor(rule, max_turns * (1 + MAX_CALLS_PER_TURN))) + parking_window()
+
+
+async def start_loop(
+    client: Client, run_id: str, task: str, email: str, *, task_queue: str | None = None,
+    max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+    window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int = DEFAULT_HISTORY_BOUND,
+    rule: RetryRule | None = None, task_timeout: timedelta | None = None,
+) -> tuple[bool, dict[str, Any] | None]:
+    """Start the loop run, or attach to the existing one. Returns (created, existing status).
+
+    The input is checked here with the workflow's own rules (``InputError`` saying what to give), so a bad
+    one is refused before a run exists; the workflow checks again. The retry rule comes from the
+    environment unless given (``steps.retry.rule_from_env``)."""
+    check_run_id(run_id)
+    task, email = check_task(task), check_email(email)
+    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages)
+    if isinstance(history_bound, bool) or not isinstance(history_bound, int) or \
+            not MIN_HISTORY_BOUND <= history_bound <= MAX_HISTORY_BOUND:
+        raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
+                         f"{MAX_HISTORY_BOUND}, got {history_bound!r}")
+    rule = rule or rule_from_env()
+    try:
+        await client.start_workflow(
+            LOOP_WORKFLOW_NAME,
+            LoopInput(run_id=run_id, task=task, email=email, max_turns=max_turns, window_tokens=window_tokens,
+                      window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound),
+            id=run_id,
+            task_queue=task_queue or default_task_queue(),
+            task_timeout=task_timeout or workflow_task_timeout(),
+            execution_timeout=loop_execution_timeout(rule, max_turns),
+            # One run per RUN_ID, ever: the keys derive from it.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+    except WorkflowAlreadyStartedError:
+        return False, await loop_status(client, run_id)
+    return True, None
+
+
+async def loop_progress(client: Client, run_id: str) -> dict[str, Any]:
+    """The running workflow's own answer (its ``progress`` query; a worker must be running)."""
+    return await client.get_workflow_handle(run_id).query("progress", rpc_timeout=LIVE_TIMEOUT)
+
+
+# ---------------------------------------------------------------- the chain, from its histories
+
+
+def step_of(trace: ActivityTrace) -> str:
+    """The loop step an attempt belongs to: its activity id without the attempt (``turn-3/call-1/2``)."""
+    return trace.activity_id.rpartition("/")[0] or trace.activity_id
+
+
+class NotALoopRun(ValueError):
+    """The run id names a workflow that is not the agent loop (an ``AgentFlow`` run, say)."""
+
+
+@dataclass
+class ChainRun:
+    """One run of a chain, as its history recorded it. ``turns``/``results``: the recorded ``TurnResult`` and
+    ``ToolResult`` dicts, by turn and by (turn, call index); ``prompts``: the window each turn was asked
+    with; ``attempts``: every attempt of each step, in order."""
+
+    temporal_run_id: str
+    status: WorkflowExecutionStatus | None
+    input: dict[str, Any]
+    history_length: int
+    turns: dict[int, dict[str, Any]] = field(default_factory=dict)
+    results: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    prompts: dict[int, list[Chat]] = field(default_factory=dict)
+    attempts: dict[str, list[ActivityTrace]] = field(default_factory=dict)
+    output: Any = None  # the completed run's result (a LoopProgress dict)
+    error: str | None = None  # why the run closed without completing (not for continue-as-new)
+    timer_pending: bool = False  # a backoff timer is running: the current step is retrying
+    pending: dict[str, Any] = field(default_factory=dict)  # describe's pending activities, by step
+
+
+@dataclass
+class LoopChain:
+    """Every run of one loop run id, oldest first (see the module docstring)."""
+
+    run_id: str
+    runs: list[ChainRun]
+
+    @property
+    def first_input(self) -> dict[str, Any]:
+        return self.runs[0].input
+
+    @property
+    def latest(self) -> ChainRun:
+        return self.runs[-1]
+
+    def turns(self) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """Every recorded turn of the chain in order, each with its recorded tool results in call order
+        (only those recorded: the newest turn's may be fewer than its calls)."""
+        merged: dict[int, dict[str, Any]] = {}
+        results: dict[tuple[int, int], dict[str, Any]] = {}
+        for run in self.runs:
+            merged.update(run.turns)
+            results.update(run.results)
+        out = []
+        for number in sorted(merged):
+            turn = merged[number]
+            recorded = []
+            for index in range(len(turn.get("calls") or ())):
+                if (number, index) not in results:
+                    break
+                recorded.append(results[(number, index)])
+            out.append((turn, recorded))
+        return out
+
+    def messages(self, upto_turn: int | None = None) -> list[tuple[str, Chat]]:
+        """The run's messages in order (``steps.loop``): the system instructions, the task, then every
+        recorded turn before ``upto_turn`` (None: all) and its tool results."""
+        first = self.first_input
+        out = [system_message(), task_message(LoopInputs(self.run_id, first.get("task", ""), first.get("email", "")))]
+        for turn, results in self.turns():
+            if upto_turn is not None and turn["turn"] >= upto_turn:
+                break
+            out.append(turn_message(turn))
+            out.extend(result_message(turn, result) for result in results)
+        return out
+
+    def window(self, upto_turn: int | None = None) -> list[Chat]:
+        """The prompt window derived from every recorded turn of the chain before ``upto_turn``, under the
+        bounds the run recorded: the prompt turn ``upto_turn`` is (or was) asked with."""
+        first = self.first_input
+        return derived_window(first.get("window_tokens", DEFAULT_WINDOW_TOKENS),
+                              first.get("window_messages", DEFAULT_WINDOW_MESSAGES), self.messages(upto_turn))
+
+    def carried(self) -> list[tuple[int, list[Chat]]]:
+        """(next turn, the window's messages as chat dicts) that each run after the first was given."""
+        out = []
+        for run in self.runs:
+            carried = run.input.get("carried")
+            if isinstance(carried, Mapping):
+                out.append((carried["next_turn"], [m["chat"] for m in carried["messages"]]))
+        return out
+
+
+_CLOSED_WITHOUT_RESULT = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+}
+
+
+async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
+                    status: WorkflowExecutionStatus | None, pending: Any = ()) -> tuple[ChainRun, str]:
+    """One run from its history; and the Temporal run id of the run it continued (empty for the first)."""
+    converter = run_converter(client, run_id)
+    started = history.events[0].workflow_execution_started_event_attributes
+    if started.workflow_type.name != LOOP_WORKFLOW_NAME:
+        raise NotALoopRun(f"run {run_id!r} is a {started.workflow_type.name} run, not an agent loop's: "
+                          f"`python starter.py status {run_id}` reads it")
+    values = await converter.decode(started.input.payloads) if started.input.payloads else [{}]
+    run = ChainRun(temporal_run_id="", status=status, input=values[0] if values else {},
+                   history_length=len(history.events))
+    for ev in history.events:
+        et = ev.event_type
+        if et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = ev.activity_task_scheduled_event_attributes
+            if a.activity_type.name == MODEL_TURN:
+                number = int(a.activity_id.partition("/")[0].removeprefix("turn-"))
+                if number not in run.prompts and a.input.payloads:  # every attempt asks with the same prompt
+                    request = (await converter.decode(a.input.payloads))[0]
+                    run.prompts[number] = request.get("window", [])
+        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            values = await converter.decode(ev.workflow_execution_completed_event_attributes.result.payloads)
+            run.output = values[0] if values else None
+        elif et in _CLOSED_WITHOUT_RESULT:
+            if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+                run.error = await failure_text(converter, ev.workflow_execution_failed_event_attributes.failure)
+            elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
+                reason = ev.workflow_execution_terminated_event_attributes.reason
+                run.error = f"terminated: {reason or 'no reason given'}"
+            elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
+                run.error = "the run timed out: it reached its execution timeout"
+            else:
+                run.error = "canceled"
+    timers: dict[str, bool] = {}
+    for ev in history.events:
+        if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            timers[ev.timer_started_event_attributes.timer_id] = True
+        elif ev.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            timers[ev.timer_fired_event_attributes.timer_id] = False
+        elif ev.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
+            timers[ev.timer_canceled_event_attributes.timer_id] = False
+    run.timer_pending = any(timers.values())
+    for trace in (await activity_traces(client, history)).values():
+        step = step_of(trace)
+        run.attempts.setdefault(step, []).append(trace)
+        if trace.outcome != "completed" or not isinstance(trace.output, Mapping):
+            continue
+        if trace.step == MODEL_TURN:
+            run.turns[int(trace.output["turn"])] = dict(trace.output)
+        elif trace.step == TOOL_CALL:
+            run.results[(int(trace.output["turn"]), int(trace.output["index"]))] = dict(trace.output)
+    for p in pending:
+        run.pending[p.activity_id.rpartition("/")[0]] = p
+    return run, started.continued_execution_run_id
+
+
+async def read_chain(client: Client, run_id: str) -> LoopChain:
+    """Every run of the loop run ``run_id``, oldest first (``TemporalRunNotFound`` if there is none)."""
+    description, history = await read_history(client, run_id)
+    latest, previous = await _read_run(client, run_id, history, description.status,
+                                       description.raw_description.pending_activities)
+    latest.temporal_run_id = description.run_id
+    runs = [latest]
+    while previous:
+        if len(runs) >= MAX_CHAIN_RUNS:
+            raise RuntimeError(f"run {run_id} has more than {MAX_CHAIN_RUNS} runs in its chain; not read")
+        handle = client.get_workflow_handle(run_id, run_id=previous)
+        earlier, before = await _read_run(client, run_id, await handle.fetch_history(), None)
+        earlier.temporal_run_id = previous
+        runs.append(earlier)
+        previous = before
+    runs.reverse()
+    return LoopChain(run_id, runs)
+
+
+async def chain_turns(client: Client, run_id: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Every recorded turn of the chain, each with its recorded tool results (``LoopChain.turns``)."""
+    return (await read_chain(client, run_id)).turns()
+
+
+# ---------------------------------------------------------------- status
+
+
+def _step_status(attempts: list[ActivityTrace], *, effect: bool, run: ChainRun, closed: bool) -> StepStateName:
+    """A step's status in ``steps.runstate``'s words, from its attempts in one run."""
+    last = attempts[-1]
+    if last.outcome == "completed":
+        return "completed"
+    doubtful = effect and any(t.in_doubt or t.crashed or t.outcome == "running" for t in attempts)
+    if closed:
+        return "in_doubt" if doubtful else "failed"
+    if last.outcome == "running":
+        p = run.pending.get(step_of(last))
+        started = p is not None and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        return "running" if started else "waiting"
+    return "retrying" if run.timer_pending else "waiting"
+
+
+def _entry(step: str, run: ChainRun, place: int, *, effect: bool, closed: bool) -> dict[str, Any]:
+    attempts = run.attempts.get(step, [])
+    errors = [t.failure for t in attempts if t.outcome in ("failed", "timed_out", "canceled")]
+    return {"status": _step_status(attempts, effect=effect, run=run, closed=closed) if attempts else "pending",
+            "attempts": len(attempts), "crashes": sum(t.crashed for t in attempts),
+            "last_error": errors[-1] if errors else None, "run": place}
+
+
+async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
+    """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
+    ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
+    ``counts``, and ``turns``: every turn of the chain with its calls (index, tool, key, status, attempts,
+    crashes, outcome, effect id), each with ``run``, the place in ``runs`` of the run that recorded it."""
+    chain = await read_chain(client, run_id)
+    latest = chain.latest
+    closed = latest.status not in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
+    turns: list[dict[str, Any]] = []
+    counts = {"turns": 0, "tool_calls": 0, "effects": 0, "refused": 0}
+    for place, run in enumerate(chain.runs):
+        ended = closed and run is latest
+        numbers = sorted({int(step.removeprefix("turn-")) for step in run.attempts
+                          if "/" not in step and step.removeprefix("turn-").isdigit()})
+        for number in numbers:
+            recorded = run.turns.get(number)
+            entry = {"turn": number, **_entry(turn_step(number), run, place, effect=False, closed=ended),
+                     "answer": shown(recorded["content"]) if recorded else None, "calls": []}
+            if recorded is not None:
+                counts["turns"] += 1
+            for index, call in enumerate((recorded or {}).get("calls") or ()):
+                name = str(call.get("name", ""))[:64]
+                effect = name in EFFECT_OF_TOOL
+                result = run.results.get((number, index))
+                call_entry = {"index": index, "name": name,
+                              "key": tool_key(run_id, number, index, call["id"]) if effect else None,
+                              **_entry(call_step(number, index), run, place, effect=effect, closed=ended),
+                              "outcome": result["status"] if result else None,
+                              "effect_id": result.get("effect_id") if result else None,
+                              "replayed": bool(result.get("replayed")) if result else False}
+                if result is not None:
+                    counts["tool_calls"] += 1
+                    counts["effects"] += result["status"] == "ok" and result.get("kind") is not None
+                    counts["refused"] += result["status"] == "refused"
+                entry["calls"].append(call_entry)
+            turns.append(entry)
+    status: RunStateName
+    if latest.status == WorkflowExecutionStatus.COMPLETED:
+        status = "completed"
+    elif latest.status == WorkflowExecutionStatus.RUNNING:
+        status = "running"
+    else:
+        status = "failed"
+    output = latest.output if isinstance(latest.output, Mapping) else {}
+    return {
+        "run_id": run_id, "status": status, "error": latest.error, "answer": output.get("answer"),
+        "turn": turns[-1]["turn"] if turns else 1,
+        "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
+        "runs": [run.temporal_run_id for run in chain.runs], "counts": counts, "turns": turns,
+    }

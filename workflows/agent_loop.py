@@ -1,0 +1,404 @@
+"""The agent loop (``steps.loop``) as a Temporal workflow: deterministic, no I/O.
+
+Workflow name ``AgentLoop``; input ``workflows.loop_state.LoopInput``; result
+and ``progress`` query ``LoopProgress``. The run's id must be its workflow id:
+every tool call's key derives from it.
+
+**The loop.** Turn n is an activity (``model_turn``) on the prompt window;
+its completion in history *is* the record of the turn, written before any of
+its calls is scheduled, and never asked for again (a replay reads the
+recorded answer). Then each call of the turn, in the model's order, is an
+activity (``tool_call``) whose request ``steps.loop.tool_request`` builds from
+the recorded turn: the key is ``tool_key(run id, n, place, digest of the
+call's id)``, the same on every attempt, resume and replay of that call. A
+turn with no call ends the run completed, its text the answer; a turn the
+model step refuses (the turn limit, a malformed answer: a ``PermanentError``)
+ends the run FAILED with that message, naming the step.
+
+Activity ids: ``turn-<n>/<attempt>`` and ``turn-<n>/call-<i>/<attempt>``.
+
+**The prompt** is memory's window derived from the record: a
+``memory.DerivedWindow`` under the run's bounds (``window_tokens``,
+``window_messages``), built as the run goes: the system instructions
+(pinned), the task, then every recorded turn (``steps.loop.turn_message``)
+and tool result (``result_message``), in order. Replays rebuild it from the
+recorded results, so every replay asks with the prompt the first execution
+built. Memory is never read to decide anything: what happened is the history.
+
+**Retries** are decided here, as ``workflows.agent_flow`` decides them and by
+the same rules (``steps.retry``: a ``StepLedger`` per step under the run's
+rule; ``workflows.attempts`` reads how an attempt ended): each activity is
+scheduled for one attempt; a heartbeat timeout is a crash, retried at once
+within the death limit; a transient error waits out its backoff on a durable
+timer within the step's budget; a permanent one ends the run FAILED naming the
+step; every step has at most the rule's attempts. A turn's attempt may take
+the rule's model timeout (its ``draft`` timeout), a call's the provider's (its
+``send_confirmation`` timeout). A call of a tool with an effect is scheduled
+with ``WAIT_CANCELLATION_COMPLETED`` and is in doubt when an attempt's outcome
+is unknown. A cancel ends the run canceled wherever it lands; a reset starts
+the current step's budget again (``_on_reset``, as in ``AgentFlow``).
+
+**Continue-as-new.** Once a turn's calls are all recorded, if the history
+holds more than ``history_bound`` events (``DEFAULT_HISTORY_BOUND``, 1,000,
+``workflows.loop_state`` says why) or the server suggests it, the run
+continues as new with a ``LoopCarried``: the next turn, the window's messages
+exactly as held (the new run rebuilds its window from them, in order, and
+asks with the same prompt the old run would have), the chain's start id, the
+counts and the newest turn summaries. The workflow id, and so every key,
+stays; the Temporal run id changes. ``start_id`` (the provider's metadata,
+``steps.adoption``) is the first run's ``original_execution_run_id``, carried:
+kept by a reset, the same across the chain.
+
+Crash points (tests only; workflow code, never on replay, each inside
+``sandbox_unrestricted`` since it may ``os.kill``; they add no command):
+
+=================================  ==============================================
+``temporal:loop:between_calls``    a call's completion is in history and another
+                                   call of the same turn follows, not scheduled
+``temporal:loop:after_turn``       a turn's last call is recorded; the next
+                                   turn not scheduled
+``temporal:loop:continue_as_new``  the run is about to continue as new
+=================================  ==============================================
+
+Workflow-task failures park the run, as for ``AgentFlow``; only
+``ApplicationError`` fails it from here: refused input, a step that gave up,
+a model answer memory cannot hold in the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import NoReturn, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    # Re-exported: history readers (flowclient.loop) name the activities by them without importing activities.
+    from activities.loop import MODEL_TURN as MODEL_TURN
+    from activities.loop import TOOL_CALL as TOOL_CALL
+    from activities.loop import LoopActivities
+    from memory.derived import DerivedWindow
+    from memory.errors import MemoryInputError
+    from steps.crashpoints import crash_point
+    from steps.limits import InputError, check_email, check_run_id, check_task
+    from steps.loop import (
+        EFFECT_OF_TOOL,
+        Chat,
+        LoopInputs,
+        TurnRequest,
+        call_step,
+        check_loop_inputs,
+        result_message,
+        system_message,
+        task_message,
+        tool_request,
+        turn_message,
+        turn_step,
+    )
+    from steps.models import to_jsonable
+    from steps.retry import RULE_VERSION, RetryRule, StepLedger
+    from steps.runstate import RunStateName, iso
+    from workflows.attempts import ONE_ATTEMPT, Ending, ending_of
+    from workflows.loop_state import (
+        KEPT_TURNS,
+        MAX_HISTORY_BOUND,
+        MIN_HISTORY_BOUND,
+        CallState,
+        CarriedMessage,
+        LoopCarried,
+        LoopCounts,
+        LoopInput,
+        LoopProgress,
+        TurnState,
+        details_text,
+        shown,
+        window_policy,
+    )
+
+LOOP_WORKFLOW_NAME = "AgentLoop"
+
+TURN_TIMEOUT_OF = "draft"
+TOOL_TIMEOUT_OF = "send_confirmation"
+"""Whose attempt timeout in the run's rule a turn's and a call's attempts take (``RetryRule.attempt_timeout_for``):
+a turn is a model call, as the draft is; a call is a provider request, as the email is."""
+
+RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT")
+LoopActivity = Callable[[LoopActivities, RequestT], Awaitable[ResultT]]
+
+
+@workflow.defn(name=LOOP_WORKFLOW_NAME)
+class AgentLoop:
+    @workflow.init
+    def __init__(self, inp: LoopInput) -> None:
+        carried = inp.carried
+        self._run_id = inp.run_id
+        self._max_turns = inp.max_turns
+        self._status: RunStateName = "running"
+        self._error: str | None = None
+        self._answer: str | None = None
+        self._turn = carried.next_turn if carried else 1
+        self._counts = dataclasses.replace(carried.counts) if carried else LoopCounts()
+        self._kept: list[TurnState] = list(carried.turns) if carried else []  # earlier runs' newest turns
+        self._turns: list[TurnState] = []  # this run's
+        self._run_in_chain = carried.runs + 1 if carried else 1
+        self._window: DerivedWindow | None = None
+        # The step being attempted: a reset starts its budget again (_on_reset). Earlier steps are done.
+        self._ledger: StepLedger | None = None
+        workflow.register_random_seed_callback(self._on_reset)
+
+    def _on_reset(self, _seed: int) -> None:
+        """Temporal reseeds a run's randomness at a reset point, and only there; from it the step being
+        attempted starts its budget, death count and attempt limit again (``AgentFlow._on_reset``)."""
+        if self._ledger is not None:
+            self._ledger.afresh()
+
+    @workflow.query(name="progress")
+    def progress(self) -> LoopProgress:
+        return self._snapshot()
+
+    def _snapshot(self) -> LoopProgress:
+        turns = self._kept + self._turns
+        stats = self._window.stats() if self._window is not None else None
+        return LoopProgress(
+            run_id=self._run_id, status=self._status, turn=self._turn, max_turns=self._max_turns,
+            counts=dataclasses.replace(self._counts), turns=turns,
+            earlier_turns=max(self._counts.turns - sum(t.status == "completed" for t in turns), 0),
+            run_in_chain=self._run_in_chain, answer=self._answer, error=self._error,
+            window_messages=stats.messages if stats else 0, window_tokens=stats.tokens if stats else 0,
+        )
+
+    def _show(self) -> None:
+        """What the Temporal UI shows for this run."""
+        workflow.set_current_details(details_text(self._snapshot()))
+
+    @workflow.run
+    async def run(self, inp: LoopInput) -> LoopProgress:
+        inputs, rule = self._checked(inp)
+        window = self._window = self._first_window(inputs, inp)
+        while True:
+            turn = self._turn
+            state = TurnState(turn)
+            self._turns.append(state)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns)
+            answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
+                                          effect=False, timeout_of=TURN_TIMEOUT_OF)
+            # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
+            self._add(window, turn_message(answer), state)
+            self._counts.turns += 1
+            state.answer = shown(answer.content)
+            state.calls = [CallState(i, c.name[:64], tool_request(inputs, turn, i, c).idempotency_key
+                                     if c.name in EFFECT_OF_TOOL else None)
+                           for i, c in enumerate(answer.calls)]
+            if not answer.calls:
+                self._answer, self._status = answer.content, "completed"
+                self._show()
+                return self._snapshot()
+            for index, call in enumerate(answer.calls):
+                call_state = state.calls[index]
+                result = await self._attempts(call_step(turn, index), LoopActivities.tool_call,
+                                              tool_request(inputs, turn, index, call), rule, call_state,
+                                              effect=call.name in EFFECT_OF_TOOL, timeout_of=TOOL_TIMEOUT_OF)
+                self._add(window, result_message(answer, result), state)
+                call_state.outcome, call_state.effect_id, call_state.replayed = (result.status, result.effect_id,
+                                                                                 result.replayed)
+                if result.status == "refused":
+                    call_state.note = shown(result.content)
+                self._counts.tool_calls += 1
+                self._counts.effects += result.status == "ok" and result.kind is not None
+                self._counts.refused += result.status == "refused"
+                self._show()
+                if index + 1 < len(answer.calls):
+                    self._crash_point("temporal:loop:between_calls")
+            self._crash_point("temporal:loop:after_turn")
+            self._turn = turn + 1
+            info = workflow.info()
+            if info.get_current_history_length() > inp.history_bound or info.is_continue_as_new_suggested():
+                self._crash_point("temporal:loop:continue_as_new")
+                workflow.continue_as_new(dataclasses.replace(inp, carried=self._carried(inputs, window)))
+
+    # ------------------------------------------------------------ input, window, carry
+
+    def _checked(self, inp: LoopInput) -> tuple[LoopInputs, RetryRule]:
+        """The run's inputs and rule, checked (the same words as every entry point), or the run FAILED
+        with the refusal. The start id is the chain's first run's, carried."""
+        info = workflow.info()
+        try:
+            check_run_id(inp.run_id)
+            if inp.run_id != info.workflow_id:
+                # Keys derive from the run id; it must be the workflow id, the one identity that survives
+                # resets and continue-as-new.
+                raise InputError(f"run id {inp.run_id!r} differs from the workflow id {info.workflow_id!r}; "
+                                 "start loop runs with flowclient.loop.start_loop")
+            task, email = check_task(inp.task), check_email(inp.email)
+            max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
+                                                                          inp.window_messages)
+            bound = inp.history_bound
+            if isinstance(bound, bool) or not isinstance(bound, int) or \
+                    not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
+                raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} "
+                                 f"to {MAX_HISTORY_BOUND}, got {bound!r}")
+            if inp.retry is None:
+                raise InputError("the run records no retry rule; start loop runs with flowclient.loop.start_loop")
+            try:
+                rule = RetryRule.from_dict(inp.retry)
+            except (TypeError, ValueError) as err:
+                raise InputError(f"retry rule {inp.retry!r} is unusable: {err}") from None
+            if rule.version < RULE_VERSION:
+                raise InputError(f"the agent loop runs under a version {RULE_VERSION} retry rule, not version "
+                                 f"{rule.version}")
+            carried = inp.carried
+            if carried is not None and (carried.next_turn < 2 or not carried.messages
+                                        or carried.messages[0].id != system_message()[0]):
+                raise InputError("the carried state is unusable: it needs the next turn (2 or more) and the "
+                                 "window's messages, the system instructions first")
+        except InputError as err:
+            self._status = "failed"
+            self._error = f"input refused: {err}"
+            raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
+        start_id = carried.start_id if carried is not None else info.original_execution_run_id
+        return LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id), rule
+
+    def _first_window(self, inputs: LoopInputs, inp: LoopInput) -> DerivedWindow:
+        """The window this run starts from: the system instructions (pinned) and the task; or, continued
+        as new, the carried messages in their order, the first (the system instructions) pinned. Either
+        way the window the previous run held: a prefix of a window is within its bounds, so nothing is
+        evicted while it is rebuilt, and what comes next is evicted as it would have been there."""
+        window = DerivedWindow(window_policy(inputs.window_tokens, inputs.window_messages))
+        messages: list[tuple[str, Chat]] = ([(m.id, m.chat) for m in inp.carried.messages] if inp.carried
+                                            else [system_message(), task_message(inputs)])
+        for place, message in enumerate(messages):
+            self._add(window, message, None, pin=place == 0)
+        self._show()
+        return window
+
+    def _add(self, window: DerivedWindow, message: tuple[str, Chat], state: TurnState | None,
+             *, pin: bool = False) -> None:
+        """Append one message to the window; a message memory refuses (a model's tool-call arguments larger
+        than the whole window) ends the run FAILED, saying which and what to do. Deterministic: a replay
+        refuses it at the same place."""
+        try:
+            window.add(message[0], message[1], pin=pin)
+        except MemoryInputError as err:
+            if state is not None:
+                state.status = "failed"
+            self._status = "failed"
+            self._error = (f"{message[0]} cannot enter the prompt window: {err}. Start the run with a larger "
+                           "window (window_tokens)")
+            self._show()
+            raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="WindowRefused",
+                                   non_retryable=True) from None
+
+    def _carried(self, inputs: LoopInputs, window: DerivedWindow) -> LoopCarried:
+        messages = [CarriedMessage(i, chat) for i, chat in zip(window.ids(), window.prompt(), strict=True)]
+        return LoopCarried(next_turn=self._turn, messages=messages, start_id=inputs.start_id,
+                           counts=dataclasses.replace(self._counts), turns=(self._kept + self._turns)[-KEPT_TURNS:],
+                           runs=self._run_in_chain)
+
+    @staticmethod
+    def _crash_point(name: str) -> None:
+        """Tests only (docs/crashpoints.md): never on replay, so a resuming worker passes through."""
+        if not workflow.unsafe.is_replaying():
+            with workflow.unsafe.sandbox_unrestricted():
+                crash_point(name)
+
+    # ------------------------------------------------------------ attempts
+
+    async def _attempts(self, step: str, activity: LoopActivity[RequestT, ResultT], request: RequestT,
+                        rule: RetryRule, state: TurnState | CallState, *, effect: bool, timeout_of: str) -> ResultT:
+        """Attempts of one step (a turn or a call) until it succeeds or the rules give up (``steps.retry``)."""
+        ledger = self._ledger = StepLedger(step, rule, effect=effect)
+        attempt_timeout = timedelta(seconds=rule.attempt_timeout_for(timeout_of))
+        heartbeat_timeout = timedelta(seconds=rule.heartbeat_timeout_seconds())
+        # An effect's attempt is waited for when the run is cancelled: the run learns whether it went out.
+        cancellation = (ActivityCancellationType.WAIT_CANCELLATION_COMPLETED if effect
+                        else ActivityCancellationType.TRY_CANCEL)
+        while True:
+            ledger.attempts += 1
+            state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
+            self._show()
+            try:
+                result = await workflow.execute_activity_method(
+                    activity,
+                    request,
+                    activity_id=f"{step}/{ledger.attempts}",
+                    summary=f"{step}, attempt {ledger.attempts}",
+                    start_to_close_timeout=attempt_timeout,
+                    heartbeat_timeout=heartbeat_timeout,
+                    retry_policy=ONE_ATTEMPT,
+                    cancellation_type=cancellation,
+                )
+            except ActivityError as err:
+                ending = ending_of(err, attempt_timeout, version=rule.version)
+                if workflow.cancellation_reason() is not None:
+                    self._cancelled(step, state, ledger, ending)
+                if await self._try_again(step, state, ledger, ending):
+                    continue
+                self._fail(state, ledger, err)
+            state.status = "completed"
+            if workflow.cancellation_reason() is not None:
+                # Cancelled while this attempt ran, and it completed all the same: it stands, the run stops.
+                self._cancelled(step, state, ledger, None)
+            return result
+
+    async def _try_again(self, step: str, state: TurnState | CallState, ledger: StepLedger, ending: Ending) -> bool:
+        """After a failed attempt: True once the step may be tried again (any backoff waited out on a
+        durable timer); False when the rules give up (``ledger.failure`` says why)."""
+        state.last_error = ending.message
+        if ending.kind in ("crash", "shutdown"):
+            again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
+            state.crashes = ledger.crashes
+            return again
+        if ending.kind == "permanent":
+            ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
+            return False
+        # A failure with no duration of its own is charged its backoff only (steps.retry, version 2).
+        seconds = ending.seconds if ending.seconds is not None else 0.0
+        delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
+                                   in_doubt=ending.in_doubt, u=workflow.random().random())
+        if delay is None:
+            return False
+        state.status = "retrying"
+        state.next_try_at = iso(workflow.now().timestamp() + delay)
+        self._show()
+        await workflow.sleep(delay, summary=f"retry {step} (attempt {ledger.attempts + 1})")
+        return True
+
+    def _in_doubt_note(self, state: TurnState | CallState) -> str:
+        key = getattr(state, "key", None)
+        return ("an attempt's outcome is unknown: the effect may have been applied; the provider answers what "
+                f"it applied under key {key} (providerclient.ProviderClient.lookup)")
+
+    def _cancelled(self, step: str, state: TurnState | CallState, ledger: StepLedger,
+                   ending: Ending | None) -> NoReturn:
+        """End the run canceled at ``step``: always raises. ``ending``: how the attempt the cancel interrupted
+        ended (None: it completed). A call with an effect whose attempt did not complete may have applied it."""
+        if ending is not None:
+            stopped = ending.kind in ("cancelled", "crash", "shutdown") or ending.in_doubt
+            ledger.in_doubt = ledger.in_doubt or (ledger.effect and stopped)
+            state.status = "in_doubt" if ledger.in_doubt else "failed"
+            state.last_error = ending.message
+            if ledger.in_doubt:
+                state.note = self._in_doubt_note(state)
+        self._status = "failed"
+        where = (f"during step {step}, attempt {ledger.attempts}" if ending is not None
+                 else f"after step {step} completed")
+        self._error = f"canceled {where}: {workflow.cancellation_reason() or 'no reason given'}"
+        self._show()
+        raise asyncio.CancelledError(self._error)
+
+    def _fail(self, state: TurnState | CallState, ledger: StepLedger, err: ActivityError) -> NoReturn:
+        """End the run FAILED (or in doubt) at the step, as ``ledger`` explains: always raises."""
+        state.status = "in_doubt" if ledger.in_doubt else "failed"
+        if ledger.in_doubt:
+            state.note = self._in_doubt_note(state)
+        self._status = "failed"
+        self._error = ledger.failure or f"step {ledger.name} failed"  # the ledger says why when it gives up
+        self._show()
+        raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="StepFailed",
+                               non_retryable=True) from err
