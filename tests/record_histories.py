@@ -1,7 +1,12 @@
-"""Record replay fixtures: real histories of the agent flow, made by the code
-checked out now, for the replay test to run under every later version.
+"""Record replay fixtures: real histories of the agent flow and the agent loop,
+made by the code checked out now, for the replay test to run under every later
+version.
 
-    .venv/bin/python -m tests.record_histories [--out tests/data/histories/<commit>]
+    .venv/bin/python -m tests.record_histories [--out tests/data/histories/<commit>] [--only flow|loop]
+
+Without ``--only`` it records every scenario of both workflows; ``--only loop``
+records the agent loop's alone (``loop-...``, the table below), ``--only flow``
+the flow's alone, as the recorder did before the loop existed.
 
 Run it on main *before* a change to workflow code, activity names or inputs,
 or the codec, and commit what it writes: those histories are what runs in
@@ -66,6 +71,29 @@ cancel-in-backoff      cancelled while step 2 waits out a 10 s Retry-After after
 terminated-mid-effect  terminated while step 2's request is held: TERMINATED
 =====================  =========================================================
 
+The agent loop's (``AgentLoop``, started as ``flowclient.loop.start_loop`` does),
+each on the model stand-in (``lab.model_standin``: the scripted model, its tool
+call ids deterministic) and an order of its own seeded at the provider, the task
+naming that one order: lookup; refund and email in one turn; ticket; answer.
+
+====================  ==========================================================
+loop-completed        the four turns and their four calls, COMPLETED; each
+                      effect applied once at the provider
+loop-in-flight        a worker killed in workflow code between the refund and
+                      the email of turn 2 (``CRASH_AT=temporal:loop:between_calls``);
+                      history read while the run is open: the refund recorded,
+                      the email not scheduled (a second worker then finishes it)
+loop-continued-<i>    ``history_bound`` 10, the smallest allowed: the run
+                      continues as new after every turn; each run of the chain,
+                      oldest first: -1 ContinuedAsNew, the middle ones started
+                      from a carried state and ContinuedAsNew, the last COMPLETED
+loop-retried          the refund answered 503 twice by the provider, then applied:
+                      two ActivityTaskFailed, each followed by its backoff timer,
+                      then the call completes and the run COMPLETED
+loop-turn-limit       ``max_turns`` 2: turn 2 still asks for tools, so the turn is
+                      refused (no call runs): FAILED, naming the limit
+====================  ==========================================================
+
 Histories of a run that was reset are fetched by their own Temporal run id;
 their workflow id is the file's stem without ``-second`` / ``-third`` (the
 replay test reads it from the history's first event).
@@ -91,15 +119,19 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowExecutionStatus
 
+from activities.loop import MODEL_TURN, TOOL_CALL
 from flowclient.connect import connect
+from flowclient.loop import loop_status, read_chain, start_loop
 from flowclient.runs import restart_failed_run, start_run
 from flowclient.status import run_status
+from lab.model_standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
 from lab.provider_process import start_provider
-from providerclient import ProviderClient
+from providerclient import ProviderClient, seed_orders
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from workflows import agent_flow
+from workflows.loop_state import MIN_HISTORY_BOUND
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()
@@ -164,7 +196,12 @@ async def _write(client, run_id: str, path: Path, temporal_run_id: str | None = 
     return history
 
 
-async def record(out: Path) -> list[str]:
+ONLY = ("flow", "loop")
+"""What ``--only`` selects: the agent flow's scenarios, or the agent loop's."""
+
+
+async def record(out: Path, only: tuple[str, ...] = ONLY) -> list[str]:
+    """Record the scenarios of the workflows in ``only`` (both unless told) into ``out``; their names."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,71 +209,96 @@ async def record(out: Path) -> list[str]:
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
         provider_proc = start_provider(tmp_path / "provider.db")
         provider_url = provider_proc.url
-        procs = []
+        procs: list = []
         try:
-            for encrypted in (False, True):
-                env = {"MEMORY_DB": str(tmp_path / "memory.db")}
-                if encrypted:
-                    env.update(LAB_CODEC_KEY=FIXTURE_KEY, LAB_CODEC_KEY_ID=FIXTURE_KEY_ID)
-                client = await connect({"TEMPORAL_ADDRESS": server.address, **env})
-                suffix = "-encrypted" if encrypted else ""
-                queue = f"fixtures-{uuid.uuid4().hex[:8]}"
-
-                # In flight: killed before step 3, read while no worker runs it.
-                dying = start_worker(server.address, provider_url, queue,
-                                     {**env, "CRASH_AT": "record_outcome:before"}, name="dying")
-                procs.append(dying)
-                run_id = f"in-flight{suffix}"
-                await start_run(client, run_id, TASK, EMAIL, queue=queue)
-                await wait_until(lambda dying=dying: not dying.alive(), 60,
-                                 "the worker to die at record_outcome:before")
-                await _write(client, run_id, out / f"{run_id}.json")
-                written.append(run_id)
-
-                worker = start_worker(server.address, provider_url, queue, env)
-                procs.append(worker)
-                await _closed(client, run_id)
-                run_id = f"completed{suffix}"
-                await start_run(client, run_id, TASK, EMAIL, queue=queue)
-                await _closed(client, run_id)
-                await _write(client, run_id, out / f"{run_id}.json")
-                written.append(run_id)
-                if encrypted:
-                    continue
-
-                async with ProviderClient(provider_url) as provider:
-                    await provider.set_faults(fail_next=2, status=503, kinds=["email"])
-                    await start_run(client, "retried", TASK, EMAIL, queue=queue)
-                    await _closed(client, "retried")
-                    await _write(client, "retried", out / "retried.json")
-                    written.append("retried")
-
-                    await start_run(client, "failed-rejected", TASK, "nobody@mailbox.invalid", queue=queue)
-                    await _closed(client, "failed-rejected")
-                    await _write(client, "failed-rejected", out / "failed-rejected.json")
-                    written.append("failed-rejected")
-
-                    await provider.set_faults(fail_next=1000, status=503, kinds=["ticket"])
-                    # A 3 s budget (the default's 900 s would outlast _closed's wait).
-                    await start_run(client, "failed-exhausted", TASK, EMAIL, queue=queue,
-                                    rule=RetryRule(budget_seconds=3))
-                    await _closed(client, "failed-exhausted")
-                    await provider.clear_faults()
-                    await _write(client, "failed-exhausted", out / "failed-exhausted.json")
-                    written.append("failed-exhausted")
-
-            plain = {"MEMORY_DB": str(tmp_path / "memory.db")}
-            client = await connect({"TEMPORAL_ADDRESS": server.address, **plain})
-            async with ProviderClient(provider_url) as provider:
-                more = Scenarios(client, server.address, provider, provider_url, plain, out, procs)
-                for scenario in more.all():
-                    await provider.clear_faults()
-                    written.extend(await scenario())
+            if "flow" in only:
+                written += await _record_flow(server, provider_url, tmp_path, out, procs)
+            if "loop" in only:
+                written += await _record_loop(server, provider_url, tmp_path, out, procs)
         finally:
             for proc in procs:
                 proc.kill()
             provider_proc.stop()
             server.stop()
+    return written
+
+
+async def _record_flow(server: DevServer, provider_url: str, tmp_path: Path, out: Path, procs: list) -> list[str]:
+    """The agent flow's scenarios (the first table of the module docstring)."""
+    written: list[str] = []
+    for encrypted in (False, True):
+        env = {"MEMORY_DB": str(tmp_path / "memory.db")}
+        if encrypted:
+            env.update(LAB_CODEC_KEY=FIXTURE_KEY, LAB_CODEC_KEY_ID=FIXTURE_KEY_ID)
+        client = await connect({"TEMPORAL_ADDRESS": server.address, **env})
+        suffix = "-encrypted" if encrypted else ""
+        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+
+        # In flight: killed before step 3, read while no worker runs it.
+        dying = start_worker(server.address, provider_url, queue,
+                             {**env, "CRASH_AT": "record_outcome:before"}, name="dying")
+        procs.append(dying)
+        run_id = f"in-flight{suffix}"
+        await start_run(client, run_id, TASK, EMAIL, queue=queue)
+        await wait_until(lambda dying=dying: not dying.alive(), 60,
+                         "the worker to die at record_outcome:before")
+        await _write(client, run_id, out / f"{run_id}.json")
+        written.append(run_id)
+
+        worker = start_worker(server.address, provider_url, queue, env)
+        procs.append(worker)
+        await _closed(client, run_id)
+        run_id = f"completed{suffix}"
+        await start_run(client, run_id, TASK, EMAIL, queue=queue)
+        await _closed(client, run_id)
+        await _write(client, run_id, out / f"{run_id}.json")
+        written.append(run_id)
+        if encrypted:
+            continue
+
+        async with ProviderClient(provider_url) as provider:
+            await provider.set_faults(fail_next=2, status=503, kinds=["email"])
+            await start_run(client, "retried", TASK, EMAIL, queue=queue)
+            await _closed(client, "retried")
+            await _write(client, "retried", out / "retried.json")
+            written.append("retried")
+
+            await start_run(client, "failed-rejected", TASK, "nobody@mailbox.invalid", queue=queue)
+            await _closed(client, "failed-rejected")
+            await _write(client, "failed-rejected", out / "failed-rejected.json")
+            written.append("failed-rejected")
+
+            await provider.set_faults(fail_next=1000, status=503, kinds=["ticket"])
+            # A 3 s budget (the default's 900 s would outlast _closed's wait).
+            await start_run(client, "failed-exhausted", TASK, EMAIL, queue=queue,
+                            rule=RetryRule(budget_seconds=3))
+            await _closed(client, "failed-exhausted")
+            await provider.clear_faults()
+            await _write(client, "failed-exhausted", out / "failed-exhausted.json")
+            written.append("failed-exhausted")
+
+    plain = {"MEMORY_DB": str(tmp_path / "memory.db")}
+    client = await connect({"TEMPORAL_ADDRESS": server.address, **plain})
+    async with ProviderClient(provider_url) as provider:
+        more = Scenarios(client, server.address, provider, provider_url, plain, out, procs)
+        for scenario in more.all():
+            await provider.clear_faults()
+            written.extend(await scenario())
+    return written
+
+
+async def _record_loop(server: DevServer, provider_url: str, tmp_path: Path, out: Path, procs: list) -> list[str]:
+    """The agent loop's scenarios (the second table of the module docstring), on the model stand-in."""
+    written: list[str] = []
+    standin, standin_url = start_model_standin()
+    procs.append(standin)
+    env = {"MEMORY_DB": str(tmp_path / "memory.db"), "LLM_BASE_URL": standin_url, "LLM_MODEL": "scripted"}
+    client = await connect({"TEMPORAL_ADDRESS": server.address, **env})
+    async with ProviderClient(provider_url) as provider:
+        loops = LoopScenarios(client, server.address, provider, provider_url, env, out, procs)
+        for scenario in loops.all():
+            await provider.clear_faults()
+            written.extend(await scenario())
     return written
 
 
@@ -305,9 +367,25 @@ def _counted(event, step_of) -> bool:
     return any(p.startswith("counted-") for p in patch_ids(event))
 
 
+def _step_name(scheduled) -> str:
+    """The step an ActivityTaskScheduled's attributes schedule: the flow's activity type (``send_confirmation``);
+    for the loop's two activity types, the loop step its activity id names (``turn-2``: ``turn-<n>/<attempt>``)
+    and, for a tool call, the tool its input asks for (``turn-2/call-0 issue_refund``)."""
+    kind = scheduled.activity_type.name
+    if kind not in (MODEL_TURN, TOOL_CALL):
+        return kind
+    step = scheduled.activity_id.rpartition("/")[0]
+    if kind == TOOL_CALL and scheduled.input.payloads:
+        try:  # the recorder's loop runs are not encrypted: the ToolRequest is plain JSON
+            step += f" {json.loads(scheduled.input.payloads[0].data)['call']['name']}"
+        except (ValueError, KeyError, TypeError):
+            pass
+    return step
+
+
 def _steps_of(events) -> dict[int, str]:
-    """Activity type by the event id of its ActivityTaskScheduled."""
-    return {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+    """The step (``_step_name``) by the event id of its ActivityTaskScheduled."""
+    return {e.event_id: _step_name(e.activity_task_scheduled_event_attributes) for e in events
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
 
 
@@ -616,10 +694,209 @@ class Scenarios:
         )
 
 
+LOOP_TOTAL = 2500
+"""Cents: each loop scenario's order, seeded at the provider with this total; the script refunds all of it."""
+
+
+def loop_task(order_id: str) -> str:
+    """A loop scenario's task: one order with something to refund (the scripted model's four turns)."""
+    return f"Order {order_id} arrived broken: please refund it."
+
+
+def _recorded(*steps: str) -> list[tuple[str, Check]]:
+    """Proof that each of ``steps`` (``turn-1``, ``turn-2/call-0 issue_refund``) was recorded, in order."""
+    return [(f"ActivityTaskCompleted ({step})", _of(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, step=step))
+            for step in steps]
+
+
+ONE_ORDER = ("turn-1", "turn-1/call-0 lookup_order", "turn-2", "turn-2/call-0 issue_refund",
+             "turn-2/call-1 send_email", "turn-3", "turn-3/call-0 create_ticket", "turn-4")
+"""The steps of a loop run whose task names one order, in the order they are recorded."""
+
+
+def _started(*, carried: bool) -> Check:
+    """The run's first event: started fresh, or (``carried``) continued from an earlier run of its chain."""
+    def check(event, step_of) -> bool:
+        attrs = event.workflow_execution_started_event_attributes
+        return (event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+                and bool(attrs.continued_execution_run_id) == carried)
+    return check
+
+
+def _activity_failed_saying(step: str, words: str) -> Check:
+    def check(event, step_of) -> bool:
+        failure = _activity_failure(event)
+        return (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED and step_of(event) == step
+                and failure is not None and words in failure.message)
+    return check
+
+
+def _run_failed_saying(*words: str) -> Check:
+    def check(event, step_of) -> bool:
+        message = event.workflow_execution_failed_event_attributes.failure.message
+        return (event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+                and all(w in message for w in words))
+    return check
+
+
+def _calls_of(turn: int) -> Check:
+    """Any ActivityTaskScheduled of a call of ``turn``."""
+    return lambda event, step_of: (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                                   and (step_of(event) or "").startswith(f"turn-{turn}/call-"))
+
+
+_CLOSED = tuple((f"{_name(t)}", _of(t)) for t in (
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW))
+
+
+class LoopScenarios(Scenarios):
+    """The agent loop's scenarios (``workflows.agent_loop``), each on an order of its own (the provider refunds
+    an order's total once in all, across runs) and the model stand-in (``env`` names it). Each returns the
+    names it wrote and prints what proves it (``prove``); the provider, the judge of effects, is asked too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._orders = 0
+
+    def all(self):
+        return [self.loop_completed, self.loop_in_flight, self.loop_continued, self.loop_retried,
+                self.loop_turn_limit]
+
+    def _order(self) -> str:
+        """A new order, seeded at the provider: its id."""
+        self._orders += 1
+        order_id = f"L-{1000 + self._orders}"
+        seed_orders(self.provider_url, {order_id: LOOP_TOTAL})
+        return order_id
+
+    async def _start(self, run_id: str, queue: str | None = None, **start: Any) -> None:
+        # The rule given, not the recorder's environment's: the numbers a fixture's run records are these.
+        created, existing = await start_loop(self.client, run_id, loop_task(self._order()), EMAIL,
+                                             task_queue=queue or self.steady(), rule=RetryRule(), **start)
+        if not created:
+            raise RuntimeError(f"loop run {run_id} exists already (fresh server expected): {existing}")
+
+    async def _loop_closed(self, run_id: str, timeout: float = 120.0) -> dict:
+        """Until the newest run of ``run_id``'s chain is closed (not continued as new); the chain's status."""
+        async def check():
+            description = await self.client.get_workflow_handle(run_id).describe()
+            return description if description.status not in (
+                WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW) else None
+        await wait_until(check, timeout, f"loop run {run_id} to close", interval=0.2)
+        return await loop_status(self.client, run_id)
+
+    async def _effects(self, run_id: str, wanted: dict[str, int]) -> None:
+        """The provider applied ``wanted`` (effects by kind) for ``run_id``, each once: whatever the history says."""
+        effects = await self.provider.effects(run_id)
+        by_kind: dict[str, int] = {}
+        for effect in effects:
+            by_kind[effect.kind] = by_kind.get(effect.kind, 0) + effect.effects_applied
+        if by_kind != wanted or any(e.effects_applied != 1 for e in effects):
+            raise RuntimeError(f"loop run {run_id} should have applied {wanted}, each once; the provider has: "
+                               f"{[(e.kind, e.key, e.effects_applied) for e in effects]}")
+
+    async def loop_completed(self) -> list[str]:
+        run_id = "loop-completed"
+        await self._start(run_id)
+        _expect(await self._loop_closed(run_id), "completed")
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        return await self._done(
+            run_id, ("WorkflowExecutionStarted", _started(carried=False)), *_recorded(*ONE_ORDER),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def loop_in_flight(self) -> list[str]:
+        run_id = "loop-in-flight"
+        point = "temporal:loop:between_calls"
+        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+        dying = self._worker(queue, "dying", CRASH_AT=point)
+        await self._start(run_id, queue=queue)
+        await wait_until(lambda: not dying.alive(), 90, f"the worker to die at {point}")
+        if f"CRASH_AT={point}" not in dying.output():
+            raise RuntimeError(f"the worker died, but not at {point}:\n{dying.output()}")
+        description = await self.client.get_workflow_handle(run_id).describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RuntimeError(f"loop run {run_id} should be open after the kill; it is {description.status}")
+        # Read while no worker serves the queue: the refund is recorded, the email of its turn not scheduled.
+        written = await self._done(
+            run_id, ("WorkflowExecutionStarted", _started(carried=False)), *_recorded(*ONE_ORDER[:4]),
+            absent=(("ActivityTaskScheduled (turn-2/call-1 send_email)",
+                     _of(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, step="turn-2/call-1 send_email")),
+                    *_CLOSED),
+        )
+        finisher = self._worker(queue, "finisher")
+        _expect(await self._loop_closed(run_id), "completed")
+        finisher.kill()
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        again = finisher.output().count(f"step turn-2/call-0 started: run {run_id} attempt")
+        if again:
+            raise RuntimeError(f"the recorded refund of {run_id} ran again on the finishing worker:\n"
+                               f"{finisher.output()}")
+        return written
+
+    async def loop_continued(self) -> list[str]:
+        run_id = "loop-continued"
+        await self._start(run_id, history_bound=MIN_HISTORY_BOUND)
+        _expect(await self._loop_closed(run_id), "completed")
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        chain = await read_chain(self.client, run_id)
+        if len(chain.runs) < 3:
+            raise RuntimeError(f"loop run {run_id} should continue as new at least twice under a history bound of "
+                               f"{MIN_HISTORY_BOUND}; its chain has {len(chain.runs)} run(s)")
+        written: list[str] = []
+        for place, run in enumerate(chain.runs, 1):
+            last = place == len(chain.runs)
+            # Past the bound after every turn: run n of the chain records turn n and its calls.
+            steps = [s for s in ONE_ORDER if s.split("/")[0].split(" ")[0] == f"turn-{place}"]
+            end = (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED if last
+                   else EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW)
+            written += await self._done(
+                run_id, ("WorkflowExecutionStarted" + (" (carried)" if place > 1 else ""),
+                         _started(carried=place > 1)),
+                *_recorded(*steps), (_name(end), _of(end)),
+                temporal_run_id=run.temporal_run_id, name=f"{run_id}-{place}",
+            )
+        return written
+
+    async def loop_retried(self) -> list[str]:
+        run_id = "loop-retried"
+        await self.provider.set_faults(fail_next=2, status=503, kinds=["refund"])
+        await self._start(run_id)
+        _expect(await self._loop_closed(run_id), "completed")
+        await self.provider.clear_faults()
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        refund = "turn-2/call-0 issue_refund"
+        failed = (f"ActivityTaskFailed ({refund}, 503)", _activity_failed_saying(refund, "503"))
+        backoff = ("TimerStarted (backoff)", _of(EventType.EVENT_TYPE_TIMER_STARTED))
+        fired = ("TimerFired", _of(EventType.EVENT_TYPE_TIMER_FIRED))
+        return await self._done(
+            run_id, *_recorded(*ONE_ORDER[:3]), failed, backoff, fired, failed, backoff, fired,
+            *_recorded(*ONE_ORDER[3:]),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def loop_turn_limit(self) -> list[str]:
+        run_id = "loop-turn-limit"
+        await self._start(run_id, max_turns=2)
+        _expect(await self._loop_closed(run_id), "failed", "turn limit of 2 reached")
+        await self._effects(run_id, {})
+        return await self._done(
+            run_id, *_recorded(*ONE_ORDER[:2]),
+            ("ActivityTaskFailed (turn-2, the limit)", _activity_failed_saying("turn-2", "turn limit of 2 reached")),
+            ("WorkflowExecutionFailed (step turn-2, the limit)",
+             _run_failed_saying("step turn-2 failed", "turn limit of 2 reached")),
+            absent=(("ActivityTaskScheduled (a call of turn 2)", _calls_of(2)),),
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
                         help="default: tests/data/histories/<commit of HEAD>")
+    parser.add_argument("--only", choices=ONLY, default=None,
+                        help="record only the agent flow's scenarios, or only the agent loop's (default: both)")
     args = parser.parse_args(argv)
     out = args.out or REPO / "tests" / "data" / "histories" / _commit()
     if out.exists() and any(out.iterdir()):
@@ -634,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" with uncommitted changes (record from a clean worktree: see the docstring)" if dirty else "")
           + f"; workflow code from {Path(agent_flow.__file__).parent}", flush=True)
     began = time.monotonic()
-    written = asyncio.run(record(out))
+    written = asyncio.run(record(out, (args.only,) if args.only else ONLY))
     print(f"recording took {time.monotonic() - began:.0f} s", flush=True)
     print(f"recorded {len(written)} histories in {out}: {', '.join(written)}")
     return 0

@@ -1,7 +1,10 @@
 """Runs in flight survive every change: histories recorded by earlier mains
 (tests/data/histories/<commit>/, made by tests/record_histories.py; never
 regenerated) replay under the current workflow code, with the worker's own
-sandbox runner and, for the encrypted ones, the codec.
+sandbox runner and, for the encrypted ones, the codec. Both workflows the
+worker runs are given to the replayer, as to the worker: a history of the
+agent flow (``AgentFlow``) or of the agent loop (``AgentLoop``, the
+``loop-...`` fixtures) replays under the code of its type.
 
 A replay that fails here is what a worker upgrade would do to those runs:
 a non-determinism error parks them (or, for a closed run, breaks queries
@@ -21,21 +24,50 @@ from flowclient.worker_options import worker_options
 from payloadcodec import data_converter_from_env
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
 from workflows.agent_flow import AgentFlow
+from workflows.agent_loop import AgentLoop
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
 FIXTURES = sorted(HISTORIES.glob("*/*.json"))
+WORKFLOWS = [AgentFlow, AgentLoop]
+LOOP_SCENARIOS = {"loop-completed", "loop-in-flight", "loop-continued-1", "loop-continued-2", "loop-retried",
+                  "loop-turn-limit"}
+"""The agent loop's scenarios every recording since the loop holds (tests/record_histories.py)."""
+
+
+def _workflow_type(path: Path) -> str:
+    return json.loads(path.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
 
 
 def test_there_are_fixtures_to_replay():
     assert len(FIXTURES) >= 7, f"expected the recorded histories under {HISTORIES}"
 
 
+def test_both_workflows_have_fixtures_and_the_replayer_knows_their_types():
+    """Every fixture's workflow type is one the replayer is given, and each workflow the worker runs has
+    fixtures: the loop's scenarios are all in at least one recording."""
+    types = {p.relative_to(HISTORIES).as_posix(): _workflow_type(p) for p in FIXTURES}
+    known = {getattr(w, "__temporal_workflow_definition").name for w in WORKFLOWS}  # what @workflow.defn names
+    assert set(types.values()) == known, types
+    recordings: dict[str, set[str]] = {}
+    for p in FIXTURES:
+        recordings.setdefault(p.parent.name, set()).add(p.stem)
+    assert any(LOOP_SCENARIOS <= stems for stems in recordings.values()), recordings
+    assert all(types[name] == "AgentLoop" for name in types if name.split("/")[1].startswith("loop-")), types
+
+
 def test_fixtures_hold_no_machine_path():
     """Stack traces name files relative to the project or to site-packages, never where
-    the recording machine kept them (tests/record_histories.py cuts them when it writes)."""
+    the recording machine kept them (tests/record_histories.py cuts them when it writes);
+    and no fixture names a home, work or temporary directory anywhere else either (a
+    loop's prompts and tool results are recorded whole). The loop's fixtures are checked
+    like the flow's."""
     found = {p.relative_to(HISTORIES).as_posix(): re.findall(r'File \\?"(/[^"\\]*)', p.read_text())
              for p in FIXTURES}
     assert not {name: paths for name, paths in found.items() if paths}, found
+    elsewhere = {p.relative_to(HISTORIES).as_posix(): re.findall(r"/(?:home|Users|root|tmp|work|private|var)/[^\s\"']*",
+                                                                 p.read_text()) for p in FIXTURES}
+    assert not {name: paths for name, paths in elsewhere.items() if paths}, elsewhere
+    assert any(name.split("/")[1].startswith("loop-") for name in found), "no loop fixture was checked"
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -45,7 +77,7 @@ async def test_recorded_history_replays_under_the_current_code(path: Path):
     history = WorkflowHistory.from_json(fixture_workflow_id(path, recorded), recorded)
     env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
     replayer = Replayer(
-        workflows=[AgentFlow],
+        workflows=WORKFLOWS,
         workflow_runner=worker_options()["workflow_runner"],
         data_converter=data_converter_from_env(env),
     )
