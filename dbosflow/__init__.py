@@ -6,7 +6,9 @@ memory. An optional extra: ``pip install -e '.[dbos]'``.
 
 ``dbosflow.engine`` has the contract (what DBOS records and when, recovery,
 the pinned application version, the retry options and where they differ from
-``steps.retry``); ``dbosflow.status`` maps DBOS's record onto the shared state
+``steps.retry``); ``dbosflow.loop`` runs the agent loop (``steps.loop``) on
+the same machinery, each turn and each tool call a DBOS step, under a version
+of its own; ``dbosflow.status`` maps DBOS's record onto the shared state
 vocabulary; ``python -m dbosflow`` (``dbosflow.cli``) mirrors ``python -m
 runrecord``.
 """

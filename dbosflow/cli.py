@@ -1,10 +1,24 @@
 """``python -m dbosflow``: the agent flow on DBOS Transact (SQLite, no server).
 
     python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
+    python -m dbosflow loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
     python -m dbosflow resume RUN_ID
     python -m dbosflow status RUN_ID [--json]
     python -m dbosflow steps RUN_ID [--json] # DBOS's own rows for the run, as it stores them
     python -m dbosflow list
+
+``loop`` starts a run of the agent loop (``steps.loop``; ``dbosflow.loop``):
+each turn and each tool call a DBOS step, the model chooses its tools until
+it answers with no tool call, each turn recorded before any of its calls
+runs, each effect applied once. Its numbers (the turn limit, the window's
+bounds) are recorded with the run's inputs; ``resume`` and ``status``
+recognise a loop run by its workflow and need nothing more. A loop run has
+the loop's application version (``dbosflow.loop.loop_app_version``, derived
+from the loop's shape; ``DBOSFLOW_LOOP_APP_VERSION`` overrides it), so
+``loop`` and ``resume`` of a loop run recover the pending loop runs of that
+version, ``start`` and ``resume`` of a flow run the pending flow runs. The
+model is ``wiring.deps_from_env``'s (``LLM_BASE_URL``, ``LLM_MODEL``; the
+scripted offline model by default).
 
 Every command takes ``--db PATH`` (default ``$DBOSFLOW_DB`` or
 ``.state/dbosflow.db``: DBOS's system database). ``start`` and ``resume``
@@ -31,13 +45,15 @@ so the run record imports nothing of this engine.
 Exit codes, as ``python -m runrecord`` where they mean the same:
 
 ==  =====================================================================
-0   completed (start, resume, status); status of a running run; steps; list
-1   the run failed (start, resume, status): a step's error, DBOS's dead letter, a changed flow
-2   bad input, unknown run id
-3   start: RUN_ID already exists (resume it); status: parked (another application version, or another flow)
+0   completed (start, loop, resume, status); status of a running run; steps; list
+1   the run failed (start, loop, resume, status): a step's error (loop: the turn limit), DBOS's dead letter,
+    a changed flow
+2   bad input (loop: a turn limit or window bound out of range too; nothing recorded), unknown run id
+3   start, loop: RUN_ID already exists (resume it); status: parked (another application version, or another
+    flow or loop)
 4   resume: the run has failed; DBOS does not run a failed workflow again on launch
-6   resume: the run belongs to another application version, or another flow; start, resume: a pending run the
-    launch would recover was started by another flow; nothing was launched
+6   resume: the run belongs to another application version, or another flow or loop; start, loop, resume: a
+    pending run the launch would recover was started by another flow or loop; nothing was launched
 ==  =====================================================================
 """
 
@@ -90,12 +106,15 @@ def _print_status(db: Path, run_id: str) -> int:
 
 
 @asynccontextmanager
-async def _launched(db: Path) -> AsyncIterator[None]:
-    """DBOS launched in this process on ``db`` (recovering its version's pending runs) for
-    the body; the steps' clients closed and DBOS destroyed when it ends, however it ends."""
+async def _launched(db: Path, version: str | None = None) -> AsyncIterator[None]:
+    """DBOS launched in this process on ``db`` under ``version`` (the flow's by default), recovering that
+    version's pending runs, for the body; the steps' clients closed and DBOS destroyed when it ends, however
+    it ends. Both workflows are registered (the flow's and the loop's), so a run of either kind that the
+    launch recovers finds its function."""
     from dbos import DBOS
 
     from dbosflow import engine
+    from dbosflow import loop as _loop_workflow  # noqa: F401 - registers the agent loop's workflow with DBOS
     from wiring import deps_from_env
 
     env = dict(os.environ)
@@ -104,7 +123,7 @@ async def _launched(db: Path) -> AsyncIterator[None]:
     except ValueError as err:
         raise InputError(str(err)) from err
     engine.set_environment(lambda: deps_from_env(env), db, flow=engine.current_flow())
-    engine.configure(db)
+    engine.configure(db, version=version)
     await asyncio.to_thread(DBOS.launch)
     try:
         yield
@@ -144,9 +163,10 @@ def _refuse_mismatched(db: Path, version: str, recovered: list[str]) -> int | No
     if mismatch is None:
         return None
     print(f"refused: launching DBOS under application version {version!r} would recover every pending run of that "
-          f"version, and {mismatch}. DBOS would run this flow's steps against that run's record (and end it in "
+          f"version, and {mismatch}. DBOS would run this code's steps against that run's record (and end it in "
           "DBOSUnexpectedStepError), so nothing was launched. Resume it with the code that started it, or launch "
-          "under this flow's own version (unset DBOSFLOW_APP_VERSION).", file=sys.stderr, flush=True)
+          "under this code's own version (unset DBOSFLOW_APP_VERSION, or DBOSFLOW_LOOP_APP_VERSION for a loop "
+          "run).", file=sys.stderr, flush=True)
     return EXIT_VERSION
 
 
@@ -215,16 +235,70 @@ async def _cmd_start(args) -> int:
         return await _wait(db, run_id, recovered)
 
 
+def _loop_number(raw: str | None, default: int) -> int | str:
+    """A loop number as given on the command line: a whole number, or the text given (which
+    ``steps.loop.check_loop_inputs`` then refuses in its own words, saying what to give)."""
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+async def _cmd_loop(args) -> int:
+    from dbosflow import loop as dbos_loop
+    from dbosflow.status import DbosRunNotFound, read
+    from steps import loop
+    from steps.retry import rule_from_env
+
+    run_id = check_run_id(args.run_id)
+    task, email = check_task(args.task), check_email(args.email)
+    # Checked before the database is opened: refused input leaves nothing behind, not even a file.
+    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
+        _loop_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
+        _loop_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
+        _loop_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+    try:
+        rule = rule_from_env()
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    _set_flow()  # a flow run this launch recovers (a shared DBOSFLOW_*_APP_VERSION) is checked against it
+    db = _db(args)
+    try:
+        read(db, run_id)
+    except DbosRunNotFound:
+        pass
+    else:
+        print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
+              f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
+        return EXIT_EXISTS
+    version = dbos_loop.loop_app_version()
+    recovered = _pending(db, version)
+    refused = _refuse_mismatched(db, version, recovered)
+    if refused is not None:
+        return refused
+    async with _launched(db, version):
+        await dbos_loop.start_loop_run(run_id, dbos_loop.new_loop_inputs(
+            run_id, task, email, secrets.token_hex(8), rule, max_turns=max_turns, window_tokens=window_tokens,
+            window_messages=window_messages))
+        print(f"loop run {run_id} started in {db} (DBOS workflow id {run_id}, application version {version}; "
+              f"at most {max_turns} turns)", flush=True)
+        return await _wait(db, run_id, recovered)
+
+
 async def _cmd_resume(args) -> int:
     from dbosflow import engine
-    from dbosflow.status import read, version_refusal
+    from dbosflow.loop import loop_app_version
+    from dbosflow.status import is_loop, read, version_refusal
 
     run_id = check_run_id(args.run_id)
     _set_flow()
     db = _db(args)
     raw = read(db, run_id)  # unknown id: say so before launching anything
     before = raw["workflow"]
-    version = engine.app_version()
+    # A process launches under one version: the loop's for a loop run, the flow's for a flow run.
+    version = loop_app_version() if is_loop(before) else engine.app_version()
     if before.status == "SUCCESS":
         print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
         return _print_status(db, run_id)
@@ -241,7 +315,7 @@ async def _cmd_resume(args) -> int:
     refused = _refuse_mismatched(db, version, sorted(set(recovered) | {run_id}))
     if refused is not None:
         return refused
-    async with _launched(db):
+    async with _launched(db, version):
         print(f"launched DBOS (application version {version}): it recovers every pending run of that version in "
               f"{db}; run {run_id} was at dispatch {before.recovery_attempts}", flush=True)
         return await _wait(db, run_id, recovered)
@@ -298,10 +372,13 @@ def _cmd_list(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from steps import loop
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=None,
                         help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
-    parser = argparse.ArgumentParser(prog="python -m dbosflow", description="The agent flow on DBOS Transact (SQLite).")
+    parser = argparse.ArgumentParser(prog="python -m dbosflow",
+                                     description="The agent flow and the agent loop on DBOS Transact (SQLite).")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start", parents=[common], help="start a run (DBOS workflow id = RUN_ID) and wait for it")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -311,7 +388,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a parameter a step of the flow reads (e.g. amount=1250), recorded with the run; repeatable")
     p.set_defaults(func=_cmd_start)
-    p = sub.add_parser("resume", parents=[common], help="launch DBOS (recovering pending runs) and wait for RUN_ID")
+    p = sub.add_parser(
+        "loop", parents=[common],
+        help="start a run of the agent loop (DBOS workflow id = RUN_ID) and wait for it: the model chooses its "
+             "tools turn by turn",
+        description="Start a run of the agent loop (steps.loop) as a DBOS workflow and wait for it. Each turn the "
+                    "model is asked, on a window of the conversation derived from DBOS's recorded step outputs, "
+                    f"and chooses tools ({', '.join(loop.TOOL_NAMES)}); each turn and each tool call is a DBOS "
+                    "step, the turn's output recorded before any of its calls runs, each call's effect applied "
+                    "once under a key from the run, the turn and the call. The run completes when a turn asks "
+                    "for no tool (its text is the final answer) and fails when the turn limit is reached with "
+                    "tools still asked for. Resume and status take its RUN_ID like any other run's.")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
+    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
+    p.add_argument("--max-turns", default=None, metavar="N",
+                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
+                        "that still asks for tools at the limit fails the run, naming it")
+    p.add_argument("--window-tokens", default=None, metavar="N",
+                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded with "
+                        "the run, so a recovery derives the same windows")
+    p.add_argument("--window-messages", default=None, metavar="N",
+                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    p.set_defaults(func=_cmd_loop)
+    p = sub.add_parser("resume", parents=[common],
+                       help="launch DBOS (recovering pending runs of the run's version) and wait for RUN_ID")
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("status", parents=[common], help="the run in the shared status vocabulary (reads only)")

@@ -64,6 +64,10 @@ What DBOS does here, and what the lab adds:
 
 Crash points (``CRASH_AT``; the steps' own points work too): ``dbos:S:after_record``
 for each step S: DBOS has recorded S's output, the next step has not started.
+
+The agent loop (``dbosflow.loop``) runs its turns and tool calls through the
+same attempt (``_attempt``), options (``step_options``) and failure words,
+as a workflow and under an application version of its own.
 """
 
 from __future__ import annotations
@@ -72,9 +76,9 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
 from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
@@ -181,8 +185,9 @@ def _should_retry(err: BaseException) -> bool:
     return not isinstance(err, (PermanentError, InputError))
 
 
-def step_options(step: str, rule: RetryRule) -> StepOptions:
-    """DBOS's step options for ``step`` under the run's recorded ``rule``."""
+def step_options(step: str, rule: RetryRule, *, timeout_of: str | None = None) -> StepOptions:
+    """DBOS's step options for ``step`` under the run's recorded ``rule``; an attempt may take the rule's
+    timeout of ``timeout_of`` (a step of the flow whose timeout it shares), by default of ``step`` itself."""
     return {
         "name": step,
         "retries_allowed": True,
@@ -190,7 +195,7 @@ def step_options(step: str, rule: RetryRule) -> StepOptions:
         "interval_seconds": rule.initial_interval,
         "backoff_rate": rule.backoff_coefficient,
         "should_retry": _should_retry,
-        "timeout_seconds": rule.attempt_timeout_for(step),
+        "timeout_seconds": rule.attempt_timeout_for(timeout_of or step),
     }
 
 
@@ -341,7 +346,20 @@ async def agent_flow(raw: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
-async def _attempt(step: FlowStep, request: Any, run_id: str, rule: RetryRule, dispatch: int,
+class AttemptedStep(Protocol):
+    """What an attempt needs of a step: a flow's ``FlowStep``, or a step of the agent loop (``dbosflow.loop``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def effect(self) -> bool: ...
+
+    @property
+    def run(self) -> Callable[[Any, Any], Awaitable[Any]]: ...
+
+
+async def _attempt(step: AttemptedStep, request: Any, run_id: str, rule: RetryRule, dispatch: int,
                    previous_dispatch: int, ran: dict[str, int]) -> dict[str, Any]:
     """One attempt of a step, as DBOS runs it (again on each of its retries).
 
@@ -358,7 +376,7 @@ async def _attempt(step: FlowStep, request: Any, run_id: str, rule: RetryRule, d
     return {"result": to_jsonable(result), "dispatch": dispatch, "attempt": attempt}
 
 
-def _refuse_a_death_too_many(step: FlowStep, rule: RetryRule, dispatch: int, previous_dispatch: int) -> None:
+def _refuse_a_death_too_many(step: AttemptedStep, rule: RetryRule, dispatch: int, previous_dispatch: int) -> None:
     """Raise ``WorkerDeaths`` when the dispatches that died while ``step`` was next
     exceed the run's recorded limit; the ledger words it as on the other engines."""
     deaths = dispatch - previous_dispatch

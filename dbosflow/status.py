@@ -25,6 +25,13 @@ How DBOS's record maps onto the words:
   timeout or any other unexpected exception (nothing says the request was not
   sent). DBOS keeps every attempt's error when its retries are spent
   (``DBOSMaxStepRetriesExceeded.errors``), only the last one otherwise.
+- a run of the agent loop (workflow ``agent_loop``, ``dbosflow.loop``): its
+  steps are those its recorded outputs decide (``steps.loop.LoopPlan.names``:
+  every recorded turn's calls, then the next turn), a call an effect step
+  when its recorded turn asks for a tool with one; it is parked under another
+  version than the loop's (``loop_app_version``) or another loop's signature.
+  ``render`` adds the loop turn by turn (``loop_lines``): each turn's calls,
+  each call's key, status and result, the final answer.
 - the first step without a row in a pending run -> **running**: DBOS records
   neither that an attempt started nor which process is alive, so "running"
   and "waiting for a process to recover it" look the same (the note says so).
@@ -43,6 +50,7 @@ from typing import Any
 
 from dbosflow.engine import (
     RECOVERY_BACKSTOP,
+    VERSION_ENV,
     WORKFLOW_NAME,
     StepFailed,
     WorkerDeaths,
@@ -51,6 +59,16 @@ from dbosflow.engine import (
     db_url,
     flow_changed,
 )
+from dbosflow.loop import (
+    LOOP_RECOVERY_BACKSTOP,
+    LOOP_VERSION_ENV,
+    LOOP_WORKFLOW_NAME,
+    loop_app_version,
+    loop_changed,
+    no_window,
+)
+from steps import loop
+from steps.controls import printable
 from steps.errors import StepError
 from steps.limits import InputError
 from steps.plan import FlowStep, plan_signature
@@ -87,20 +105,33 @@ def _ms(value: int | None) -> str | None:
     return iso(value / 1000) if value is not None else None
 
 
-def recorded_plan(wf: Any) -> list[str] | None:
-    """The flow's signature the run's inputs recorded (``dbosflow.engine.new_inputs``); None for a run
-    started before inputs recorded it, or a status read without its inputs."""
+def recorded_inputs(wf: Any) -> dict[str, Any] | None:
+    """The run's inputs as DBOS recorded them (the workflow's one argument), or None when read without them."""
     inputs = getattr(wf, "input", None)
     args = inputs.get("args") if isinstance(inputs, dict) else None
     first = args[0] if args else None
-    plan = first.get("plan") if isinstance(first, dict) else None
+    return first if isinstance(first, dict) else None
+
+
+def recorded_plan(wf: Any) -> list[str] | None:
+    """The flow's signature the run's inputs recorded (``dbosflow.engine.new_inputs``); None for a run
+    started before inputs recorded it, or a status read without its inputs."""
+    plan = (recorded_inputs(wf) or {}).get("plan")
     return [str(entry) for entry in plan] if isinstance(plan, list) else None
+
+
+def is_loop(wf: Any) -> bool:
+    """The run is one of the agent loop (``dbosflow.loop``), by the workflow DBOS recorded it under."""
+    return getattr(wf, "name", None) == LOOP_WORKFLOW_NAME
 
 
 def plan_mismatch(raw: dict[str, Any], flow: tuple[FlowStep, ...] | None = None) -> str | None:
     """Why a process of ``flow`` (this process's, by default) would mis-resume the run, or None: the flow its
     inputs recorded differs; or, for a run recorded before inputs held it, a step DBOS recorded is not the
-    flow's step at that position (DBOS would end the run in ``DBOSUnexpectedStepError``)."""
+    flow's step at that position (DBOS would end the run in ``DBOSUnexpectedStepError``). For a loop run:
+    the loop's signature its inputs recorded differs from this code's (``dbosflow.loop.loop_changed``)."""
+    if is_loop(raw["workflow"]):
+        return loop_changed((recorded_inputs(raw["workflow"]) or {}).get("loop"))
     flow = flow or current_flow()
     recorded = recorded_plan(raw["workflow"])
     if recorded is not None:
@@ -121,17 +152,29 @@ def _steps_of(wf: Any, flow: tuple[FlowStep, ...]) -> list[tuple[str, bool]]:
 def status_of(raw: dict[str, Any], version: str | None = None,
               flow: tuple[FlowStep, ...] | None = None) -> RunEntry:
     """The run in the shared vocabulary, read by a process of ``version`` running ``flow`` (this process's:
-    ``app_version``, ``current_flow``), which decide whether it is parked."""
+    ``app_version``, ``current_flow``; for a loop run, ``loop_app_version``), which decide whether it is
+    parked."""
+    wf = raw["workflow"]
+    flow = flow or current_flow()
+    if is_loop(wf):
+        version = version or loop_app_version()
+        run_steps = loop_steps(raw)
+    else:
+        version = version or app_version(flow=flow)
+        run_steps = _steps_of(wf, flow)
+    return _status(raw, run_steps, version, flow)
+
+
+def _status(raw: dict[str, Any], run_steps: list[tuple[str, bool]], version: str,
+            flow: tuple[FlowStep, ...]) -> RunEntry:
+    """The run's entry from its steps (each with whether it has an effect) and DBOS's rows."""
     wf, rows = raw["workflow"], raw["steps"]
     run_id = wf.workflow_id
-    flow = flow or current_flow()
-    version = version or app_version(flow=flow)
     dispatches = wf.recovery_attempts or 1
     by_name = {r["function_name"]: r for r in rows}
     steps: list[StepEntry] = []
     previous = 1
     current = None
-    run_steps = _steps_of(wf, flow)
     effect_steps = {name for name, effect in run_steps if effect}
     for name, effect in run_steps:
         row = by_name.get(name)
@@ -165,8 +208,8 @@ def status_of(raw: dict[str, Any], version: str | None = None,
         return run_entry(run_id, "parked", steps, detail=version_refusal(raw, version, flow))
     mismatch = plan_mismatch(raw, flow)
     if mismatch is not None:
-        return run_entry(run_id, "parked", steps, detail=f"{mismatch}: resume it with the code, or the LAB_FLOW, "
-                                                         "that started it")
+        what = "the code" if is_loop(wf) else "the code, or the LAB_FLOW,"
+        return run_entry(run_id, "parked", steps, detail=f"{mismatch}: resume it with {what} that started it")
     active = next((s for s in steps if s["status"] == "running"), None)
     if active is not None:
         active["note"] = (f"dispatch {dispatches} of the run: DBOS records no attempt start and no owner, so a "
@@ -210,12 +253,16 @@ def version_refusal(raw: dict[str, Any], version: str, flow: tuple[FlowStep, ...
     wf = raw["workflow"]
     started = (f"started under application version {wf.app_version!r}; this code is {version!r}. DBOS recovers "
                "a pending run only in a process of its own version")
-    command = f"DBOSFLOW_APP_VERSION={wf.app_version} python -m dbosflow resume {wf.workflow_id}"
+    env = LOOP_VERSION_ENV if is_loop(wf) else VERSION_ENV
+    command = f"{env}={wf.app_version} python -m dbosflow resume {wf.workflow_id}"
     mismatch = plan_mismatch(raw, flow)
+    if mismatch is None and is_loop(wf):
+        return f"{started}, and this code's agent loop is the run's: run `{command}`, or keep it parked"
     if mismatch is None:
         return f"{started}, and this code's flow is the run's: run `{command}`, or keep it parked"
-    return (f"{started}, and a process of this code would mis-resume it ({mismatch}): resume it with the code, "
-            f"or the LAB_FLOW, that started it (there: `{command}`), or keep it parked")
+    what = "the code" if is_loop(wf) else "the code, or the LAB_FLOW,"
+    return (f"{started}, and a process of this code would mis-resume it ({mismatch}): resume it with {what} "
+            f"that started it (there: `{command}`), or keep it parked")
 
 
 def _run_error(wf, current: str | None, dispatches: int, steps: list[StepEntry], effect_steps: set[str]) -> str:
@@ -226,7 +273,8 @@ def _run_error(wf, current: str | None, dispatches: int, steps: list[StepEntry],
                 s["status"] = "in_doubt" if step in effect_steps else "failed"
                 s["last_error"] = "the process running it died"
         return (f"step {step} failed after {dispatches - 1} dispatch(es) died: worker died {dispatches - 1} times "
-                f"(DBOS's own limit, {RECOVERY_BACKSTOP} recoveries per run, the backstop behind the run's "
+                f"(DBOS's own limit, {LOOP_RECOVERY_BACKSTOP if is_loop(wf) else RECOVERY_BACKSTOP} recoveries "
+                "per run, the backstop behind the run's "
                 f"per-step rule; it moved the run to MAX_RECOVERY_ATTEMPTS_EXCEEDED, its dead letter; "
                 f"DBOS.resume_workflow would run it again from there)")
     if wf.status == "CANCELLED":
@@ -244,7 +292,88 @@ def dumps(status: RunEntry) -> str:
 def render(status: RunEntry, raw: dict[str, Any]) -> str:
     wf = raw["workflow"]
     lines = [render_table(status)]
-    lines.append(f"  DBOS: workflow {wf.workflow_id} ({WORKFLOW_NAME}) {wf.status}, application version "
+    if is_loop(wf):
+        lines.extend(printable(line) for line in loop_lines(raw, status))
+    workflow = LOOP_WORKFLOW_NAME if is_loop(wf) else WORKFLOW_NAME
+    lines.append(f"  DBOS: workflow {wf.workflow_id} ({workflow}) {wf.status}, application version "
                  f"{wf.app_version}, executor {wf.executor_id}, dispatches (recovery_attempts) {wf.recovery_attempts}, "
                  f"{len(raw['steps'])} step row(s)")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the agent loop's runs
+
+
+def _outputs(raw: dict[str, Any]) -> dict[str, Any]:
+    """Each step's recorded result (the lab's output around it: ``{"result", "dispatch", "attempt"}``), by name."""
+    return {r["function_name"]: r["output"]["result"] for r in raw["steps"]
+            if r["error"] is None and isinstance(r["output"], dict) and "result" in r["output"]}
+
+
+def loop_steps(raw: dict[str, Any]) -> list[tuple[str, bool]]:
+    """A loop run's steps so far, each with whether it has an effect: those its recorded outputs decide
+    (``steps.loop.LoopPlan.names``: the recorded ones, then the calls and the next turn a recorded turn
+    adds), an effect read from the recorded turn's call (``steps.loop.EFFECT_OF_TOOL``)."""
+    results = _outputs(raw)
+    names = loop.LoopPlan(loop.LoopInputs(raw["workflow"].workflow_id, "", ""), no_window).names(results)
+    out = []
+    for name in names:
+        turn, index = loop.parse_step(name)
+        recorded_turn = results.get(loop.turn_step(turn)) if index is not None else None
+        calls = recorded_turn.get("calls") or [] if isinstance(recorded_turn, dict) else []
+        call = loop.as_call(calls[index]) if index is not None and index < len(calls) else None
+        out.append((name, call is not None and call.name in loop.EFFECT_OF_TOOL))
+    return out
+
+
+def loop_call_keys(raw: dict[str, Any]) -> dict[str, str]:
+    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key
+    (``steps.loop.tool_key`` of the recorded turn: the key every attempt of that call sends)."""
+    run_id = raw["workflow"].workflow_id
+    keys: dict[str, str] = {}
+    for name, result in _outputs(raw).items():
+        turn, index = loop.parse_step(name)
+        if index is None:
+            for i, call in enumerate(loop.as_call(c) for c in result.get("calls") or ()):
+                if call.name in loop.EFFECT_OF_TOOL:
+                    keys[loop.call_step(turn, i)] = loop.tool_key(run_id, turn, i, call.id)
+    return keys
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def loop_lines(raw: dict[str, Any], status: RunEntry) -> list[str]:
+    """A loop run turn by turn: what each turn asked for, each call's arguments, key, status and result (as
+    the model got it back), and the final answer. Run data: the caller escapes each line for the terminal."""
+    numbers = recorded_inputs(raw["workflow"]) or {}
+    results = _outputs(raw)
+    keys = loop_call_keys(raw)
+    lines = [f"  the agent loop: at most {numbers.get('max_turns')} turns; window of at most "
+             f"{numbers.get('window_tokens')} tokens and {numbers.get('window_messages')} messages, derived from "
+             "DBOS's recorded step outputs for each turn"]
+    calls: list[loop.AskedCall] = []
+    for entry in status["steps"]:
+        name = entry["name"]
+        turn, index = loop.parse_step(name)
+        shown = entry["status"] + (f", attempt {entry['attempts']}" if entry["attempts"] > 1 else "")
+        if index is None:
+            if name not in results:
+                lines.append(f"  turn {turn}: {shown}")
+                continue
+            calls = [loop.as_call(c) for c in results[name].get("calls") or ()]
+            asked = ", ".join(c.name for c in calls) if calls else "no tool: the final answer"
+            lines.append(f"  turn {turn}: asked for {asked}")
+            continue
+        call = calls[index]
+        lines.append(f"    call {index} {call.name} {_clip(call.arguments, 100)}")
+        key = keys.get(name)
+        lines.append(f"      key {key}" if key else "      no key: no effect (read-only, or not a tool)")
+        if name in results:
+            shown += f": {results[name].get('status')} {_clip(str(results[name].get('content')))}"
+        lines.append(f"      {shown}")
+    answer = loop.LoopPlan.final_answer(results)
+    if answer is not None:
+        lines.append(f"  final answer: {_clip(answer, 400)}")
+    return lines

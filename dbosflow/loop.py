@@ -1,0 +1,349 @@
+"""The agent loop (``steps.loop``) as a DBOS workflow: each turn a DBOS step, each tool call a DBOS step.
+
+What the run record and Temporal do for the loop, DBOS does here with its own
+record, the rows of ``operation_outputs``:
+
+- **One workflow per run** (``agent_loop``), DBOS workflow id = RUN_ID. Its
+  inputs, recorded by DBOS with the workflow: the task, the customer's
+  address, the start id, the run's retry rule (``steps.retry``), its numbers
+  (the turn limit, the window's bounds: ``steps.loop.LoopInputs``) and the
+  loop's signature (``loop_signature``).
+- **Each turn is a step** named ``turn-<n>`` running ``steps.loop.model_turn``,
+  and **each tool call a step** named ``turn-<n>/call-<i>`` running
+  ``steps.loop.run_tool``, in the model's order, one after the other. DBOS
+  writes a step's output after it returns, so a turn's answer is recorded
+  before any of its calls starts; the steps that follow are decided from the
+  recorded outputs by ``steps.loop.LoopPlan.after`` (a turn adds its calls,
+  then the next turn; a turn without calls ends the run: its text is the
+  answer). A call's request is ``steps.loop.tool_request`` of the recorded
+  turn: its key comes from the run id, the turn, the call's place and a
+  digest of the call's id (``steps.loop.tool_key``).
+- **DBOS's recorded outputs are the truth on recovery.** A recovered workflow
+  walks the loop again from the top (``LoopWalk``): every step with a row
+  returns its recorded output without running, so a recorded turn is never
+  asked again and a recorded call never runs again, and the walk reaches the
+  first step without a row with the same requests the first dispatch built.
+  DBOS checks the recorded name at every position against the walk's: a
+  recorded turn can only be followed by the steps it decided.
+- **The prompt is derived, never stored.** Each turn's window is memory's
+  window (``memory.DerivedWindow``) of the run's messages in order (the system
+  instructions, pinned; the task; every recorded turn and tool result:
+  ``steps.loop.turn_message``, ``result_message``) under the bounds the run
+  recorded. ``LoopWalk`` appends each recorded output's message as the walk
+  passes it, so the window of turn n is the one ``LoopPlan.request`` derives
+  from the outputs before it (tests/test_loop_dbos.py checks it), without
+  deriving the whole conversation again for every turn of a replay. DBOS
+  keeps no window: a recovery derives the same windows from the same rows.
+- **Retries as for the flow's steps** (``dbosflow.engine.step_options``): the
+  run's recorded rule gives DBOS's attempt count and backoff; a
+  ``PermanentError`` fails at once; a turn's attempt may take the rule's model
+  timeout (the draft's), a call's the provider's (the email's). A turn the
+  model step refuses (the turn limit, naming itself; a malformed answer) or a
+  step whose retries are spent ends the run in ERROR (``StepFailed``, naming
+  the step): terminal, as on the other engines. A step whose dispatches died
+  more often than the run's rule allows fails as a flow's step does
+  (``dbosflow.engine.WorkerDeaths``).
+- **An application version of the loop's own** (``loop_version_of``:
+  ``LOOP_VERSION_LABEL`` + ``+`` + a digest of ``loop_signature``, how the
+  loop names and orders its steps, derives its keys, and which tools it has
+  with their effects and fields; ``DBOSFLOW_LOOP_APP_VERSION`` overrides it).
+  A changed loop is another version: DBOS recovers its runs only in a process
+  of their version, and ``python -m dbosflow`` shows them parked and refuses
+  to resume them (exit 6). The flow's runs keep the flow's version
+  (``dbosflow.engine.app_version``): a process launches under one version, so
+  ``loop`` and ``resume`` of a loop run recover pending loop runs, ``start``
+  and ``resume`` of a flow run pending flow runs. A dispatch whose recorded
+  signature differs from this code's (under an overridden version) fails
+  before any step.
+
+Crash points (``CRASH_AT``), besides the step functions' ``turn:after_answer``
+and ``tool:<name>:after_effect``, each reached only by a step this dispatch
+ran (never while it walks recorded outputs):
+
+=========================  ===========================================================
+``dbos:loop:between_calls``  a call's output is written and another call of the same
+                             turn follows, not started
+``dbos:loop:after_turn``     a turn's last call's output is written; the next turn
+                             not asked
+=========================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID
+from dbos import error as dbos_errors
+
+from dbosflow.engine import (
+    _SAY,
+    StepFailed,
+    _attempt,
+    _failure,
+    dispatch_of,
+    step_options,
+)
+from memory import DerivedWindow, MemoryInputError, MemoryPolicy
+from steps import loop
+from steps.controls import printable
+from steps.crashpoints import crash_point
+from steps.errors import PermanentError
+from steps.limits import InputError
+from steps.retry import MOST_WORKER_DEATHS, RetryRule
+
+LOOP_WORKFLOW_NAME = "agent_loop"
+LOOP_VERSION_LABEL = "agentlab-loop-1"
+"""The loop's application version's label: the digest of ``loop_signature`` follows it (``loop_version_of``)."""
+LOOP_VERSION_ENV = "DBOSFLOW_LOOP_APP_VERSION"
+TURN_TIMEOUT_OF = "draft"
+TOOL_TIMEOUT_OF = "send_confirmation"
+"""Whose attempt timeout in the run's rule a turn's and a call's attempts take (as on Temporal,
+``workflows.agent_loop``): a turn is a model call, as the draft is; a call is a provider request."""
+MOST_LOOP_STEPS = loop.MAX_TURNS_LIMIT * (1 + loop.MAX_CALLS_PER_TURN)
+LOOP_RECOVERY_BACKSTOP = MOST_LOOP_STEPS * MOST_WORKER_DEATHS + 1
+"""DBOS's own ``max_recovery_attempts`` for loop runs (fixed per process, so not a run's number): above the
+most dispatches any recorded rule lets a loop run reach (every step of the longest loop at the highest death
+limit, then one death more). The run's own per-step limit always decides first; every dispatch is a launch
+someone ran, so nothing recovers forever."""
+
+
+# ------------------------------------------------------------------ the loop's shape and version
+
+
+def loop_signature() -> tuple[str, ...]:
+    """What identifies the loop's shape to a run in flight, computed from ``steps.loop`` itself: the steps
+    a turn with two calls then a final turn decide (how steps are named and follow one another), a call's
+    key for fixed values (how keys derive), and each tool with its effect kind and fields. Not the system
+    prompt nor the text rules: a change there asks the next turn otherwise, and replays what is recorded."""
+    two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
+    names = loop.LoopPlan(loop.LoopInputs("run", "task", "a@example.com"), no_window).names(
+        {loop.turn_step(1): two_calls, loop.turn_step(2): {"calls": []}})
+    tools = [f"tool {name}:{loop.EFFECT_OF_TOOL.get(name) or ''}:"
+             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
+             for name, fields in loop.TOOL_FIELDS.items()]
+    return ("steps " + " ".join(names), "key " + loop.tool_key("run", 1, 0, "call"), *tools)
+
+
+def no_window(inputs: loop.LoopInputs, messages: Any) -> list[loop.Chat]:
+    """A ``steps.loop.WindowOf`` for a plan asked only which steps it decides (``LoopPlan.names``), never a
+    turn's request."""
+    return []
+
+
+def loop_digest(signature: tuple[str, ...] | None = None) -> str:
+    return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
+
+
+def loop_version_of(signature: tuple[str, ...] | None = None) -> str:
+    """The application version of the loop of ``signature`` (this code's by default)."""
+    return f"{LOOP_VERSION_LABEL}+{loop_digest(signature)}"
+
+
+LOOP_APP_VERSION = loop_version_of()
+"""This code's loop's application version."""
+
+
+def loop_app_version(env: Mapping[str, str] | None = None) -> str:
+    """The version a process that runs loop runs launches under: ``DBOSFLOW_LOOP_APP_VERSION`` if set, else
+    ``LOOP_APP_VERSION``."""
+    env = os.environ if env is None else env
+    return (env.get(LOOP_VERSION_ENV) or "").strip() or LOOP_APP_VERSION
+
+
+def loop_changed(recorded: Any) -> str | None:
+    """Why this code cannot run a loop run whose inputs recorded the signature ``recorded``, or None."""
+    code = list(loop_signature())
+    if recorded is None or list(recorded) == code:
+        return None
+    return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
+            f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")
+
+
+def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: RetryRule, *, max_turns: int,
+                    window_tokens: int, window_messages: int, created_at: float | None = None) -> dict[str, Any]:
+    """A new loop run's inputs, as DBOS records them (numbers checked by the caller:
+    ``steps.loop.check_loop_inputs``)."""
+    return {"run_id": run_id, "task": task, "email": email, "start_id": start_id,
+            "created_at": time.time() if created_at is None else created_at, "retry_rule": rule.to_dict(),
+            "max_turns": max_turns, "window_tokens": window_tokens, "window_messages": window_messages,
+            "loop": list(loop_signature())}
+
+
+def loop_inputs(raw: Mapping[str, Any]) -> loop.LoopInputs:
+    """The ``steps.loop.LoopInputs`` of a loop run's recorded inputs."""
+    return loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
+                           int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+
+
+# ------------------------------------------------------------------ the walk
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """A step of the loop as ``dbosflow.engine._attempt`` runs it: its name, function and whether it has an
+    external effect (a call of a tool with one, read from the recorded turn, never from the name)."""
+
+    name: str
+    run: Callable[[Any, Any], Awaitable[Any]]
+    effect: bool = False
+
+
+class LoopWalk:
+    """The loop's steps in order, decided from their recorded outputs (``LoopPlan.after``), each step's
+    request built from the inputs and the outputs before it, the window appended to as outputs are passed.
+
+    Pure: no clock, no I/O. The workflow asks ``next_step``, ``request``, then ``record``s the step's output
+    (DBOS's recorded one, or the one it has just written) and asks again until ``next_step`` is None."""
+
+    def __init__(self, inputs: loop.LoopInputs) -> None:
+        self.inputs = inputs
+        self.results: dict[str, Any] = {}
+        self._ahead: list[str] = [loop.LoopPlan.first()]
+        self._window = DerivedWindow(MemoryPolicy(max_tokens=inputs.window_tokens,
+                                                  max_messages=inputs.window_messages))
+        self._broken: str | None = None
+        self._turn: Any = None  # the newest recorded turn's output
+        self._add(loop.system_message(), pin=True)
+        self._add(loop.task_message(inputs))
+
+    def _add(self, message: tuple[str, loop.Chat], *, pin: bool = False) -> None:
+        if self._broken is not None:
+            return
+        try:
+            self._window.add(message[0], message[1], pin=pin)
+        except MemoryInputError as err:
+            # The same outputs give the same refusal on every dispatch: the next turn fails, naming why.
+            self._broken = (f"the window of the next turn cannot be built from the record: {err}. Start the run "
+                            "again with larger --window-tokens / --window-messages")
+
+    def next_step(self) -> str | None:
+        return self._ahead[0] if self._ahead else None
+
+    def step(self, name: str) -> LoopStep:
+        turn, index = loop.parse_step(name)
+        if index is None:
+            return LoopStep(name, loop.model_turn)
+        call = loop.as_call(self.results[loop.turn_step(turn)]["calls"][index])
+        return LoopStep(name, loop.run_tool, call.name in loop.EFFECT_OF_TOOL)
+
+    def request(self, name: str) -> loop.TurnRequest | loop.ToolRequest:
+        """Step ``name``'s request; a turn whose window memory could not take is a ``PermanentError``."""
+        turn, index = loop.parse_step(name)
+        if index is None:
+            if self._broken is not None:
+                raise PermanentError(self._broken)
+            return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns)
+        return loop.tool_request(self.inputs, turn, index, loop.as_call(self._turn["calls"][index]))
+
+    def record(self, name: str, result: Any) -> None:
+        """Step ``name``'s output: its message joins the window, the steps it decides join the walk."""
+        if name != self.next_step():
+            raise ValueError(f"the walk is at {self.next_step()!r}, not {name!r}")
+        self._ahead.pop(0)
+        self.results[name] = result
+        turn, index = loop.parse_step(name)
+        if index is None:
+            self._turn = result
+            self._add(loop.turn_message(result))
+        else:
+            self._add(loop.result_message(self._turn, result))
+        self._ahead.extend(loop.LoopPlan.after(name, result))
+
+    def point_after(self, name: str) -> str | None:
+        """The engine's crash point once ``name``'s output is written (``record``ed): ``dbos:loop:between_calls``
+        when another call of its turn follows, ``dbos:loop:after_turn`` after a turn's last call; None after a
+        turn (its first call's own points follow)."""
+        if loop.parse_step(name)[1] is None:
+            return None
+        following = self.next_step()
+        if following is not None and loop.parse_step(following)[1] is not None:
+            return "dbos:loop:between_calls"
+        return "dbos:loop:after_turn"
+
+    @property
+    def answer(self) -> str | None:
+        return loop.LoopPlan.final_answer(self.results)
+
+
+def outcome(name: str, result: Any) -> str:
+    """A few words on what a step recorded, for its line: what a turn asks for, or a call's status."""
+    if loop.parse_step(name)[1] is None:
+        calls = [loop.as_call(c).name[:64] for c in result.get("calls") or ()]
+        return f"asks for {', '.join(calls)}" if calls else "the final answer"
+    return f"{str(result.get('name', ''))[:64]} {result.get('status')}"
+
+
+# ------------------------------------------------------------------ the workflow
+
+
+@DBOS.workflow(name=LOOP_WORKFLOW_NAME, max_recovery_attempts=LOOP_RECOVERY_BACKSTOP)
+async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
+    """Walk the loop to its end; returns ``{"answer", "turns", "steps"}``. See the module docstring."""
+    run_id = raw["run_id"]
+    changed = loop_changed(raw.get("loop"))
+    if changed is not None:
+        # Before any step: walking another loop's steps against this run's rows would mis-resume it.
+        raise StepFailed(f"run {run_id} was not resumed: {changed}. Resume it with the code that started it")
+    inputs = loop_inputs(raw)
+    rule = RetryRule.from_dict(raw.get("retry_rule"))
+    dispatch = await asyncio.to_thread(dispatch_of, run_id)
+    walk = LoopWalk(inputs)
+    previous_dispatch = 1
+    while (name := walk.next_step()) is not None:
+        step = walk.step(name)
+        ran = {"attempts": 0}
+        try:
+            request = walk.request(name)
+        except PermanentError as err:
+            raise StepFailed(f"step {name} failed before its first attempt: {err.message}") from None
+        try:
+            options = step_options(name, rule, timeout_of=TOOL_TIMEOUT_OF if "/" in name else TURN_TIMEOUT_OF)
+            recorded = await DBOS.run_step_async(options, _attempt, step, request, run_id, rule, dispatch,
+                                                 previous_dispatch, ran)
+        except (PermanentError, InputError, dbos_errors.DBOSMaxStepRetriesExceeded) as err:
+            # The step's own failure, recorded by DBOS in the step's row. DBOS's errors about the workflow
+            # itself (a recorded step name that differs, a cancellation) pass.
+            raise StepFailed(_failure(name, err, ran["attempts"] + dispatch - previous_dispatch)) from None
+        result = recorded["result"]
+        walk.record(name, result)
+        previous_dispatch = recorded["dispatch"]
+        if ran["attempts"]:  # executed in this dispatch, not read back from DBOS's record
+            _SAY[0](printable(f"  {time.strftime('%H:%M:%S')} {name}: completed (attempt {recorded['attempt']}): "
+                              f"{outcome(name, result)}"))
+            point = walk.point_after(name)
+            if point is not None:
+                crash_point(point)
+    turns = sum(1 for n in walk.results if "/" not in n)
+    return {"answer": walk.answer, "turns": turns, "steps": len(walk.results)}
+
+
+async def start_loop_run(run_id: str, raw: dict[str, Any]) -> Any:
+    """Start the loop workflow under ``run_id`` (DBOS's workflow id); a handle."""
+    with SetWorkflowID(run_id):
+        return await DBOS.start_workflow_async(agent_loop, raw)
+
+
+__all__ = [
+    "LOOP_APP_VERSION",
+    "LOOP_RECOVERY_BACKSTOP",
+    "LOOP_VERSION_ENV",
+    "LOOP_VERSION_LABEL",
+    "LOOP_WORKFLOW_NAME",
+    "LoopStep",
+    "LoopWalk",
+    "agent_loop",
+    "loop_app_version",
+    "loop_changed",
+    "loop_inputs",
+    "loop_signature",
+    "loop_version_of",
+    "new_loop_inputs",
+    "no_window",
+    "start_loop_run",
+]

@@ -1,0 +1,271 @@
+"""The agent loop on DBOS (``python -m dbosflow loop``), proved with real processes: the provider (which counts
+effects and order lookups), the model stand-in (``lab.model_standin``, reached through ``LLM_BASE_URL``, which
+counts every request by run and turn), and ``python -m dbosflow`` processes killed by SIGKILL at each crash
+point of the loop, then resumed (DBOS's recovery on launch) without it.
+
+The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
+a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
+4 carry two calls). In every kill test: each effect applied once at the provider (2 refunds, 2 emails, 1
+ticket), no recorded turn asked again (the stand-in's count), the run completed.
+
+In process, no DBOS launched: the walk's windows are the ones ``LoopPlan.request`` derives from the recorded
+outputs, and a changed loop is another application version.
+
+Skipped, saying why, when the optional extra is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("dbos",
+                    reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
+
+from dbosflow import loop as dbos_loop  # noqa: E402
+from dbosflow import status as dbos_status  # noqa: E402
+from drafting import ScriptedModel  # noqa: E402
+from lab.model_standin import start_model_standin  # noqa: E402
+from lab.processes import REPO  # noqa: E402
+from memory import MemoryPolicy, derive_window  # noqa: E402
+from providerclient import fetch_effects, lookup_counts, seed_orders  # noqa: E402
+from steps import loop  # noqa: E402
+from steps.models import to_jsonable  # noqa: E402
+from steps.startedline import started_steps  # noqa: E402
+from tests.support import wait_exit  # noqa: E402
+
+ORDERS = {"A-1001": 2500, "B-2002": 1200}
+TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
+CUSTOMER = "ada@example.com"
+TURNS = 6
+
+
+# ---------------------------------------------------------------- the parts
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    """The model stand-in as its own process, shared by the module's tests: it counts by run id, and each
+    test has its own."""
+    proc, url = start_model_standin()
+    try:
+        yield url
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def loop_procs(dbos_procs, provider, standin):
+    """``python -m dbosflow ...`` on this test's database and provider, its model the stand-in; the task's
+    orders seeded at the provider."""
+    seed_orders(provider.url, ORDERS)
+
+    def start(*args: str, crash_at: str | None = None, env: dict | None = None):
+        return dbos_procs(*args, crash_at=crash_at, env={"LLM_BASE_URL": standin, "LLM_MODEL": "scripted",
+                                                         **(env or {})})
+
+    start.db = dbos_procs.db  # type: ignore[attr-defined]
+    return start
+
+
+def turns_asked(standin: str, run_id: str) -> dict[str, int]:
+    """How many times the stand-in was asked each turn of ``run_id`` (the witness: not the engine's word)."""
+    return dict(httpx.get(f"{standin}/counts", params={"run": run_id}, timeout=5).json()["turns"])
+
+
+def read(db, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DBOS's rows for the run, and its status from them (what ``status --json`` prints), read in process."""
+    raw = dbos_status.read(db, run_id)
+    return raw, dbos_status.status_of(raw)
+
+
+def outputs(raw: dict[str, Any]) -> dict[str, Any]:
+    """Each recorded step's result, by name: DBOS's record of the run."""
+    return {r["function_name"]: r["output"]["result"] for r in raw["steps"] if r["error"] is None}
+
+
+def assert_each_effect_once(provider_url: str, run_id: str) -> list[Any]:
+    effects = fetch_effects(provider_url, run_id=run_id)
+    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
+    assert kinds == {"refund": 2, "email": 2, "ticket": 1}, effects
+    assert all(e.effects_applied == 1 for e in effects), effects
+    return effects
+
+
+# ---------------------------------------------------------------- kills at each crash point
+
+
+# point -> (the step the kill leaves next, the turns asked twice)
+CRASHES = {
+    "turn:after_answer": ("turn-1", {"1"}),
+    "tool:issue_refund:after_effect": ("turn-2/call-0", set()),
+    "dbos:loop:between_calls": ("turn-2/call-1", set()),
+    "dbos:loop:after_turn": ("turn-2", set()),
+}
+
+
+@pytest.mark.parametrize("point", list(CRASHES))
+def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_procs, standin, provider, run_id):
+    at, asked_twice = CRASHES[point]
+    first = loop_procs("loop", run_id, TASK, "--email", CUSTOMER, crash_at=point)
+    assert wait_exit(first, timeout=90) == -9, first.output()
+    assert f"CRASH_AT={point}" in first.output()
+    before = turns_asked(standin, run_id)
+
+    # At the kill, DBOS holds a row for every step that returned, and the steps decided are the plan's of
+    # those rows: every recorded turn's calls, then the next turn.
+    raw, status = read(loop_procs.db, run_id)
+    results = outputs(raw)
+    names = [s["name"] for s in status["steps"]]
+    plan = loop.LoopPlan(dbos_loop.loop_inputs(dbos_status.recorded_inputs(raw["workflow"]) or {}), dbos_loop.no_window)
+    assert names == plan.names(results), names
+    assert status["status"] == "running" and status["current_step"] == at, status
+    assert [n for n in names if n in results] == names[:names.index(at)], (names, list(results))
+    recorded_turns = {n for n in results if "/" not in n}
+    if point == "tool:issue_refund:after_effect":
+        # The turn that asked for the refund is recorded; the refund was applied and its output never written.
+        assert names == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1", "turn-3"], names
+        key = loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+        assert [(e.kind, e.key, e.effects_applied) for e in fetch_effects(provider.url, run_id=run_id)] == [
+            ("refund", key, 1)]
+        shown = loop_procs("status", run_id)
+        assert wait_exit(shown, timeout=60) == 0, shown.output()
+        assert "turn 2: asked for issue_refund, send_email" in shown.output(), shown.output()
+        assert f"key {key}" in shown.output(), shown.output()
+    if point == "dbos:loop:between_calls":
+        # The refund's output is written; the email was never sent.
+        assert results["turn-2/call-0"]["kind"] == "refund" and "turn-2/call-1" not in results
+        assert not [e for e in fetch_effects(provider.url, run_id=run_id) if e.kind == "email"]
+    if point == "dbos:loop:after_turn":
+        assert before == {"1": 1}, before  # turn 2 decided by the record, never asked
+        # A process of another loop (another application version) leaves the run alone: parked, not resumed.
+        parked = dbos_status.status_of(raw, version="agentlab-loop-0+other")
+        assert parked["status"] == "parked" and dbos_loop.LOOP_APP_VERSION in (parked["detail"] or ""), parked
+        other = loop_procs("resume", run_id, env={dbos_loop.LOOP_VERSION_ENV: "agentlab-loop-0+other"})
+        assert wait_exit(other, timeout=60) == 6, other.output()
+        assert f"{dbos_loop.LOOP_VERSION_ENV}={dbos_loop.LOOP_APP_VERSION}" in other.output(), other.output()
+        assert "started: run" not in other.output()
+
+    second = loop_procs("resume", run_id)
+    assert wait_exit(second, timeout=90) == 0, second.output()
+    # Recovery walks the recorded outputs and starts at the first step without one; no recorded step runs.
+    ran = started_steps(second.output())
+    assert ran[0] == at and not set(results) & set(ran), ran
+    raw, status = read(loop_procs.db, run_id)
+    assert status["status"] == "completed", status
+    assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
+    assert status["steps"][-1]["result"]["content"].startswith("Done: I handled 2 orders"), status["steps"][-1]
+    assert raw["workflow"].output["answer"] == status["steps"][-1]["result"]["content"]
+    # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
+    assert {n: r for n, r in outputs(raw).items() if n in results} == results
+    # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
+    # recorded (the kill's count for the recorded turns is the final one).
+    asked = turns_asked(standin, run_id)
+    assert asked == {str(t): 2 if str(t) in asked_twice else 1 for t in range(1, TURNS + 1)}, asked
+    assert all(asked[t] == n for t, n in before.items() if f"turn-{t}" in recorded_turns), (before, asked)
+    # The provider: each effect once; the refund the kill interrupted was requested twice, replayed once.
+    effects = assert_each_effect_once(provider.url, run_id)
+    requests = {e.key: e.requests for e in effects}
+    twice = [k for k, n in requests.items() if n == 2]
+    assert twice == ([loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])]
+                     if point == "tool:issue_refund:after_effect" else []), requests
+    assert lookup_counts(provider.url, run_id)["lookups"] == 2
+
+
+# ---------------------------------------------------------------- the command's edges
+
+
+def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, run_id):
+    run = loop_procs("loop", run_id, TASK, "--email", CUSTOMER, "--max-turns", "3")
+    assert wait_exit(run, timeout=90) == 1, run.output()
+    shown = loop_procs("status", run_id, "--json")
+    assert wait_exit(shown, timeout=60) == 1, shown.output()
+    status = json.loads(shown.output()[shown.output().index("{"):])
+    assert status["status"] == "failed" and status["current_step"] == "turn-3", status
+    assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
+                                      "still asked for tools (lookup_order) at turn 3; none of them ran"), status
+    assert "Start the run with a higher turn limit" in status["error"]
+    assert status["steps"][-1]["name"] == "turn-3" and status["steps"][-1]["status"] == "failed", status
+    # What the turns before the limit did stays done, once; turn 3's calls never ran.
+    assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
+    refused = loop_procs("resume", run_id)
+    assert wait_exit(refused, timeout=60) == 4, refused.output()
+    assert "does not run a failed workflow again" in refused.output() and "started: run" not in refused.output()
+    assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
+
+
+def test_bad_loop_input_is_refused_with_nothing_recorded(tmp_path):
+    db = tmp_path / "dbosflow.db"
+    env = {**os.environ, "DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "CRASH_AT": ""}
+    cases = [
+        (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
+        (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
+        (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
+        (["--email", "not-an-address"], "malformed"),
+    ]
+    procs = [subprocess.Popen([sys.executable, "-m", "dbosflow", "loop", "r-1", TASK, "--email", CUSTOMER, *extra],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for extra, _ in cases]  # side by side: each refusal is a process start, nothing more
+    for proc, (extra, expected) in zip(procs, cases, strict=True):
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, (extra, out, err)
+        assert expected in err and "started" not in out, (extra, out, err)
+    assert not db.exists()  # refused before DBOS's database was opened: nothing recorded, not even a file
+
+
+# ---------------------------------------------------------------- in process
+
+
+def test_the_walk_asks_each_turn_with_the_window_loop_plan_derives_from_the_record():
+    """``LoopWalk`` appends each output's message as it passes it; its window of every turn is the one
+    ``LoopPlan.request`` derives from all the outputs before that turn, under the run's bounds, also once
+    the window has left messages out."""
+    orders = {f"C-{1000 + i}": 1000 + i for i in range(5)}  # 2 * 5 + 2 = 12 turns
+    inputs = loop.LoopInputs("walk-1", "Refund these broken orders: " + ", ".join(orders) + ".", CUSTOMER,
+                             max_turns=20, window_tokens=600, window_messages=6)
+    policy = MemoryPolicy(max_tokens=inputs.window_tokens, max_messages=inputs.window_messages)
+    plan = loop.LoopPlan(inputs, lambda i, messages: derive_window(policy, messages))
+    model = ScriptedModel()
+    walk = dbos_loop.LoopWalk(inputs)
+    left_out = False
+    while (name := walk.next_step()) is not None:
+        request = walk.request(name)
+        assert request == plan.request(name, walk.results), name
+        if isinstance(request, loop.TurnRequest):
+            left_out = left_out or len(request.window) < len(plan.messages(walk.results, upto=name))
+            answer = model.answer(request.window)
+            result: Any = loop.TurnResult(request.turn, answer.content, list(answer.tool_calls), model.name,
+                                          len(request.window))
+        else:
+            assert isinstance(request, loop.ToolRequest)
+            args = json.loads(request.call.arguments)
+            content = ({"order_id": args["order_id"], "total": orders[args["order_id"]], "refunded": 0}
+                       if request.call.name == "lookup_order" else {"done": request.call.name})
+            result = loop.ToolResult(request.turn, request.index, request.call.name, "ok", json.dumps(content),
+                                     request.idempotency_key)
+        walk.record(name, to_jsonable(result))
+    assert left_out, "the bounds never left a message out: the test proves less than it says"
+    assert len([n for n in walk.results if "/" not in n]) == 12
+    assert walk.answer is not None and walk.answer.startswith("Done: I handled 5 orders")
+
+
+def test_a_changed_loop_is_another_application_version(monkeypatch):
+    """The loop's version is derived from its shape: a tool added, or an effect changed, is another version
+    (DBOS recovers a run only in a process of its own), and a run recorded by the other loop is refused."""
+    before, signature = dbos_loop.loop_version_of(), dbos_loop.loop_signature()
+    assert before == dbos_loop.LOOP_APP_VERSION and before.startswith(dbos_loop.LOOP_VERSION_LABEL + "+")
+    monkeypatch.setitem(loop.EFFECT_OF_TOOL, "lookup_order", "refund")
+    assert dbos_loop.loop_version_of() != before
+    assert "was started by an agent loop" in (dbos_loop.loop_changed(list(signature)) or "")
+    monkeypatch.undo()
+    monkeypatch.setitem(loop.TOOL_FIELDS, "cancel_order", (("order_id", "string", True, "line", 64),))
+    assert dbos_loop.loop_version_of() != before
+    monkeypatch.undo()
+    assert dbos_loop.loop_version_of() == before and dbos_loop.loop_changed(list(signature)) is None
