@@ -26,6 +26,11 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
+## loop-demo: an agent loop killed right after a refund and resumed, on Temporal and the run record; each effect once
+.PHONY: loop-demo
+loop-demo: $(STAMP)
+	$(PY) -m lab.loop_demo
+
 ## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table, and its picture in .state/scenario.html
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario --html .state/scenario.html

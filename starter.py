@@ -1,6 +1,8 @@
 """Starts, attaches to and inspects runs of the agent flow.
 
     python starter.py start RUN_ID "TASK" --email ADDR [--conversation ID] [--wait] [--json]
+    python starter.py loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
+                      [--history-bound N] [--orders ORDER=CENTS ...] [--no-wait] [--json]
     python starter.py status RUN_ID [--json] [--live]
     python starter.py watch RUN_ID
     python starter.py retry RUN_ID [--wait] [--json]
@@ -10,6 +12,20 @@
 RUN_ID is yours to choose and is the run's identity for ever: it is the
 Temporal workflow id and the root of the idempotency keys. Starting an
 existing RUN_ID attaches to that run and never creates a second one.
+
+``loop`` starts a run of the agent loop (``workflows.agent_loop``: the model
+chooses its tools turn after turn, each turn recorded before any of its calls
+runs, each effect applied once under a key from the run, the turn and the
+call), or attaches to RUN_ID if it exists, as ``start`` does. ``--orders``
+first has the provider (``PROVIDER_URL``) keep the orders the task names, so
+the model has something to look up and refund. It then follows the run, a
+line each time a turn or a call changes, to its end (``--no-wait``: it
+returns once the run is started). ``status`` and ``watch`` recognise a loop
+run by its workflow type (``AgentLoop``) and show every turn of its chain:
+the calls each asked for with their keys, status and results, the final
+answer, and the Temporal runs of the chain (one more at each continue-as-new;
+the run id and the keys stay). ``--json`` is ``flowclient.loop.loop_status``'s
+dict, the shape docs/commands.md shows.
 
 ``status`` reads Temporal's record (history plus pending activities), so it
 works while no worker is running. ``--live`` asks the workflow itself instead
@@ -47,17 +63,39 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 from temporalio.client import Client
 
 from flowclient.connect import connect, connect_config, exit_now, flush_tracing, task_queue
 from flowclient.logs import basic_config
+from flowclient.loop import (
+    DEFAULT_HISTORY_BOUND,
+    MAX_HISTORY_BOUND,
+    MIN_HISTORY_BOUND,
+    is_loop_run,
+    loop_lines,
+    loop_status,
+    loop_ticker,
+    start_loop,
+    wait_for_loop,
+)
 from flowclient.runs import NoWorker, RestartRefused, live_status, restart_failed_run, start_run, wait_for_close
 from flowclient.status import TemporalRunNotFound, run_status
+from steps import loop
 from steps.controls import printable
-from steps.limits import check_conversation_id, check_email, check_run_id, check_task
-from steps.runstate import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_WORKER, EXIT_PIPE_CLOSED, RunEntry, exit_code
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task, check_text
+from steps.runstate import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_NO_WORKER,
+    EXIT_PIPE_CLOSED,
+    RunEntry,
+    exit_code,
+)
 from steps.runview import render_table, rich_table, step_ticker
 
 DEV_SERVER_UI = "http://localhost:8233"
@@ -110,6 +148,9 @@ async def _cmd_start(args) -> int:
     conversation = check_conversation_id(args.conversation) if args.conversation else None
     client = await connect()
     _, existing = await start_run(client, run_id, task, email, conversation)
+    if existing is not None and await is_loop_run(client, run_id):
+        raise InputError(f"run {run_id} exists and is a run of the agent loop, not of the flow: "
+                         f"`python starter.py status {run_id}` shows it; pick a new RUN_ID for a run of the flow")
     if existing is None:  # created now
         if not args.json:
             print(f"started run {run_id} on task queue {task_queue()!r}", flush=True)
@@ -134,9 +175,112 @@ async def _cmd_start(args) -> int:
     return _exit_code(final)
 
 
+def _loop_exit(status: Mapping[str, Any]) -> int:
+    """A loop run's exit code: 1 failed, else 0 (completed, or running)."""
+    return EXIT_FAILED if status["status"] == "failed" else 0
+
+
+def _print_loop(status: Mapping[str, Any], as_json: bool) -> None:
+    """A loop run's status: its JSON (``flowclient.loop.loop_status``'s dict), or turn by turn and its UI link."""
+    if as_json:
+        print(json.dumps(status, indent=2), flush=True)
+        return
+    print("\n".join(loop_lines(status)), flush=True)
+    print(f"  ui: {ui_url(status['run_id'])}", flush=True)
+
+
+def _whole(raw: str | None, default: int) -> int | str:
+    """A number as given on the command line: a whole number, or the text given (which the loop's own
+    check then refuses in its words, saying what to give)."""
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def _orders(given: list[str]) -> dict[str, int]:
+    """``--orders ORDER=CENTS ...`` as ``{order id: total in cents}``; ``InputError`` saying what to give."""
+    orders: dict[str, int] = {}
+    for item in given:
+        order, sep, cents = item.partition("=")
+        order = order.strip()
+        if not sep or not order or not cents.strip().isdigit() or int(cents) < 1:
+            raise InputError(f"--orders {item!r}: give ORDER=CENTS, an order id and its total in cents from 1, "
+                             "e.g. --orders A-1001=2500 A-1002=4000")
+        check_text("order id", order, what_to_do="Give the order id as the task names it")
+        if len(order) > loop.MAX_ORDER_ID_CHARS:
+            raise InputError(f"--orders: order id {order[:20]!r}... is {len(order)} characters; at most "
+                             f"{loop.MAX_ORDER_ID_CHARS}")
+        orders[order] = int(cents)
+    return orders
+
+
+def _seed(orders: dict[str, int]) -> None:
+    """Have the provider keep ``orders`` (harmless when it keeps them already); its refusal, or no provider,
+    is bad input."""
+    from providerclient import provider_url_from_env, seed_orders
+    from steps.errors import StepError
+
+    url = provider_url_from_env(os.environ)
+    try:
+        seed_orders(url, orders)
+    except StepError as err:  # its words say what to do: start the provider, or seed another order id
+        raise InputError(f"--orders: {err}") from None
+
+
+async def _cmd_loop(args) -> int:
+    run_id = check_run_id(args.run_id)
+    task = check_task(args.task)
+    email = check_email(args.email)
+    # Every number checked, and the orders read, before anything is asked of a server: bad input starts nothing.
+    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
+        _whole(args.max_turns, loop.DEFAULT_MAX_TURNS),
+        _whole(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
+        _whole(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+    bound = _whole(args.history_bound, DEFAULT_HISTORY_BOUND)
+    if not isinstance(bound, int) or not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
+        raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
+                         f"{MAX_HISTORY_BOUND}, got {bound!r}")
+    orders = _orders(args.orders)
+    client = await connect()
+    if orders:
+        _seed(orders)
+        if not args.json:
+            print(printable(f"the provider keeps order(s) {', '.join(f'{o} ({c} cents)' for o, c in orders.items())}"),
+                  flush=True)
+    created, existing = await start_loop(client, run_id, task, email, max_turns=max_turns,
+                                         window_tokens=window_tokens, window_messages=window_messages,
+                                         history_bound=bound)
+    if created:
+        if not args.json:
+            print(f"started loop run {run_id} on task queue {task_queue()!r}: at most {max_turns} turns", flush=True)
+    else:
+        assert existing is not None
+        print(f"run {run_id} already exists ({existing['status']}); attached to it. The task, email and numbers "
+              "given now were not used; pick a new RUN_ID for a new run.", file=sys.stderr, flush=True)
+    if args.no_wait:
+        if args.json:
+            _print_loop(existing or await loop_status(client, run_id), True)
+        else:
+            print(f"  ui: {ui_url(run_id)}", flush=True)
+        return 0
+    if not args.json:
+        print(f"  ui: {ui_url(run_id)}", flush=True)
+    final = await wait_for_loop(client, run_id, None if args.json else loop_ticker("    "))
+    _print_loop(final, args.json)
+    return _loop_exit(final)
+
+
 async def _cmd_status(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
+    if await is_loop_run(client, run_id):
+        # --live: the workflow's own answer (the progress query, its newest turns); else every turn, from history.
+        found: Mapping[str, Any] = await (live_status(client, run_id) if args.live else loop_status(client, run_id))
+        _print_loop(found, args.json)
+        return _loop_exit(found)
     if args.live:
         status = await live_status(client, run_id)
     else:
@@ -148,6 +292,10 @@ async def _cmd_status(args) -> int:
 async def _cmd_watch(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
+    if await is_loop_run(client, run_id):
+        ended = await wait_for_loop(client, run_id, None if args.json else loop_ticker())
+        _print_loop(ended, args.json)
+        return _loop_exit(ended)
     if _interactive(args):
         final = await follow_live(client, run_id)
         return _exit_code(final)
@@ -209,6 +357,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="follow the run until it completes or fails")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_start)
+    p = sub.add_parser(
+        "loop", parents=[common],
+        help="start a run of the agent loop (the model chooses its tools turn by turn), or attach to RUN_ID",
+        description="Start a run of the agent loop on Temporal, or attach to RUN_ID if it exists, and follow it "
+                    "to its end. Each turn the model is asked, on a window of the conversation derived from the "
+                    f"record, and chooses tools ({', '.join(loop.TOOL_NAMES)}); the turn is recorded before any of "
+                    "its calls runs, and each call's effect is applied once, under a key from the run, the turn "
+                    "and the call. The model is the worker's (LLM_BASE_URL; the scripted offline model by default).")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
+    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
+    p.add_argument("--max-turns", default=None, metavar="N",
+                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
+                        "that still asks for tools at the limit fails the run, naming it")
+    p.add_argument("--window-tokens", default=None, metavar="N",
+                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded")
+    p.add_argument("--window-messages", default=None, metavar="N",
+                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    p.add_argument("--history-bound", default=None, metavar="N",
+                   help=f"events, {MIN_HISTORY_BOUND}-{MAX_HISTORY_BOUND} (default {DEFAULT_HISTORY_BOUND}): past "
+                        "this many in a run's history, between turns, the run continues as new")
+    p.add_argument("--orders", nargs="+", action="extend", default=[], metavar="ORDER=CENTS",
+                   help="orders the provider (PROVIDER_URL) keeps first, each with its total in cents, e.g. "
+                        "A-1001=2500; harmless when it keeps them already")
+    p.add_argument("--no-wait", action="store_true", help="return once the run is started (or attached to)")
+    p.add_argument("--json", action="store_true", help="print only the run's status as JSON, at the end")
+    p.set_defaults(func=_cmd_loop)
     p = sub.add_parser("status", help="show a run's steps, attempts and results", parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")

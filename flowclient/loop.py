@@ -23,13 +23,20 @@ back across its chain of runs.
   every turn of the chain with its calls, their keys and status, in
   ``steps.runstate``'s words. ``loop_progress`` asks the running workflow
   (the ``progress`` query: needs a worker; the newest turns only).
+- For ``starter.py`` (``loop``, and ``status``/``watch`` of a loop run):
+  ``is_loop_run`` (the workflow type, from one describe), ``wait_for_loop``
+  (polls ``loop_status`` until the run completes or fails), ``loop_lines``
+  (the status turn by turn, as text) and ``loop_ticker`` (a line each time a
+  turn or a call changes).
 
 Payloads are decoded with each run's serialization context (``flowclient.status.run_converter``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -38,10 +45,19 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from flowclient.connect import task_queue as default_task_queue
 from flowclient.runs import LIVE_TIMEOUT, parking_window, workflow_task_timeout
-from flowclient.status import ActivityTrace, activity_traces, failure_text, read_history, run_converter
+from flowclient.status import (
+    ActivityTrace,
+    TemporalRunNotFound,
+    activity_traces,
+    failure_text,
+    read_history,
+    run_converter,
+)
+from steps.controls import printable
 from steps.limits import InputError, check_email, check_run_id, check_task
 from steps.loop import (
     DEFAULT_MAX_TURNS,
@@ -335,7 +351,9 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
     ``counts``, and ``turns``: every turn of the chain with its calls (index, tool, key, status, attempts,
-    crashes, outcome, effect id), each with ``run``, the place in ``runs`` of the run that recorded it."""
+    crashes, outcome, effect id, the arguments asked and the result recorded, each cut to ``SHOWN_CHARS``),
+    each with ``run``, the place in ``runs`` of the run that recorded it. What ``starter.py status --json``
+    prints for a loop run (docs/commands.md shows it)."""
     chain = await read_chain(client, run_id)
     latest = chain.latest
     closed = latest.status not in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
@@ -360,7 +378,9 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
                               **_entry(call_step(number, index), run, place, effect=effect, closed=ended),
                               "outcome": result["status"] if result else None,
                               "effect_id": result.get("effect_id") if result else None,
-                              "replayed": bool(result.get("replayed")) if result else False}
+                              "replayed": bool(result.get("replayed")) if result else False,
+                              "arguments": shown(str(call.get("arguments", ""))),
+                              "result": shown(str(result.get("content", ""))) if result else None}
                 if result is not None:
                     counts["tool_calls"] += 1
                     counts["effects"] += result["status"] == "ok" and result.get("kind") is not None
@@ -381,3 +401,125 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
         "runs": [run.temporal_run_id for run in chain.runs], "counts": counts, "turns": turns,
     }
+
+
+# ---------------------------------------------------------------- for the command line (starter.py)
+
+
+async def is_loop_run(client: Client, run_id: str) -> bool:
+    """Whether ``run_id`` is a run of the agent loop (its workflow type ``AgentLoop``), from one describe;
+    ``TemporalRunNotFound`` (flowclient.status) when there is no such run."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalRunNotFound(
+                f"no run with id {run_id!r} in namespace {client.namespace!r}. Start one with: python starter.py "
+                f"start {run_id} \"TASK\" --email ADDR (the flow), or python starter.py loop {run_id} \"TASK\" "
+                "--email ADDR (the agent loop)") from err
+        raise
+    return description.workflow_type == LOOP_WORKFLOW_NAME
+
+
+async def wait_for_loop(client: Client, run_id: str, on_change: Callable[[dict[str, Any]], Any] | None = None, *,
+                        poll: float = 0.25, timeout: float | None = None) -> dict[str, Any]:
+    """Poll ``loop_status`` until the run is no longer running (completed or failed); ``on_change`` sees each
+    new status on the way. Past ``timeout`` seconds, ``TimeoutError`` with the last status seen."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while True:
+        status = await loop_status(client, run_id)
+        if on_change is not None and status != last:
+            on_change(status)
+        last = status
+        if status["status"] != "running":
+            return status
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"loop run {run_id} still running after {timeout:.0f} s; last status: {status}")
+        await asyncio.sleep(poll)
+
+
+def _asked(turn: Mapping[str, Any]) -> str:
+    calls = turn.get("calls") or []
+    if turn.get("status") != "completed":
+        return ""
+    return f"asked for {', '.join(str(c['name']) for c in calls)}" if calls else "the final answer (no tool)"
+
+
+def _tries(step: Mapping[str, Any]) -> str:
+    attempts, crashes = step.get("attempts") or 0, step.get("crashes") or 0
+    if attempts <= 1 and not crashes:
+        return ""
+    return f", attempt {attempts}" + (f" ({crashes} crash{'es' if crashes > 1 else ''})" if crashes else "")
+
+
+def loop_lines(status: Mapping[str, Any]) -> list[str]:
+    """A loop run turn by turn, as ``starter.py status`` prints it: each turn's status and the tools it asked
+    for; each call's arguments, key (an effect's), status, attempts and recorded result; the answer, the
+    error, the counts and the Temporal runs of the chain. Takes ``loop_status``'s dict or the ``progress``
+    query's (which carries the newest turns only). Every line escaped for a terminal: they quote run data."""
+    turn, limit = status.get("turn"), status.get("max_turns")
+    lines = [f"loop run {status['run_id']}: {status['status']}, turn {turn} of at most {limit}"]
+    if status.get("earlier_turns"):
+        lines.append(f"  ({status['earlier_turns']} earlier turn(s) not carried by the query: drop --live to "
+                     "read every turn from the histories)")
+    for entry in status.get("turns") or []:
+        asked = _asked(entry)
+        lines.append(f"  turn {entry['turn']}: {entry['status']}{_tries(entry)}" + (f": {asked}" if asked else ""))
+        if entry.get("status") not in ("completed", "pending") and entry.get("last_error"):
+            lines.append(f"    last error: {entry['last_error']}")
+        for call in entry.get("calls") or []:
+            arguments = f" {call['arguments']}" if call.get("arguments") else ""
+            lines.append(f"    call {call['index']} {call['name']}{arguments}")
+            lines.append(f"      key {call['key']}" if call.get("key") else "      no key: no effect (read-only)")
+            outcome = call.get("outcome")
+            shown_result = ""
+            if outcome:
+                shown_result = f": {outcome}" + (" (replayed by the provider)" if call.get("replayed") else "")
+                if call.get("result"):
+                    shown_result += f" {call['result']}"
+                elif call.get("note"):
+                    shown_result += f" {call['note']}"
+            lines.append(f"      {call['status']}{_tries(call)}{shown_result}")
+            if call.get("status") not in ("completed", "pending") and call.get("last_error"):
+                lines.append(f"      last error: {call['last_error']}")
+    if status.get("answer") is not None:
+        lines.append(f"  answer: {status['answer']}")
+    if status.get("error"):
+        lines.append(f"  error: {status['error']}")
+    counts = status.get("counts") or {}
+    if counts:
+        lines.append(f"  {counts.get('turns', 0)} turn(s), {counts.get('tool_calls', 0)} tool call(s), "
+                     f"{counts.get('effects', 0)} effect(s), {counts.get('refused', 0)} refused")
+    runs = status.get("runs")
+    if runs:
+        lines.append(f"  Temporal runs of the chain ({len(runs)}; a new one at each continue-as-new, the run id "
+                     "and every key the same):")
+        lines.extend(f"    {place}. {temporal_run}" for place, temporal_run in enumerate(runs, 1))
+    elif status.get("run_in_chain"):
+        lines.append(f"  run {status['run_in_chain']} of the chain (the workflow's own answer)")
+    return [printable(line) for line in lines]
+
+
+def loop_ticker(indent: str = "  ", out: Callable[[str], Any] = print) -> Callable[[Mapping[str, Any]], None]:
+    """An ``on_change`` callback for ``wait_for_loop``: one line each time a turn or a call changes status or
+    attempt (a turn's line, once recorded, names the tools it asked for). Run data escaped."""
+    seen: dict[str, tuple[str, int]] = {}
+
+    def say(name: str, step: Mapping[str, Any], after: str) -> None:
+        now = (str(step["status"]), int(step.get("attempts") or 0))
+        if seen.get(name) == now or step["status"] == "pending":
+            return
+        seen[name] = now
+        out(printable(f"{indent}{time.strftime('%H:%M:%S')} {name}: {step['status']} (attempt {now[1]}){after}"))
+
+    def tick(status: Mapping[str, Any]) -> None:
+        for entry in status.get("turns") or []:
+            asked = _asked(entry)
+            say(turn_step(entry["turn"]), entry, f": {asked}" if asked else "")
+            for call in entry.get("calls") or []:
+                outcome = f" -> {call['outcome']}" if call.get("outcome") else ""
+                say(f"{call_step(entry['turn'], call['index'])} {call['name']}", call, outcome)
+
+    return tick

@@ -18,6 +18,9 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
   that counts the requests of each run and turn: a recorded turn never asked again.
 - ``lab.demo``: the kill-and-resume demo (``make demo``): a worker SIGKILLed
   after step 2, a new one finishing the run, each effect counted once.
+- ``lab.loop_demo``: the same for the agent loop (``make loop-demo``): on
+  Temporal and on the run record, killed right after a refund and resumed;
+  each effect once, no recorded turn asked again.
 - ``lab.chaos``: many concurrent runs on Temporal while workers are SIGKILLed
   and the provider fails and loses answers (``make chaos``); no effect
   doubled or lost.

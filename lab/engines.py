@@ -34,6 +34,49 @@ One interface, ``EngineDriver``:
   (Temporal's include its dev server); ``close()`` kills what the driver
   started, never the dev server, which belongs to whoever started it.
 
+The agent loop (``steps.loop``: the model chooses its tools turn after turn)
+has three more, on the engines that run it (the others raise
+``NotImplementedError`` naming the engine):
+
+=================  ==========================================================================================
+``start_loop``     ``start_loop(run_id, task, email, *, crash_at="", max_turns=20, window_tokens=2000,
+                   window_messages=40, history_bound=None) -> Proc``: the process that runs a loop run, armed
+                   with ``CRASH_AT``: ``python -m runrecord loop ...``; on Temporal a worker, then the run
+                   (``flowclient.loop.start_loop``). ``history_bound`` (events; None: the workflow's 1,000) is
+                   Temporal's continue-as-new bound: an engine with no history ignores it
+``resume``         ``resume(run_id) -> Settled``, as for a run of the flow: ``python -m runrecord resume``; a
+                   new Temporal worker, followed until the run stops running
+``loop_status``    ``loop_status(run_id) -> LoopStatus | None``: the loop run in one shape for every engine,
+                   read the way a user reads it (``python -m runrecord status --json``; for Temporal
+                   ``flowclient.loop.loop_status``, what ``starter.py status --json`` prints); None when the
+                   engine holds no such run
+=================  ==========================================================================================
+
+``loop_status``'s shape (``LoopStatus``), the same words as ``steps.runstate``:
+
+- ``run_id``; ``status``: ``running`` | ``completed`` | ``failed`` (a run
+  its engine cannot go on with, parked, is still ``running``); ``answer``:
+  the final answer's text once completed, else None; ``error``: why it
+  failed, else None;
+- ``turns``: every turn asked, in order (a turn not yet asked is left out):
+  ``{"turn": n, "status", "attempts", "final", "calls"}``, ``final`` true for
+  the recorded turn that asked for no tool (its text is the answer);
+- each call of a recorded turn, in the model's order, recorded or not:
+  ``{"index", "name", "key", "status", "attempts", "outcome", "effect_id"}``:
+  ``key`` the call's idempotency key (``steps.loop.tool_key``; None for
+  ``lookup_order``, which applies nothing), ``outcome`` ``ok`` | ``refused``
+  once recorded, ``effect_id`` the provider's id of what it applied.
+
+``loop_status_of(status)`` builds it from a loop run's status in the shared
+steps shape, as ``python -m runrecord status --json`` prints it.
+
+The orders a task names are the caller's to seed at the provider
+(``providerclient.seed_orders``), and the model is the caller's too:
+``LLM_BASE_URL`` in ``env`` (``lab.model_standin``, which counts every turn
+asked), else the workers' scripted offline model. On Temporal, ``status``
+of a loop run is the shared shape too, its steps the loop's (``turn-<n>``,
+``turn-<n>/call-<i>``), as the run record's ``status --json`` gives them.
+
 The provider is no engine's: the caller starts it, passes its URL in ``env``
 (``PROVIDER_URL``) and counts the effects there. Every process a driver starts
 has this process's environment and then the driver's ``env``: processes with
@@ -59,11 +102,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypedDict
 
 from lab.processes import REPO, DevServer, Proc
 from steps import startedline
-from steps.runstate import RunEntry
+from steps.loop import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_WINDOW_MESSAGES,
+    DEFAULT_WINDOW_TOKENS,
+    EFFECT_OF_TOOL,
+    as_call,
+    call_step,
+    parse_step,
+    tool_key,
+    turn_step,
+)
+from steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
 from steps.sides import DbosSide
 
 if TYPE_CHECKING:
@@ -78,6 +132,114 @@ DEFAULT_TIMEOUT = 120.0  # seconds for one process or one run: generous on a bus
 
 class EngineError(RuntimeError):
     """A process did not die or end as the driver was told to expect; the message shows what it printed."""
+
+
+class LoopCall(TypedDict):
+    """One tool call of a recorded turn (the module docstring)."""
+
+    index: int
+    name: str
+    key: str | None
+    status: StepStateName
+    attempts: int
+    outcome: Literal["ok", "refused"] | None
+    effect_id: str | None
+
+
+class LoopTurn(TypedDict):
+    """One turn asked (the module docstring)."""
+
+    turn: int
+    status: StepStateName
+    attempts: int
+    final: bool
+    calls: list[LoopCall]
+
+
+class LoopStatus(TypedDict):
+    """A loop run in one shape for every engine (the module docstring)."""
+
+    run_id: str
+    status: Literal["running", "completed", "failed"]
+    turns: list[LoopTurn]
+    answer: str | None
+    error: str | None
+
+
+def _loop_state(word: RunStateName) -> Literal["running", "completed", "failed"]:
+    return "completed" if word == "completed" else "failed" if word == "failed" else "running"
+
+
+def loop_status_of(status: Status) -> LoopStatus:
+    """``LoopStatus`` from a loop run's status in the shared steps shape (``steps.runstate``: steps named
+    ``turn-<n>`` and ``turn-<n>/call-<i>``, each recorded result as the run record keeps it), as ``python -m
+    runrecord status --json`` prints it. ``EngineError`` for a run of the flow."""
+    run_id = status["run_id"]
+    turns: list[LoopTurn] = []
+    asked: list[Any] = []
+    answer: str | None = None
+    for step in status["steps"]:
+        try:
+            number, index = parse_step(step["name"])
+        except ValueError:
+            raise EngineError(f"run {run_id} is a run of the flow (step {step['name']}), not of the agent loop; "
+                              "status(run_id) reads it") from None
+        recorded = step["result"]
+        result: dict[str, Any] | None = (recorded if step["status"] == "completed" and isinstance(recorded, dict)
+                                         else None)
+        if index is None:
+            if step["status"] == "pending" and not step["attempts"]:
+                continue  # planned, not asked yet
+            asked = list(result.get("calls") or []) if result is not None else []
+            final = result is not None and not asked
+            if final and result is not None:
+                answer = result.get("content")
+            turns.append({"turn": number, "status": step["status"], "attempts": step["attempts"], "final": final,
+                          "calls": []})
+            continue
+        call = as_call(asked[index])
+        name = call.name[:64]
+        turns[-1]["calls"].append({
+            "index": index, "name": name,
+            "key": tool_key(run_id, number, index, call.id) if name in EFFECT_OF_TOOL else None,
+            "status": step["status"], "attempts": step["attempts"],
+            "outcome": result.get("status") if result is not None else None,
+            "effect_id": result.get("effect_id") if result is not None else None})
+    state = _loop_state(status["status"])
+    return {"run_id": run_id, "status": state, "turns": turns, "answer": answer if state == "completed" else None,
+            "error": status["error"]}
+
+
+def _loop_of_temporal(found: dict[str, Any]) -> LoopStatus:
+    """``LoopStatus`` from ``flowclient.loop.loop_status``'s dict (what ``starter.py status --json`` prints)."""
+    turns: list[LoopTurn] = [{
+        "turn": t["turn"], "status": t["status"], "attempts": t["attempts"],
+        "final": t["status"] == "completed" and not t["calls"],
+        "calls": [{"index": c["index"], "name": c["name"], "key": c["key"], "status": c["status"],
+                   "attempts": c["attempts"], "outcome": c["outcome"], "effect_id": c["effect_id"]}
+                  for c in t["calls"]]} for t in found["turns"]]
+    return {"run_id": found["run_id"], "status": _loop_state(found["status"]), "turns": turns,
+            "answer": found["answer"], "error": found["error"]}
+
+
+def _entry_of_temporal_loop(found: dict[str, Any]) -> Status:
+    """The shared steps shape of a loop run on Temporal (``flowclient.loop.loop_status``'s dict): a step per
+    turn and per call, their results as the history recorded them (text cut as the status cuts it)."""
+    steps: list[StepEntry] = []
+    for t in found["turns"]:
+        recorded = t["status"] == "completed"
+        turn_result = ({"turn": t["turn"], "content": t["answer"],
+                        "calls": [{"name": c["name"], "arguments": c.get("arguments")} for c in t["calls"]]}
+                       if recorded else None)
+        steps.append(step_entry(turn_step(t["turn"]), t["status"], t["attempts"], turn_result, crashes=t["crashes"],
+                                last_error=None if recorded else t["last_error"]))
+        for c in t["calls"]:
+            done = c["status"] == "completed"
+            result = ({"status": c["outcome"], "content": c.get("result"), "idempotency_key": c["key"],
+                       "effect_id": c["effect_id"], "replayed": c["replayed"]} if done else None)
+            steps.append(step_entry(call_step(t["turn"], c["index"]), c["status"], c["attempts"], result,
+                                    crashes=c["crashes"], last_error=None if done else c["last_error"]))
+    return run_entry(found["run_id"], found["status"], steps, error=found["error"])
 
 
 @dataclass
@@ -141,6 +303,20 @@ class EngineDriver(ABC):
     @abstractmethod
     async def status(self, run_id: str) -> Status | None:
         """The run's status, or None if the engine holds no such run."""
+
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """Start a run of the agent loop; the process returned runs it, and dies at ``crash_at`` if it gets
+        there (the module docstring)."""
+        raise NotImplementedError(f"the {self.name} engine's driver does not run the agent loop "
+                                  f"({type(self).__name__}.start_loop is not written)")
+
+    async def loop_status(self, run_id: str) -> LoopStatus | None:
+        """The loop run in the shape every engine shares (``LoopStatus``), or None if the engine holds no
+        such run."""
+        raise NotImplementedError(f"the {self.name} engine's driver does not read the agent loop "
+                                  f"({type(self).__name__}.loop_status is not written)")
 
     async def retry(self, run_id: str, timeout: float | None = None) -> Status | None:
         """Run a failed run again from the step that failed, to its end; its status then."""
@@ -285,9 +461,23 @@ class RunRecordDriver(_CliDriver):
         await self.exit_code(self.spawn("runrecord-retry", ["-m", "runrecord", "retry", run_id]), timeout)
         return await self.status(run_id)
 
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """``python -m runrecord loop RUN_ID TASK``, which runs the loop to its end in that process. The record
+        has no history to bound: ``history_bound`` is Temporal's, ignored here."""
+        argv = ["-m", "runrecord", "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
+                "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
+        return self.spawn("runrecord-loop", argv, crash_at=crash_at)
+
+    async def loop_status(self, run_id: str) -> LoopStatus | None:
+        """``python -m runrecord status RUN_ID --json``, read turn by turn."""
+        found = await self.status(run_id)
+        return None if found is None else loop_status_of(found)
+
 
 class DbosDriver(_CliDriver):
-    """The flow on DBOS Transact (``python -m dbosflow``; the optional ``dbos`` extra)."""
+    """The flow and the agent loop on DBOS Transact (``python -m dbosflow``; the optional ``dbos`` extra)."""
 
     name = "dbos"
     module = "dbosflow"
@@ -297,6 +487,21 @@ class DbosDriver(_CliDriver):
         """DBOS's own rows for the run (``python -m dbosflow steps --json``): this process imports no DBOS."""
         side: DbosSide | None = await self.cli_json("steps", run_id)
         return side
+
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """``python -m dbosflow loop RUN_ID TASK``, which runs the loop to its end in that process (each turn and
+        each call a DBOS step); ``resume`` is DBOS's recovery, as for the flow. DBOS keeps one workflow with
+        every step's output, no history to bound: ``history_bound`` is Temporal's, ignored here."""
+        argv = ["-m", "dbosflow", "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
+                "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
+        return self.spawn("dbosflow-loop", argv, crash_at=crash_at)
+
+    async def loop_status(self, run_id: str) -> LoopStatus | None:
+        """``python -m dbosflow status RUN_ID --json``, read turn by turn."""
+        found = await self.status(run_id)
+        return None if found is None else loop_status_of(found)
 
 
 class TemporalDriver(EngineDriver):
@@ -314,6 +519,7 @@ class TemporalDriver(EngineDriver):
         self.poll = poll
         self._client: Client | None = None
         self._client_of: Proc | None = None
+        self._loops: dict[str, bool] = {}  # run id -> a run of the agent loop: a run id's workflow never changes
 
     async def client(self) -> Client:
         """A client of the server, with this process's environment and the driver's (a payload codec key
@@ -353,6 +559,52 @@ class TemporalDriver(EngineDriver):
         await self.submit(run_id, task, email, conversation=conversation)
         return worker
 
+    async def submit_loop(self, run_id: str, task: str, email: str, *, max_turns: int = DEFAULT_MAX_TURNS,
+                          window_tokens: int = DEFAULT_WINDOW_TOKENS, window_messages: int = DEFAULT_WINDOW_MESSAGES,
+                          history_bound: int | None = None, rule: Any = None) -> bool:
+        """Start a loop run on the queue (True), or find it started already (False), as ``starter.py loop``
+        does (``flowclient.loop.start_loop``); ``rule`` as for ``submit``."""
+        from flowclient.loop import DEFAULT_HISTORY_BOUND, start_loop
+        from steps.retry import rule_from_env
+
+        created, _ = await start_loop(await self.client(), run_id, task, email, task_queue=self.queue,
+                                      max_turns=max_turns, window_tokens=window_tokens,
+                                      window_messages=window_messages,
+                                      history_bound=DEFAULT_HISTORY_BOUND if history_bound is None else history_bound,
+                                      rule=rule or rule_from_env({**os.environ, **self.env}))
+        self._loops[run_id] = True
+        return created
+
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """A worker armed with ``crash_at``, then the loop run (``submit_loop``)."""
+        worker = await self.start_worker(crash_at=crash_at)
+        await self.submit_loop(run_id, task, email, max_turns=max_turns, window_tokens=window_tokens,
+                               window_messages=window_messages, history_bound=history_bound)
+        return worker
+
+    async def _is_loop(self, run_id: str) -> bool:
+        """Whether ``run_id`` is a loop run (``TemporalRunNotFound`` if there is none), asked once per run id."""
+        if run_id not in self._loops:
+            from flowclient.loop import is_loop_run
+
+            self._loops[run_id] = await is_loop_run(await self.client(), run_id)
+        return self._loops[run_id]
+
+    async def loop_status(self, run_id: str) -> LoopStatus | None:
+        """``flowclient.loop.loop_status`` (what ``starter.py status --json`` prints), in the shared shape."""
+        from flowclient.loop import NotALoopRun, loop_status
+        from flowclient.status import TemporalRunNotFound
+
+        try:
+            found = await loop_status(await self.client(), run_id)
+        except TemporalRunNotFound:
+            return None
+        except NotALoopRun as err:
+            raise EngineError(str(err)) from None
+        return _loop_of_temporal(found)
+
     async def resume(self, run_id: str, *, args: Sequence[str] = (), name: str | None = None,
                      timeout: float | None = None) -> Settled:
         """A new worker: it replays the history and goes on from there."""
@@ -372,14 +624,36 @@ class TemporalDriver(EngineDriver):
         """The run's status once ``until(status)``; ``on_change`` sees every new status on the way."""
         from flowclient.runs import wait_for_status
 
-        found: Status = await wait_for_status(await self.client(), run_id, until, on_change, poll=self.poll,
-                                              timeout=self.timeout if timeout is None else timeout)
-        return found
+        timeout = self.timeout if timeout is None else timeout
+        if not await self._is_loop(run_id):
+            found: Status = await wait_for_status(await self.client(), run_id, until, on_change, poll=self.poll,
+                                                  timeout=timeout)
+            return found
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            status = await self._loop_entry(run_id)
+            if on_change is not None and status != last:
+                on_change(status)
+            last = status
+            if until(status):
+                return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} did not get there in {timeout:.0f} s; last status: {status}")
+            await asyncio.sleep(self.poll)
+
+    async def _loop_entry(self, run_id: str) -> Status:
+        from flowclient.loop import loop_status
+
+        return _entry_of_temporal_loop(await loop_status(await self.client(), run_id))
 
     async def status(self, run_id: str) -> Status | None:
+        """The run's status (``flowclient.status``); a loop run's with the loop's steps (the module docstring)."""
         from flowclient.status import TemporalRunNotFound, run_status
 
         try:
+            if await self._is_loop(run_id):
+                return await self._loop_entry(run_id)
             found: Status = await run_status(await self.client(), run_id)
         except TemporalRunNotFound:
             return None
