@@ -31,6 +31,11 @@ demo: $(STAMP)
 loop-demo: $(STAMP)
 	$(PY) -m lab.loop_demo
 
+## loop-scenario: the agent loop killed right after a refund on every engine (Temporal, run record, DBOS); one table, and its picture in .state/loop.html
+.PHONY: loop-scenario
+loop-scenario: $(STAMP)
+	$(PY) -m lesson.loop_scenario --html .state/loop.html
+
 ## scenario: restart between step 2 and step 3 on every engine (in memory, run record, Temporal, DBOS); one table, and its picture in .state/scenario.html
 scenario: $(STAMP)
 	$(PY) -m lesson.scenario --html .state/scenario.html
@@ -63,7 +68,7 @@ $(FUSERMOUNT):
 ui-check: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec_server.py -k "ui_shows"
 
-## pictures: docs/scenario.png and docs/inbox.png made again from a real scenario run, in headless Chromium
+## pictures: docs/scenario.png, docs/inbox.png and docs/loop.png made again from a real scenario run, in headless Chromium
 pictures: $(STAMP) $(CHROMIUM)
 	$(PY) -m lesson.pictures
 
@@ -90,6 +95,11 @@ grade: $(STAMP)
 ## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect
 chaos: $(STAMP)
 	$(PY) -m lab.chaos
+
+## chaos-loop: agent-loop runs on Temporal, the run record and DBOS, SIGKILLed 10 times each, a varying model, provider faults; checks no duplicate, lost or re-asked (~3 min)
+.PHONY: chaos-loop
+chaos-loop: $(STAMP)
+	$(PY) -m lab.loop_chaos
 
 clean:
 	rm -rf .state

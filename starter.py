@@ -79,14 +79,17 @@ from flowclient.loop import (
     loop_lines,
     loop_status,
     loop_ticker,
+    restart_failed_loop,
     start_loop,
     wait_for_loop,
 )
 from flowclient.runs import NoWorker, RestartRefused, live_status, restart_failed_run, start_run, wait_for_close
 from flowclient.status import TemporalRunNotFound, run_status
+from providerclient import seed_given
 from steps import loop
 from steps.controls import printable
-from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task, check_text
+from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.loopargs import add_loop_arguments, given_number, loop_numbers, orders_given
 from steps.runstate import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -189,64 +192,20 @@ def _print_loop(status: Mapping[str, Any], as_json: bool) -> None:
     print(f"  ui: {ui_url(status['run_id'])}", flush=True)
 
 
-def _whole(raw: str | None, default: int) -> int | str:
-    """A number as given on the command line: a whole number, or the text given (which the loop's own
-    check then refuses in its words, saying what to give)."""
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
-
-
-def _orders(given: list[str]) -> dict[str, int]:
-    """``--orders ORDER=CENTS ...`` as ``{order id: total in cents}``; ``InputError`` saying what to give."""
-    orders: dict[str, int] = {}
-    for item in given:
-        order, sep, cents = item.partition("=")
-        order = order.strip()
-        if not sep or not order or not cents.strip().isdigit() or int(cents) < 1:
-            raise InputError(f"--orders {item!r}: give ORDER=CENTS, an order id and its total in cents from 1, "
-                             "e.g. --orders A-1001=2500 A-1002=4000")
-        check_text("order id", order, what_to_do="Give the order id as the task names it")
-        if len(order) > loop.MAX_ORDER_ID_CHARS:
-            raise InputError(f"--orders: order id {order[:20]!r}... is {len(order)} characters; at most "
-                             f"{loop.MAX_ORDER_ID_CHARS}")
-        orders[order] = int(cents)
-    return orders
-
-
-def _seed(orders: dict[str, int]) -> None:
-    """Have the provider keep ``orders`` (harmless when it keeps them already); its refusal, or no provider,
-    is bad input."""
-    from providerclient import provider_url_from_env, seed_orders
-    from steps.errors import StepError
-
-    url = provider_url_from_env(os.environ)
-    try:
-        seed_orders(url, orders)
-    except StepError as err:  # its words say what to do: start the provider, or seed another order id
-        raise InputError(f"--orders: {err}") from None
-
-
 async def _cmd_loop(args) -> int:
     run_id = check_run_id(args.run_id)
     task = check_task(args.task)
     email = check_email(args.email)
     # Every number checked, and the orders read, before anything is asked of a server: bad input starts nothing.
-    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
-        _whole(args.max_turns, loop.DEFAULT_MAX_TURNS),
-        _whole(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
-        _whole(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
-    bound = _whole(args.history_bound, DEFAULT_HISTORY_BOUND)
+    max_turns, window_tokens, window_messages = loop_numbers(args)
+    bound = given_number(args.history_bound, DEFAULT_HISTORY_BOUND)
     if not isinstance(bound, int) or not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
         raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
                          f"{MAX_HISTORY_BOUND}, got {bound!r}")
-    orders = _orders(args.orders)
+    orders = orders_given(args.orders)
     client = await connect()
     if orders:
-        _seed(orders)
+        seed_given(orders)
         if not args.json:
             print(printable(f"the provider keeps order(s) {', '.join(f'{o} ({c} cents)' for o, c in orders.items())}"),
                   flush=True)
@@ -312,13 +271,22 @@ async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
     try:
-        step, point, new_run = await restart_failed_run(client, run_id)
+        loop_run = await is_loop_run(client, run_id)
+        step, point, new_run = await (restart_failed_loop if loop_run else restart_failed_run)(client, run_id)
     except RestartRefused as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
     if not args.json:
         print(f"retrying run {run_id} at step {step}: reset to event {point}, Temporal run {new_run}; "
               "completed steps are not run again, the keys are the same", flush=True)
+    if loop_run:
+        if not args.wait:
+            if args.json:
+                _print_loop(await loop_status(client, run_id), True)
+            return 0
+        ended = await wait_for_loop(client, run_id, None if args.json else loop_ticker())
+        _print_loop(ended, args.json)
+        return _loop_exit(ended)
     if not args.wait:
         if args.json:
             _print_status(await run_status(client, run_id), True)
@@ -330,11 +298,17 @@ async def _cmd_retry(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle
+    from steps.settle import render_settle, settle, settle_keys
 
     run_id = check_run_id(args.run_id)
+    client = await connect()
+    keys = None
+    if await is_loop_run(client, run_id):
+        # A loop's calls are keyed by their recorded turns (steps.loop.tool_key), not by step names.
+        keys = {f"turn-{turn['turn']}/call-{call['index']}": call["key"]
+                for turn in (await loop_status(client, run_id))["turns"] for call in turn["calls"] if call["key"]}
     async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-        report = await settle(provider, run_id)
+        report = await (settle(provider, run_id) if keys is None else settle_keys(provider, keys))
     footer = (f"Temporal's history cannot record these answers (no one writes to a run's history from outside "
               f"it): `python starter.py status {run_id}` still shows a step left in doubt as in_doubt.")
     print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else
@@ -365,22 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"record, and chooses tools ({', '.join(loop.TOOL_NAMES)}); the turn is recorded before any of "
                     "its calls runs, and each call's effect is applied once, under a key from the run, the turn "
                     "and the call. The model is the worker's (LLM_BASE_URL; the scripted offline model by default).")
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
-    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
-    p.add_argument("--max-turns", default=None, metavar="N",
-                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
-                        "that still asks for tools at the limit fails the run, naming it")
-    p.add_argument("--window-tokens", default=None, metavar="N",
-                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded")
-    p.add_argument("--window-messages", default=None, metavar="N",
-                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    add_loop_arguments(p)
     p.add_argument("--history-bound", default=None, metavar="N",
                    help=f"events, {MIN_HISTORY_BOUND}-{MAX_HISTORY_BOUND} (default {DEFAULT_HISTORY_BOUND}): past "
                         "this many in a run's history, between turns, the run continues as new")
-    p.add_argument("--orders", nargs="+", action="extend", default=[], metavar="ORDER=CENTS",
-                   help="orders the provider (PROVIDER_URL) keeps first, each with its total in cents, e.g. "
-                        "A-1001=2500; harmless when it keeps them already")
     p.add_argument("--no-wait", action="store_true", help="return once the run is started (or attached to)")
     p.add_argument("--json", action="store_true", help="print only the run's status as JSON, at the end")
     p.set_defaults(func=_cmd_loop)

@@ -2,6 +2,7 @@
 
     python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m dbosflow loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
+                            [--orders ORDER=CENTS ...]
     python -m dbosflow resume RUN_ID
     python -m dbosflow status RUN_ID [--json]
     python -m dbosflow steps RUN_ID [--json] # DBOS's own rows for the run, as it stores them
@@ -71,7 +72,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from providerclient import seed_given
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
 from steps.params import parse_params
 from steps.plan import missing_params
 from steps.runstate import exit_code
@@ -235,30 +238,16 @@ async def _cmd_start(args) -> int:
         return await _wait(db, run_id, recovered)
 
 
-def _loop_number(raw: str | None, default: int) -> int | str:
-    """A loop number as given on the command line: a whole number, or the text given (which
-    ``steps.loop.check_loop_inputs`` then refuses in its own words, saying what to give)."""
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
-
-
 async def _cmd_loop(args) -> int:
     from dbosflow import loop as dbos_loop
     from dbosflow.status import DbosRunNotFound, read
-    from steps import loop
     from steps.retry import rule_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
     # Checked before the database is opened: refused input leaves nothing behind, not even a file.
-    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
-        _loop_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
-        _loop_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
-        _loop_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+    max_turns, window_tokens, window_messages = loop_numbers(args)
+    seed_given(orders_given(args.orders))
     try:
         rule = rule_from_env()
     except ValueError as err:
@@ -399,17 +388,7 @@ def _parser() -> argparse.ArgumentParser:
                     "once under a key from the run, the turn and the call. The run completes when a turn asks "
                     "for no tool (its text is the final answer) and fails when the turn limit is reached with "
                     "tools still asked for. Resume and status take its RUN_ID like any other run's.")
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
-    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
-    p.add_argument("--max-turns", default=None, metavar="N",
-                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
-                        "that still asks for tools at the limit fails the run, naming it")
-    p.add_argument("--window-tokens", default=None, metavar="N",
-                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded with "
-                        "the run, so a recovery derives the same windows")
-    p.add_argument("--window-messages", default=None, metavar="N",
-                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    add_loop_arguments(p)
     p.set_defaults(func=_cmd_loop)
     p = sub.add_parser("resume", parents=[common],
                        help="launch DBOS (recovering pending runs of the run's version) and wait for RUN_ID")

@@ -77,7 +77,10 @@ class ScriptedModel:
         names = [name for name, _, _ in round_]
         if "create_ticket" in names:
             ticket = _field(round_, "create_ticket", "ticket_id") or "(no ticket)"
-            return ModelAnswer(f"Done: I handled {_count(len(orders), 'order')} and recorded ticket {ticket}.{tag}")
+            # "Went through", not "handled": this script sees only the newest round, so it cannot tell an order
+            # it refunded from one its lookup did not find (the record shows which).
+            return ModelAnswer(f"Done: I went through the {_count(len(orders), 'order')} you named and recorded "
+                               f"ticket {ticket}.{tag}")
         if names == ["lookup_order"]:
             _, args, result = round_[0]
             order = args.get("order_id", "")
@@ -98,7 +101,7 @@ class ScriptedModel:
         place = orders.index(after) + 1 if after in orders else len(orders)
         if place < len(orders):
             return self._calls(messages, [("lookup_order", {"order_id": orders[place]})])
-        summary = f"Handled {_count(len(orders), 'order')} named by the customer: {', '.join(orders)}"[:480] + tag
+        summary = f"Went through {_count(len(orders), 'order')} named by the customer: {', '.join(orders)}"[:480] + tag
         return self._calls(messages, [("create_ticket", {"summary": summary})])
 
     def _calls(self, messages: list[dict], calls: list[tuple[str, dict[str, Any]]]) -> ModelAnswer:

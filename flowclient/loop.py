@@ -247,7 +247,7 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
     converter = run_converter(client, run_id)
     started = history.events[0].workflow_execution_started_event_attributes
     if started.workflow_type.name != LOOP_WORKFLOW_NAME:
-        raise NotALoopRun(f"run {run_id!r} is a {started.workflow_type.name} run, not an agent loop's: "
+        raise NotALoopRun(f"run {run_id!r} is a run of {started.workflow_type.name}, not of the agent loop: "
                           f"`python starter.py status {run_id}` reads it")
     values = await converter.decode(started.input.payloads) if started.input.payloads else [{}]
     run = ChainRun(temporal_run_id="", status=status, input=values[0] if values else {},
@@ -523,3 +523,37 @@ def loop_ticker(indent: str = "  ", out: Callable[[str], Any] = print) -> Callab
                 say(f"{call_step(entry['turn'], call['index'])} {call['name']}", call, outcome)
 
     return tick
+
+
+async def restart_failed_loop(client: Client, run_id: str) -> tuple[str, int, str]:
+    """``starter.py retry`` for a loop run: reset the chain's last run to the workflow task that first
+    scheduled its unfinished step (a turn or a call), which then gets a fresh budget; recorded turns are not
+    asked again and the keys stay. Returns (step, reset event id, new Temporal run id); ``RestartRefused``
+    saying why for a run that is open, completed, refused its input or reached its turn limit (the same turn
+    under the same limit would fail again)."""
+    from flowclient.runs import RestartRefused, reset_to
+
+    chain = await read_chain(client, run_id)
+    latest = chain.latest
+    if latest.status == WorkflowExecutionStatus.COMPLETED:
+        raise RestartRefused(f"run {run_id} completed; a completed run cannot be retried. "
+                             "Start a new RUN_ID to do the task again.")
+    if latest.status == WorkflowExecutionStatus.RUNNING:
+        raise RestartRefused(f"run {run_id} is still open; retry is for a run that failed or timed out")
+    error = latest.error or ""
+    if "input refused" in error:
+        raise RestartRefused(f"run {run_id} failed on its input ({error}); the same input would fail again. "
+                             "Start a new RUN_ID with corrected input.")
+    if "turn limit of" in error:
+        raise RestartRefused(f"run {run_id} reached its turn limit ({shown(error)}); a retry would ask that turn "
+                             "again under the same limit. Start a new RUN_ID with a higher --max-turns.")
+    unfinished = [(step, attempts) for step, attempts in latest.attempts.items()
+                  if attempts and attempts[-1].outcome != "completed"]
+    if not unfinished:
+        raise RestartRefused(f"run {run_id} closed ({error or latest.status}) with no unfinished step to restart; "
+                             "start a new RUN_ID")
+    step, attempts = unfinished[-1]
+    point = attempts[0].workflow_task_completed_event_id
+    new_run = await reset_to(client, run_id, latest.temporal_run_id, point,
+                             f"starter.py retry: restart the loop at step {step} ({error or 'closed'})")
+    return step, point, new_run

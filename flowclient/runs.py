@@ -205,15 +205,23 @@ async def restart_failed_run(client: Client, run_id: str) -> tuple[str, int, str
         if not completed:
             raise RestartRefused(f"run {run_id} never completed a workflow task; start a new RUN_ID")
         point = completed[-1]
+    new_run = await reset_to(client, run_id, description.run_id, point,
+                             f"starter.py retry: restart at step {step} ({status.get('error') or 'closed'})")
+    return step or "?", point, new_run
+
+
+async def reset_to(client: Client, run_id: str, temporal_run_id: str, point: int, reason: str) -> str:
+    """Reset Temporal run ``temporal_run_id`` of ``run_id`` to the workflow task completed at event ``point``;
+    the new Temporal run's id. The workflow id, and so every key, stays."""
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=description.run_id),
-            reason=f"starter.py retry: restart at step {step} ({status.get('error') or 'closed'})"[:1000],
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=temporal_run_id),
+            reason=reason[:1000],
             workflow_task_finish_event_id=point,
             request_id=str(uuid.uuid4()),
         )
     )
-    return step or "?", point, response.run_id
+    return response.run_id
 
 

@@ -24,6 +24,9 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
 - ``lab.chaos``: many concurrent runs on Temporal while workers are SIGKILLed
   and the provider fails and loses answers (``make chaos``); no effect
   doubled or lost.
+- ``lab.loop_chaos``: chaos over the agent loop on every engine (``make chaos-loop``): loop runs whose
+  processes are SIGKILLed at random, a model that varies every answer, provider faults; no effect doubled
+  or lost, no recorded turn asked again.
 - ``lab.outage``: the provider really stopped while runs on both engines reach
   their email, for each outage length; ``retry`` for a run that ran out of
   budget.

@@ -8,6 +8,10 @@
   with ``--html`` as one page (``lesson.scenario_page``); what it observed and
   expected, and the table both show, in ``lesson.observed``. Every engine is
   driven through its driver (``lab.engines``).
+- ``lesson.loop_scenario``: the agent loop killed right after a refund and
+  resumed, on Temporal, the run record and DBOS, in one table (``make
+  loop-scenario``), and with ``--html`` as one page (``lesson.loop_page``);
+  what it observed, and the table both show, in ``lesson.loop_observed``.
 - ``lesson.deploy``: the restart that is a deploy, or a move, on every engine
   (``make scenario-deploy``).
 - ``lesson.replay``: replay a recorded history with the current workflow

@@ -30,6 +30,7 @@ from providerclient.client import (
     parse_retry_after,
     provider_url_from_env,
     refund_body,
+    seed_given,
     seed_orders,
     ticket_body,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "parse_retry_after",
     "provider_url_from_env",
     "refund_body",
+    "seed_given",
     "seed_orders",
     "ticket_body",
 ]

@@ -561,3 +561,16 @@ def lookup_counts(base_url: str, run_id: str | None = None, *, timeout: float = 
     action = "count order lookups"
     response = _sync(base_url, "GET", "/v1/lookups", action, timeout=timeout, params=_run_filter(run_id))
     return _json_object(response, action)
+
+
+def seed_given(orders: Mapping[str, int], env: Mapping[str, str] = os.environ) -> None:
+    """``seed_orders`` at ``PROVIDER_URL`` for a command's ``--orders``: no provider, or its refusal (an order id
+    it keeps with another total), is bad input (``InputError`` saying what to do), as every loop command says."""
+    from steps.limits import InputError
+
+    if not orders:
+        return
+    try:
+        seed_orders(provider_url_from_env(env), orders)
+    except (StepError, ValueError) as err:  # its words say what to do: start the provider, or seed another id
+        raise InputError(f"--orders: {err}") from None

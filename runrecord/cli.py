@@ -3,6 +3,7 @@ hand-rolled SQLite run record.
 
     python -m runrecord start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m runrecord loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
+                             [--orders ORDER=CENTS ...]
     python -m runrecord resume RUN_ID [--wait [--wait-limit SECONDS]]
     python -m runrecord retry RUN_ID
     python -m runrecord status RUN_ID [--json]
@@ -61,6 +62,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
+from providerclient import seed_given
 from runrecord import status as status_mod
 from runrecord.plans import plan_for
 from runrecord.runner import (
@@ -86,6 +88,7 @@ from runrecord.store import (
 from steps import loop
 from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
 from steps.params import parse_params
 from steps.plan import FlowStep, effect_steps, flow_from_env
 from steps.runstate import exit_code
@@ -162,26 +165,13 @@ async def _cmd_start(args) -> int:
         return _finish(await runner.start(run_id, task, email, conversation, params=params), runner.record)
 
 
-def _loop_number(raw: str | None, default: int) -> int | str:
-    """A loop number as given on the command line: a whole number, or the text given (which
-    ``steps.loop.check_loop_inputs`` then refuses in its own words, saying what to give)."""
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
-
-
 async def _cmd_loop(args) -> int:
     run_id = check_run_id(args.run_id)
     task = check_task(args.task)
     email = check_email(args.email)
     # Checked before the record is opened: refused input leaves nothing behind, not even a file.
-    max_turns, window_tokens, window_messages = loop.check_loop_inputs(
-        _loop_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
-        _loop_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
-        _loop_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+    max_turns, window_tokens, window_messages = loop_numbers(args)
+    seed_given(orders_given(args.orders))
     async with _runner(args) as runner:
         run = await runner.start_loop(run_id, task, email, max_turns=max_turns, window_tokens=window_tokens,
                                       window_messages=window_messages)
@@ -219,14 +209,14 @@ def _cmd_status(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle
+    from steps.settle import render_settle, settle, settle_keys
 
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)  # unknown id: say so before asking the provider
         async with ProviderClient(provider_url_from_env(os.environ)) as provider:
             if run.loop is not None:
-                report = await _settle_keys(provider, status_mod.loop_call_keys(run))
+                report = await settle_keys(provider, status_mod.loop_call_keys(run))
             else:
                 # The run's own effect steps: those that recorded an intent, and those this code's flow says
                 # have one.
@@ -236,26 +226,6 @@ async def _cmd_settle(args) -> int:
     print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
           render_settle(run_id, report, retry=f"python -m runrecord retry {run_id}", recorded=notes), flush=True)
     return EXIT_OK
-
-
-async def _settle_keys(provider, keys: dict[str, str]) -> list[dict[str, Any]]:
-    """``steps.settle.settle`` for steps whose keys are not derived from their names: a loop run's calls
-    with an effect, each under the key its recorded turn gives it (``steps.loop.tool_key``). The same
-    entries, in the same words."""
-    from steps.settle import made_ids
-
-    report = []
-    for step, key in keys.items():
-        found = await provider.lookup(key)
-        entry: dict[str, Any] = {"step": step, "key": key, "state": "never seen", "requests": 0,
-                                 "applied_at": None, "ids": None, "request_sha256": None}
-        if found is not None:
-            entry.update(requests=found.requests, state="applied" if found.applied else "not applied")
-            if found.applied:
-                entry.update(applied_at=found.applied_at, ids=made_ids(found.response or {}, found.request or {}),
-                             request_sha256=found.request_sha256)
-        report.append(entry)
-    return report
 
 
 def _record_answers(record: RunRecord, run, report: list[dict[str, Any]]) -> tuple[dict[str, list[int]],
@@ -339,17 +309,7 @@ def _parser() -> argparse.ArgumentParser:
                     "completes when a turn asks for no tool (its text is the final answer) and fails when the "
                     "turn limit is reached with tools still asked for. Resume, retry, status and settle take "
                     "its RUN_ID like any other run's.")
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
-    p.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
-    p.add_argument("--max-turns", default=None, metavar="N",
-                   help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
-                        "that still asks for tools at the limit fails the run, naming it")
-    p.add_argument("--window-tokens", default=None, metavar="N",
-                   help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded, so a "
-                        "resume derives the same windows")
-    p.add_argument("--window-messages", default=None, metavar="N",
-                   help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    add_loop_arguments(p)
     p.set_defaults(func=_cmd_loop)
     p = sub.add_parser("resume", parents=[common, running],
                        help="continue a run (of the flow or the agent loop) at its recorded step")

@@ -486,7 +486,8 @@ class RunRecord:
         if row is None:
             raise RecordRunNotFound(
                 f"no run with id {run_id!r} in {self.path}. Start one with: "
-                f'python -m runrecord start {run_id} "TASK" --email ADDR'
+                f'python -m runrecord start {run_id} "TASK" --email ADDR (the flow), or '
+                f'python -m runrecord loop {run_id} "TASK" --email ADDR (the agent loop)'
             )
         run = _from_row(RunRow, row)
         run.steps = [_from_row(StepRow, step) for step in self.conn.execute(_SQL_STEPS, (run_id,))]

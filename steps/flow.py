@@ -77,7 +77,7 @@ class StepDeps:
     agent: ToolModel | None = None  # the model that chooses tools in the agent loop (steps.loop)
 
 
-async def _pace(deps: StepDeps) -> None:
+async def pace(deps: StepDeps) -> None:
     if deps.pace_seconds > 0:
         await asyncio.sleep(deps.pace_seconds)
 
@@ -99,7 +99,7 @@ def _check_words(what: str, *fields: tuple[str, str, bool]) -> None:
 async def draft(req: DraftRequest, deps: StepDeps) -> DraftResult:
     """Step 1: ask the model for a structured reply. No external effect."""
     crash_point("draft:before")
-    await _pace(deps)
+    await pace(deps)
     context = await asyncio.to_thread(deps.context, req.conversation_id, req.memory_as_of)
     crash_point("draft:during_llm")
     reply = await deps.llm.draft(build_prompt(req.task, context))
@@ -117,7 +117,7 @@ async def draft(req: DraftRequest, deps: StepDeps) -> DraftResult:
 async def send_confirmation(req: SendRequest, deps: StepDeps) -> EmailSent:
     """Step 2: send the confirmation email. Effect: one email, keyed."""
     crash_point("send_confirmation:before")
-    await _pace(deps)
+    await pace(deps)
     _check_words("the email request was not made", ("subject", req.subject, False), ("body", req.body, True))
     try:
         receipt = await deps.provider.send_email(
@@ -144,7 +144,7 @@ async def send_confirmation(req: SendRequest, deps: StepDeps) -> EmailSent:
 async def record_outcome(req: RecordRequest, deps: StepDeps) -> OutcomeRecorded:
     """Step 3: record the outcome in the ticket system. Effect: one ticket, keyed."""
     crash_point("record_outcome:before")
-    await _pace(deps)
+    await pace(deps)
     _check_words("the ticket request was not made", ("summary", req.summary, False))
     try:
         receipt = await deps.provider.create_ticket(

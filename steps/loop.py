@@ -72,7 +72,7 @@ from typing import Any, Literal
 from steps.adoption import start_metadata
 from steps.crashpoints import crash_point
 from steps.errors import IdempotencyConflict, PermanentError, Refused
-from steps.flow import StepDeps
+from steps.flow import StepDeps, pace
 from steps.keys import KEY_PREFIX
 from steps.limits import (
     MAX_BODY_CHARS,
@@ -417,6 +417,7 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
     if deps.agent is None:
         raise PermanentError("this process has no model for the agent loop (StepDeps.agent); build its "
                              "dependencies with wiring.deps_from_env")
+    await pace(deps)  # LAB_STEP_SECONDS: slow enough to watch, or to kill by hand
     answer = await deps.agent.turn(req.window, tool_specs(), labels={"run": req.run_id, "turn": str(req.turn)})
     content = answer.content or ""
     calls = [AskedCall(c.id, c.name, c.arguments) for c in answer.tool_calls]
@@ -440,8 +441,8 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
     if calls and req.turn >= req.max_turns:
         asked = ", ".join(c.name for c in calls)
         raise PermanentError(f"turn limit of {req.max_turns} reached: the model still asked for tools ({asked}) "
-                             f"at turn {req.turn}; none of them ran. Start the run with a higher turn limit, "
-                             "or give the model a task it can finish in fewer turns")
+                             f"at turn {req.turn}; none of them ran. Start a new run (a new RUN_ID) with a higher "
+                             "turn limit, or give the model a task it can finish in fewer turns")
     # The model answered; nothing of it is recorded yet. A kill here: this turn is asked again.
     crash_point("turn:after_answer")
     return TurnResult(turn=req.turn, content=content, calls=calls, model=deps.agent.name,
@@ -494,6 +495,7 @@ async def run_tool(req: ToolRequest, deps: StepDeps) -> ToolResult:
     """Run one recorded tool call. Refused arguments and a request the provider refuses (``Refused``) give
     a ``refused`` result, nothing applied; a transient failure raises (the engine retries with the same
     key); a key held by another request (``IdempotencyConflict``) fails the run."""
+    await pace(deps)
     args = checked_arguments(req.call)
     if isinstance(args, str):
         return _refused(req, args)

@@ -37,9 +37,14 @@ from steps.ports import EffectApi
 async def settle(provider: EffectApi, run_id: str, steps: Iterable[str] = EFFECT_STEPS) -> list[dict[str, Any]]:
     """One entry per effect step (``steps``: the flow's, ``steps.plan.effect_steps``; the lab's by default):
     ``{"step", "key", "state", "requests", "applied_at", "ids"}``."""
+    return await settle_keys(provider, {step: idempotency_key(run_id, step) for step in steps})
+
+
+async def settle_keys(provider: EffectApi, keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``settle`` for steps given with their keys (``{step: key}``): an agent loop's calls with an effect,
+    each under the key its recorded turn gives it (``steps.loop.tool_key``). The same entries, in order."""
     report = []
-    for step in steps:
-        key = idempotency_key(run_id, step)
+    for step, key in keys.items():
         found = await provider.lookup(key)
         entry: dict[str, Any] = {"step": step, "key": key, "state": "never seen", "requests": 0,
                                  "applied_at": None, "ids": None, "request_sha256": None}

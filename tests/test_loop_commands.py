@@ -114,7 +114,7 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
         assert "started loop run" not in again.stdout
         assert re.search(r"turn-4: completed \(attempt 1\): the final answer \(no tool\)", again.stdout), again.stdout
         assert f"loop run {run_id}: completed, turn 4 of at most 20" in again.stdout
-        assert "answer: Done: I handled 1 order and recorded ticket tkt_" in again.stdout
+        assert "answer: Done: I went through the 1 order you named and recorded ticket tkt_" in again.stdout
         assert asked(slow_url, run_id) == {"1": 1, "2": 1, "3": 1, "4": 1}  # attaching asked nothing again
     finally:
         slow.kill()
@@ -157,7 +157,7 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
     assert list(status["turns"][1]["calls"][0]) == list(shown["turns"][0]["calls"][0])
     assert (status["status"], status["runs"], status["counts"]) == (
         "completed", [description.run_id], {"turns": 4, "tool_calls": 4, "effects": 3, "refused": 0})
-    assert status["answer"].startswith("Done: I handled 1 order")
+    assert status["answer"].startswith("Done: I went through the 1 order you named")
     refund = status["turns"][1]["calls"][0]
     recorded_turn = status["turns"][1]
     assert refund["name"] == "issue_refund" and refund["outcome"] == "ok" and refund["effect_id"].startswith("rfd_")
@@ -281,7 +281,7 @@ async def test_the_driver_kills_resumes_and_reads_a_loop_run_in_one_shape(engine
     assert list(final["turns"][0]["calls"][0]) == ["index", "name", "key", "status", "attempts", "outcome",
                                                    "effect_id"]
     assert (final["run_id"], final["status"], final["error"]) == (run_id, "completed", None)
-    assert final["answer"] is not None and final["answer"].startswith("Done: I handled 2 orders")
+    assert final["answer"] is not None and final["answer"].startswith("Done: I went through the 2 orders you named")
     # The same outline on both engines: one shape, one story.
     assert outline(final) == AFTER_THE_RESUME
     refund = final["turns"][1]["calls"][0]

@@ -161,7 +161,7 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_pr
     raw, status = read(loop_procs.db, run_id)
     assert status["status"] == "completed", status
     assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    assert status["steps"][-1]["result"]["content"].startswith("Done: I handled 2 orders"), status["steps"][-1]
+    assert status["steps"][-1]["result"]["content"].startswith("Done: I went through the 2 orders you named"), status["steps"][-1]
     assert raw["workflow"].output["answer"] == status["steps"][-1]["result"]["content"]
     # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
     assert {n: r for n, r in outputs(raw).items() if n in results} == results
@@ -191,7 +191,7 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, r
     assert status["status"] == "failed" and status["current_step"] == "turn-3", status
     assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
                                       "still asked for tools (lookup_order) at turn 3; none of them ran"), status
-    assert "Start the run with a higher turn limit" in status["error"]
+    assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
     assert status["steps"][-1]["name"] == "turn-3" and status["steps"][-1]["status"] == "failed", status
     # What the turns before the limit did stays done, once; turn 3's calls never ran.
     assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
@@ -253,7 +253,7 @@ def test_the_walk_asks_each_turn_with_the_window_loop_plan_derives_from_the_reco
         walk.record(name, to_jsonable(result))
     assert left_out, "the bounds never left a message out: the test proves less than it says"
     assert len([n for n in walk.results if "/" not in n]) == 12
-    assert walk.answer is not None and walk.answer.startswith("Done: I handled 5 orders")
+    assert walk.answer is not None and walk.answer.startswith("Done: I went through the 5 orders you named")
 
 
 def test_a_changed_loop_is_another_application_version(monkeypatch):

@@ -156,7 +156,7 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_ru
     status = status_of(load(db, run_id)[0])  # the JSON `status --json` prints (that command: the turn limit's test)
     assert status["status"] == "completed", status
     assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    assert status["steps"][-1]["result"]["content"].startswith("Done: I handled 2 orders"), status["steps"][-1]
+    assert status["steps"][-1]["result"]["content"].startswith("Done: I went through the 2 orders you named"), status["steps"][-1]
     # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
     # recorded (the kill's count for the recorded turns is the final one).
     asked = turns_asked(standin, run_id)
@@ -199,7 +199,7 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, 
     assert status["status"] == "failed" and status["current_step"] == "turn-3", status
     assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
                                       "still asked for tools (lookup_order) at turn 3; none of them ran"), status
-    assert "Start the run with a higher turn limit" in status["error"]
+    assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
     assert [s["status"] for s in status["steps"]][-1] == "failed"
     # What the turns before the limit did stays done, once; turn 3's calls never ran.
     assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}

@@ -143,7 +143,7 @@ def test_the_scripted_loop_refunds_each_order_once_and_answers():
     assert [len(results[t].calls) for t in turns] == [1, 2, 1, 2, 1, 0]
     assert [o.refunded for o in provider.orders.values()] == [2500, 2500]
     assert sorted(b.get("amount", 0) for b in provider.applied.values()) == [0, 0, 0, 2500, 2500]
-    assert plan.final_answer(results).startswith("Done: I handled 2 orders")
+    assert plan.final_answer(results).startswith("Done: I went through the 2 orders you named")
     assert all(r.status == "ok" for n, r in results.items() if "/" in n)
 
 

@@ -154,7 +154,7 @@ async def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies
     second = workers(extra_env=env)
     result = await result_of(client, run_id)
     assert result["status"] == "completed", result
-    assert result["answer"].startswith("Done: I handled 2 orders"), result["answer"]
+    assert result["answer"].startswith("Done: I went through the 2 orders you named"), result["answer"]
 
     # The judge: each effect applied once, by kind, for this run.
     effects = effects_by_kind(provider.url, run_id)
@@ -305,7 +305,7 @@ async def test_thirty_turns_continue_as_new_and_carry_the_window_memory_derives(
                                   window_tokens=window_tokens, history_bound=150)
     assert created
     result = await result_of(client, run_id)
-    assert result["status"] == "completed" and result["answer"].startswith("Done: I handled 14 orders"), result
+    assert result["status"] == "completed" and result["answer"].startswith("Done: I went through the 14 orders you named"), result
 
     chain = await read_chain(client, run_id)
     assert len(chain.runs) >= 3, f"continued as new {len(chain.runs) - 1} time(s), not at least twice"

@@ -25,14 +25,18 @@ OBSERVED: Final = "observed"
 # completed before the restart. REPLAYED / READ: the restarted process took its
 # recorded result and did not run it. WAITING: nothing ran; the engine waited
 # (for a dead worker's heartbeat to time out, say). UNRECORDED: attempts that ran
-# somewhere in this stretch, which the record counts but does not time.
-SpanKind = Literal["executed", "again", "replayed", "read", "waiting", "unrecorded"]
+# somewhere in this stretch, which the record counts but does not time. RERUN: a step
+# whose attempt died before its result was recorded, run again after the restart under
+# the same idempotency key, which the receiver answered from its store: executed again,
+# applied once (the agent loop's interrupted tool call).
+SpanKind = Literal["executed", "again", "replayed", "read", "waiting", "unrecorded", "rerun"]
 EXECUTED: Final = "executed"
 AGAIN: Final = "again"
 REPLAYED: Final = "replayed"
 READ: Final = "read"
 WAITING: Final = "waiting"
 UNRECORDED: Final = "unrecorded"
+RERUN: Final = "rerun"
 KINDS: tuple[SpanKind, ...] = get_args(SpanKind)
 # Marks: a process SIGKILLed, a process (re)started, the moment a restarted process replayed a history.
 MarkKind = Literal["kill", "restart", "replay"]
@@ -53,11 +57,19 @@ class Span:
     end_from: Source = RECORD
     label: str = ""  # drawn beside the bar: "attempt 1", "process 2"
     note: str = ""  # the tooltip: what the bar is and where its two ends come from
+    short_label: str = ""  # drawn instead of the label where the label has no room ("" : nothing then)
+    # More ``data-<name>="<value>"`` attributes for the bar's element, for whoever reads the page (a test):
+    # ``(("asked", "1"),)``; names of lower-case letters and hyphens
+    data: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or {self.start_from, self.end_from} - {RECORD, OBSERVED}:
             raise ValueError(f"span {self.label or self.row!r}: kind {self.kind!r}, sources "
                              f"{self.start_from!r}/{self.end_from!r}; see timeline.model")
+        for name, _ in self.data:
+            if not name or name.strip("abcdefghijklmnopqrstuvwxyz-") or name[0] == "-":
+                raise ValueError(f"span {self.label or self.row!r}: data attribute name {name!r}; give lower-case "
+                                 "letters and hyphens")
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,10 @@ class Effect:
     applied: int  # 0 or 1
     first_seen: float | None
     last_seen: float | None
+    # What the effect is one of: a second one applied in the same group is a duplicate (drawn "again!"). Empty:
+    # its kind (the lab's flow sends one email a run). The agent loop's refunds are one per tool call, the group
+    # the call's step, so two orders' refunds are two effects, not a duplicate.
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,8 @@ class Lane:
     start: float  # t = 0 of this lane's axis
     rows: list[str]  # the steps, in order
     run_id: str = ""  # the run drawn (data-run-id)
+    # A row's label instead of "<n> <step>" (the agent loop's "turn 2", "call 0: issue_refund"); rows not named keep it
+    row_labels: dict[str, str] = field(default_factory=dict)
     effect_rows: list[str] = field(default_factory=list)  # kinds of effect drawn, a row each (``effect_kinds``)
     spans: list[Span] = field(default_factory=list)
     processes: list[Span] = field(default_factory=list)

@@ -36,6 +36,7 @@ from timeline.model import (
     RECORD,
     REPLAY,
     REPLAYED,
+    RERUN,
     RESTART,
     UNRECORDED,
     WAITING,
@@ -57,7 +58,7 @@ MIN_BAR = 4.0  # pixels: a 3 ms step on a 3 s axis still shows
 CHAR = 6.6  # pixels per character at 11 px, to keep labels from running into the next bar
 
 COLOURS = {EXECUTED: "#3b6fb6", AGAIN: "#d9822b", REPLAYED: "#3b6fb6", READ: "#3b6fb6", WAITING: "#8a93a6",
-           "process": "#8a93a6",
+           RERUN: "#1f8a8a", "process": "#8a93a6",
            KILL: "#c0392b", RESTART: "#2e8b57", REPLAY: "#3b6fb6"}
 LOOKS = (("#2e8b57", "circle"), ("#6a4fb3", "square"), ("#b7791f", "diamond"), ("#1f7a8c", "triangle"),
          ("#a23b72", "circle"), ("#4a6b2a", "square"))
@@ -138,7 +139,8 @@ def _dash(source: str) -> str:
 
 def _bar(axis: _Axis, span: Span, y: float, height: float, colour: str, room: float, left: float) -> str:
     """One span; its label beside it (``room``: pixels free from its start to the next span's), else
-    within it, else to its left (``left``: pixels free before it)."""
+    within it, else to its left (``left``: pixels free before it); where the label fits nowhere, its
+    ``short_label`` the same way."""
     x0 = axis.x(span.start)
     x1 = max(axis.x(span.end), x0 + MIN_BAR)
     observed = OBSERVED in (span.start_from, span.end_from)
@@ -159,21 +161,33 @@ def _bar(axis: _Axis, span: Span, y: float, height: float, colour: str, room: fl
                  f'{_dash(span.start_from)}/>'
                  f'<path d="M{x1:.1f},{y:.1f}V{y + height:.1f}" stroke="#1d2330" stroke-width="1.3"'
                  f'{_dash(span.end_from)}/>')
-    label, need, width = "", len(span.label) * CHAR + 6, x1 - x0
-    if span.label and need <= room - width:  # beside the bar, if the row is free up to the next one
-        label = (f'<text x="{x1 + 4:.1f}" y="{y + height / 2 + 4:.1f}"'
-                 f'{_BAD if span.kind == AGAIN else ""}>{text(span.label)}</text>')
-    elif span.label and need <= width:  # else within it: over a line, or in white on a bar
-        inside = "fill:#ffffff" if span.kind in (EXECUTED, AGAIN) and span.row != "process" else "fill:#1d2330"
-        lift = -4 if span.kind in (UNRECORDED, WAITING) else 4
-        label = (f'<text x="{(x0 + x1) / 2:.1f}" y="{y + height / 2 + lift:.1f}" text-anchor="middle" '
-                 f'style="{inside}">{text(span.label)}</text>')
-    elif span.label and need <= left:
-        label = (f'<text x="{x0 - 4:.1f}" y="{y + height / 2 + 4:.1f}" text-anchor="end"'
-                 f'{_BAD if span.kind == AGAIN else ""}>{text(span.label)}</text>')
+    label = ""
+    for words in (span.label, span.short_label) if span.short_label else (span.label,):
+        label = _label(span, words, x0, x1, y, height, room, left)
+        if label:
+            break
     classes = f"span {span.kind} {'observed' if observed else 'record'}"
+    data = "".join(f' data-{name}="{text(value)}"' for name, value in span.data)
     return (f'<g class="{classes}" data-row="{text(span.row)}" data-start-from="{span.start_from}" '
-            f'data-end-from="{span.end_from}">{title}{shape}{label}</g>')
+            f'data-end-from="{span.end_from}"{data}>{title}{shape}{label}</g>')
+
+
+def _label(span: Span, words: str, x0: float, x1: float, y: float, height: float, room: float, left: float) -> str:
+    """``words`` beside the bar, if the row is free up to the next one (``room``), else within it, else to its
+    left (``left``: pixels free before it); "" if it fits nowhere."""
+    need, width = len(words) * CHAR + 6, x1 - x0
+    if words and need <= room - width:  # beside the bar, if the row is free up to the next one
+        return (f'<text x="{x1 + 4:.1f}" y="{y + height / 2 + 4:.1f}"'
+                f'{_BAD if span.kind == AGAIN else ""}>{text(words)}</text>')
+    if words and need <= width:  # else within it: over a line, or in white on a bar
+        inside = "fill:#ffffff" if span.kind in (EXECUTED, AGAIN, RERUN) and span.row != "process" else "fill:#1d2330"
+        lift = -4 if span.kind in (UNRECORDED, WAITING) else 4
+        return (f'<text x="{(x0 + x1) / 2:.1f}" y="{y + height / 2 + lift:.1f}" text-anchor="middle" '
+                f'style="{inside}">{text(words)}</text>')
+    if words and need <= left:
+        return (f'<text x="{x0 - 4:.1f}" y="{y + height / 2 + 4:.1f}" text-anchor="end"'
+                f'{_BAD if span.kind == AGAIN else ""}>{text(words)}</text>')
+    return ""
 
 
 def _row_bars(axis: _Axis, spans: Sequence[Span], y: float, height: float, colour_of) -> str:
@@ -229,12 +243,15 @@ def _effect_marks(axis: _Axis, lane: Lane, kind: str, y: float, look: Look) -> s
     mine = sorted((e for e in lane.effects if e.kind == kind and e.first_seen is not None),
                   key=lambda e: e.first_seen or 0.0)
     applied = 0
+    in_group: dict[str, int] = {}  # applied per group (``Effect.group``; its kind when it names none)
     for i, effect in enumerate(mine):
         assert effect.first_seen is not None
         x = axis.x(effect.first_seen)
         mid = y + EFFECT_ROW / 2
         applied += effect.applied
-        second = effect.applied and applied > 1
+        group = effect.group or kind
+        in_group[group] = in_group.get(group, 0) + effect.applied
+        second = effect.applied and in_group[group] > 1
         colour = "#b03a2e" if second else look[0]
         filled = colour if effect.applied else "#ffffff"
         shape = _shape(look[1], x, mid, filled, colour)
@@ -272,7 +289,8 @@ def _lane_svg(lane: Lane, looks: dict[str, Look]) -> str:
              f'aria-label="{text(lane.title)}: a timeline" xmlns="http://www.w3.org/2000/svg">']
     # Row bands and labels.
     labels: list[tuple[str, float, int]] = [("processes", process_y, PROCESS_ROW)] if lane.processes else []
-    labels += [(f"{i} {name}", rows_y[name], STEP_ROW) for i, name in enumerate(lane.rows, 1)]
+    labels += [(lane.row_labels.get(name, f"{i} {name}"), rows_y[name], STEP_ROW)
+               for i, name in enumerate(lane.rows, 1)]
     labels += [(f"provider: {kind}{'' if kind.endswith('s') else 's'}", effects_y[kind], EFFECT_ROW) for kind in kinds]
     for i, (label, top, h) in enumerate(labels):
         if i % 2:
@@ -302,8 +320,9 @@ def _effects_list(lane: Lane) -> str:
     items = []
     applied: dict[str, int] = {}
     for effect in sorted(lane.effects, key=lambda e: e.first_seen or 0.0):
-        applied[effect.kind] = applied.get(effect.kind, 0) + effect.applied
-        second = effect.applied and applied[effect.kind] > 1
+        group = effect.group or effect.kind
+        applied[group] = applied.get(group, 0) + effect.applied
+        second = effect.applied and applied[group] > 1
         outcome = ("applied" if effect.applied else "nothing applied") + (
             f", then {effect.requests - 1} more request(s) with this key, none applied again"
             if effect.requests > 1 else "")
@@ -339,7 +358,7 @@ def _present(lanes: Sequence[Lane]) -> set[str]:
             found.add(span.kind)
             if OBSERVED in (span.start_from, span.end_from):
                 found.add(OBSERVED)
-            if RECORD in (span.start_from, span.end_from) and span.kind in (EXECUTED, AGAIN):
+            if RECORD in (span.start_from, span.end_from) and span.kind in (EXECUTED, AGAIN, RERUN):
                 found.add(RECORD)
         found.update(mark.kind for mark in lane.marks)
         found.update("effect" for _ in lane.effects[:1])
@@ -369,6 +388,9 @@ def _legend(present: set[str], looks: dict[str, Look]) -> str:
         ({OBSERVED}, _bar_swatch(COLOURS[EXECUTED], ' fill-opacity="0.5" stroke-dasharray="4 3"'),
          "times observed, not recorded (dashed edges): a line a process printed, its death, its start"),
         ({AGAIN}, _bar_swatch(COLOURS[AGAIN]), "executed again after the restart, although it had completed"),
+        ({RERUN}, _bar_swatch(COLOURS[RERUN]),
+         "executed again after the restart, its result never recorded: the same idempotency key, answered from the "
+         "provider's store, applied once"),
         ({REPLAYED, READ}, _bar_swatch("url(#hatch)"),
          "read or replayed: the restarted process took the recorded result and did not run the step"),
         ({WAITING}, _line_swatch(COLOURS[WAITING], "6 3"),

@@ -1,0 +1,68 @@
+"""The agent loop's command-line arguments, one definition for every command that starts a loop run
+(``python starter.py loop``, ``python -m runrecord loop``, ``python -m dbosflow loop``): the same flags, the
+same help, the same refusals.
+
+``add_loop_arguments`` adds RUN_ID, TASK, ``--email``, ``--max-turns``, ``--window-tokens``,
+``--window-messages`` and ``--orders ORDER=CENTS ...``; ``loop_numbers`` and ``orders_given`` read them back,
+checked (``InputError`` saying what to give), before anything is asked of a server or a file is opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from steps import loop
+from steps.limits import InputError, check_text
+
+
+def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
+    parser.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
+    parser.add_argument("--max-turns", default=None, metavar="N",
+                        help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
+                             "that still asks for tools at the limit fails the run, naming it")
+    parser.add_argument("--window-tokens", default=None, metavar="N",
+                        help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded, so "
+                             "a resume derives the same windows")
+    parser.add_argument("--window-messages", default=None, metavar="N",
+                        help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
+    parser.add_argument("--orders", nargs="+", action="extend", default=[], metavar="ORDER=CENTS",
+                        help="orders the provider (PROVIDER_URL) keeps first, each with its total in cents, e.g. "
+                             "A-1001=2500; harmless when it keeps them already. An order it does not keep is "
+                             "answered 'no order' to the model, and nothing is refunded")
+
+
+def given_number(raw: str | None, default: int) -> int | str:
+    """A number as given on the command line: a whole number, or the text given (which the loop's own check
+    then refuses in its words, saying what to give)."""
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def loop_numbers(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(max turns, window tokens, window messages), checked (``steps.loop.check_loop_inputs``)."""
+    return loop.check_loop_inputs(given_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
+                                  given_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
+                                  given_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+
+
+def orders_given(items: list[str]) -> dict[str, int]:
+    """``--orders ORDER=CENTS ...`` as ``{order id: total in cents}``; ``InputError`` saying what to give."""
+    orders: dict[str, int] = {}
+    for item in items:
+        order, sep, cents = item.partition("=")
+        order = order.strip()
+        if not sep or not order or not cents.strip().isdigit() or int(cents) < 1:
+            raise InputError(f"--orders {item!r}: give ORDER=CENTS, an order id and its total in cents from 1, "
+                             "e.g. --orders A-1001=2500 A-1002=4000")
+        check_text("order id", order, what_to_do="Give the order id as the task names it")
+        if len(order) > loop.MAX_ORDER_ID_CHARS:
+            raise InputError(f"--orders: order id {order[:20]!r}... is {len(order)} characters; at most "
+                             f"{loop.MAX_ORDER_ID_CHARS}")
+        orders[order] = int(cents)
+    return orders
