@@ -161,7 +161,8 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_pr
     raw, status = read(loop_procs.db, run_id)
     assert status["status"] == "completed", status
     assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    assert status["steps"][-1]["result"]["content"].startswith("Done: I went through the 2 orders you named"), status["steps"][-1]
+    last = status["steps"][-1]
+    assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
     assert raw["workflow"].output["answer"] == status["steps"][-1]["result"]["content"]
     # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
     assert {n: r for n, r in outputs(raw).items() if n in results} == results

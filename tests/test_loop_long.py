@@ -284,7 +284,8 @@ async def test_two_hundred_turns_on_temporal_killed_at_turn_150(client, workers,
     assert first_step_started(second) == turn_step(KILL_AT)
     result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=240)
     done = time.monotonic()
-    assert result["status"] == "completed" and result["answer"].startswith("Done: I went through the 100 orders you named"), result
+    assert result["status"] == "completed", result
+    assert result["answer"].startswith("Done: I went through the 100 orders you named"), result
     assert min(turns_started(second, run_id)) == KILL_AT  # no step of an earlier turn began there
     # The witness: turns 1..149 never asked again; 150 asked again once; the rest once.
     assert standin.asked(run_id) == expected_asks()

@@ -156,7 +156,8 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_ru
     status = status_of(load(db, run_id)[0])  # the JSON `status --json` prints (that command: the turn limit's test)
     assert status["status"] == "completed", status
     assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    assert status["steps"][-1]["result"]["content"].startswith("Done: I went through the 2 orders you named"), status["steps"][-1]
+    last = status["steps"][-1]
+    assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
     # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
     # recorded (the kill's count for the recorded turns is the final one).
     asked = turns_asked(standin, run_id)

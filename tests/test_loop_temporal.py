@@ -305,7 +305,8 @@ async def test_thirty_turns_continue_as_new_and_carry_the_window_memory_derives(
                                   window_tokens=window_tokens, history_bound=150)
     assert created
     result = await result_of(client, run_id)
-    assert result["status"] == "completed" and result["answer"].startswith("Done: I went through the 14 orders you named"), result
+    assert result["status"] == "completed", result
+    assert result["answer"].startswith("Done: I went through the 14 orders you named"), result
 
     chain = await read_chain(client, run_id)
     assert len(chain.runs) >= 3, f"continued as new {len(chain.runs) - 1} time(s), not at least twice"
