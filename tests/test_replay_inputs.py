@@ -7,7 +7,9 @@ Temporal's replay checks commands (an activity of this type, this id), not
 inputs, so a change to how a request is built (``steps.requests``: a key, the
 start id, the memory cut-off, the remembered reply) would pass
 tests/test_replay_fixtures.py and still make a resumed run send a different
-email than its first attempt. A field added later with its default value is
+email than its first attempt; for the agent loop, a change to a turn's window
+or a call's key would ask a recorded turn with another prompt or send a call
+under another key. A field added later with its default value is
 absent from older recordings and is not a difference."""
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from flowclient.worker_options import worker_options
 from payloadcodec import data_converter_from_env
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
 from workflows.agent_flow import AgentFlow
+from workflows.agent_loop import AgentLoop
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
 FIXTURES = sorted(HISTORIES.glob("*/*.json"))
@@ -72,7 +75,7 @@ async def test_replay_schedules_the_recorded_activity_inputs(path: Path):
     env = {"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID} if "encrypted" in path.stem else {}
     converter = data_converter_from_env(env)
     scheduled = _Scheduled()
-    await Replayer(workflows=[AgentFlow], workflow_runner=worker_options()["workflow_runner"],
+    await Replayer(workflows=[AgentFlow, AgentLoop], workflow_runner=worker_options()["workflow_runner"],
                    data_converter=converter, interceptors=[scheduled]).replay_workflow(history)
 
     recorded = []
