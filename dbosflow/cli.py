@@ -70,7 +70,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from providerclient import seed_given
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
@@ -78,6 +78,9 @@ from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
 from steps.params import parse_params
 from steps.plan import missing_params
 from steps.runstate import exit_code
+
+if TYPE_CHECKING:
+    from steps.retry import RetryRule
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_VERSION = 0, 1, 2, 3, 4, 6
 
@@ -97,6 +100,29 @@ def _set_flow() -> None:
         engine.set_flow(flow_from_env())
     except ValueError as err:
         raise InputError(str(err)) from err
+
+
+def _retry_rule() -> RetryRule:
+    """The run's retry rule (``steps.retry.rule_from_env``); a bad one is bad input."""
+    from steps.retry import rule_from_env
+
+    try:
+        return rule_from_env()
+    except ValueError as err:
+        raise InputError(str(err)) from err
+
+
+def _exists(db: Path, run_id: str) -> bool:
+    """Whether RUN_ID is already in ``db``; if so, says on stderr that nothing was started and what to do."""
+    from dbosflow.status import DbosRunNotFound, read
+
+    try:
+        read(db, run_id)
+    except DbosRunNotFound:
+        return False
+    print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
+          f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
+    return True
 
 
 def _print_status(db: Path, run_id: str) -> int:
@@ -202,29 +228,18 @@ async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
 
 async def _cmd_start(args) -> int:
     from dbosflow import engine
-    from dbosflow.status import DbosRunNotFound, read
-    from steps.retry import rule_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
     conversation = check_conversation_id(args.conversation or run_id)
     params = parse_params(args.param)
-    try:
-        rule = rule_from_env()
-    except ValueError as err:
-        raise InputError(str(err)) from err
+    rule = _retry_rule()
     _set_flow()
     missing = missing_params(engine.current_flow(), params)
     if missing is not None:
         raise InputError(f"run {run_id} was not started: {missing}")
     db = _db(args)
-    try:
-        read(db, run_id)
-    except DbosRunNotFound:
-        pass
-    else:
-        print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
-              f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
+    if _exists(db, run_id):
         return EXIT_EXISTS
     recovered = _pending(db, engine.app_version())
     refused = _refuse_mismatched(db, engine.app_version(), recovered)
@@ -240,27 +255,16 @@ async def _cmd_start(args) -> int:
 
 async def _cmd_loop(args) -> int:
     from dbosflow import loop as dbos_loop
-    from dbosflow.status import DbosRunNotFound, read
-    from steps.retry import rule_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
     # Checked before the database is opened: refused input leaves nothing behind, not even a file.
     max_turns, window_tokens, window_messages = loop_numbers(args)
     seed_given(orders_given(args.orders))
-    try:
-        rule = rule_from_env()
-    except ValueError as err:
-        raise InputError(str(err)) from err
+    rule = _retry_rule()
     _set_flow()  # a flow run this launch recovers (a shared DBOSFLOW_*_APP_VERSION) is checked against it
     db = _db(args)
-    try:
-        read(db, run_id)
-    except DbosRunNotFound:
-        pass
-    else:
-        print(f"error: run {run_id} already exists in {db}; nothing was started. Resume it "
-              f"(python -m dbosflow resume {run_id}) or pick a new RUN_ID", file=sys.stderr, flush=True)
+    if _exists(db, run_id):
         return EXIT_EXISTS
     version = dbos_loop.loop_app_version()
     recovered = _pending(db, version)

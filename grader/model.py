@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from lab.loopback import LoopbackServer
+from lab.loopback import JsonHandler, LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 MODEL_NAME = "grader-model-stand-in"
@@ -85,9 +85,7 @@ class ModelStandIn(LoopbackServer):
 
 
 def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"  # one request per connection: no idle thread outlives the grader
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             if self.path != CHAT_PATH:
                 return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -106,19 +104,5 @@ def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
                              "message": {"role": "assistant", "content": content}}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
             })
-
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            payload = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the learner's process was killed mid-request: nothing to answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
     return Handler

@@ -27,6 +27,9 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
 - ``lab.loop_chaos``: chaos over the agent loop on every engine (``make chaos-loop``): loop runs whose
   processes are SIGKILLed at random, a model that varies every answer, provider faults; no effect doubled
   or lost, no recorded turn asked again.
+- ``lab.chaos_moves``: what both chaos sessions do at random, written once: provider faults that fire
+  before or after the effect, the standby worker and a killed worker's replacement, the runs still open
+  at the end terminated.
 - ``lab.outage``: the provider really stopped while runs on both engines reach
   their email, for each outage length; ``retry`` for a run that ran out of
   budget.

@@ -56,6 +56,15 @@ from temporalio.client import Client
 
 from flowclient.connect import connect
 from flowclient.status import run_status
+from lab.chaos_moves import (
+    clear_faults,
+    inject_faults,
+    model_words,
+    ready_workers,
+    replaces,
+    terminate_open,
+    wants_standby,
+)
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
 from lab.provider_process import start_provider
 from providerclient import ProviderClient, fetch_effects
@@ -121,7 +130,7 @@ class ChaosReport:
         reasons = Counter(s["error"] for s in self.runs.values() if s["status"] == "failed")
         lines = [
             f"chaos: seed {c.seed}, task queue {self.task_queue}, {os.cpu_count()} cores, pace {c.pace:g} s/step, "
-            f"{'a model that varies every answer' if c.vary else 'the deterministic model'}",
+            f"{model_words(c.vary)}",
             f"  duration     {self.duration:.1f} s (kill phase {self.kill_phase:.1f} s, "
             f"drain {self.duration - self.kill_phase:.1f} s)",
             f"  runs         {len(self.runs)} in {self.waves} wave(s) of {c.runs} started at once: "
@@ -171,12 +180,8 @@ class _Workers:
         self.all.append(proc)
         return proc
 
-    @staticmethod
-    def is_ready(proc: Proc) -> bool:
-        return proc.alive() and "worker ready" in proc.output()
-
     def ready(self) -> dict[str, Proc]:
-        return {slot: p for slot, p in self.slots.items() if self.is_ready(p)}
+        return ready_workers(self.slots)
 
     def reap(self) -> None:
         for proc in self.all:
@@ -237,29 +242,13 @@ class _Chaos:
             # faster than a step can finish would only prove the retry bound.
             await _wait(workers.ready, self._left(), "a ready worker")
             await asyncio.sleep(self.rng.uniform(0.5, 2.5))
-            await self.inject_faults(pc)
-            if "B" not in workers.slots and self.rng.random() < 0.6:
+            await inject_faults(pc, self.rng, report)
+            if wants_standby(workers.slots, self.rng):
                 workers.spawn("B")
             ready = workers.ready()
             if ready:
                 await self.kill_one(ready)
         report.kill_phase = time.monotonic() - self.began
-
-    async def inject_faults(self, pc: ProviderClient) -> None:
-        """At random: the next 1-3 effect requests answered 503, or the next 1-2 applied
-        and their responses lost. A new countdown replaces what is left of the old one:
-        count only what fired."""
-        report, rng = self.report, self.rng
-        if rng.random() < 0.6:
-            n = rng.randint(1, 3)
-            report.faults_503 -= (await pc.faults())["fail"]["remaining"]
-            await pc.set_faults(fail_next=n, status=503)
-            report.faults_503 += n
-        elif rng.random() < 0.6:
-            n = rng.randint(1, 2)
-            report.faults_lost -= (await pc.faults())["lose_response"]["remaining"]
-            await pc.set_faults(lose_response_next=n)
-            report.faults_lost += n
 
     async def kill_one(self, ready: dict[str, Proc]) -> None:
         """SIGKILL one of the ready workers; replace it at once (worker A always, B mostly)."""
@@ -275,17 +264,10 @@ class _Chaos:
         self.say(f"  {time.monotonic() - self.began:6.1f} s  SIGKILL worker {slot} (pid {ready[slot].pid}): "
                  f"kill {report.kills_with_runs_in_flight}/{self.config.kills} mid-run, {len(ready)} worker(s) "
                  f"ready, {len(self.open_runs)} runs open")
-        if slot == "A" or self.rng.random() < 0.6:
+        if replaces(slot, self.rng):
             workers.spawn(slot)
         else:
             del workers.slots[slot]
-
-    async def clear_faults(self, pc: ProviderClient) -> None:
-        """No more faults; what never fired is not counted."""
-        left = await pc.faults()
-        self.report.faults_503 -= left["fail"]["remaining"]
-        self.report.faults_lost -= left["lose_response"]["remaining"]
-        await pc.clear_faults()
 
     async def drain(self) -> None:
         """Worker A back if it is gone, then wait for every run to close (or the deadline)."""
@@ -305,11 +287,7 @@ class _Chaos:
         """Every run's final status; what is still open is ended (bounded), and the checks say so."""
         for rid in self.run_ids:
             self.report.runs[rid] = await run_status(self.client, rid)
-        for rid in self.open_runs:
-            try:
-                await self.client.get_workflow_handle(rid).terminate("chaos: --max-seconds reached")
-            except Exception:  # noqa: BLE001 - already closed between the check and here
-                pass
+        await terminate_open(self.client, self.open_runs, "chaos: --max-seconds reached")
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
@@ -342,7 +320,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         await chaos.start_wave()
         async with ProviderClient(url) as pc:
             await chaos.kill_phase(pc)
-            await chaos.clear_faults(pc)
+            await clear_faults(pc, report)
         await chaos.drain()
         await chaos.collect()
         _check(report, url)

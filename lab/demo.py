@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -42,7 +43,7 @@ from lab.processes import (
     wait_until,
 )
 from lab.provider_process import ProviderProcess, start_provider
-from providerclient import fetch_effects
+from providerclient import EffectRecord, fetch_effects
 from steps.controls import printable
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runview import render_table, step_ticker
@@ -58,6 +59,62 @@ STATE = REPO / ".state"
 
 def say(text: str) -> None:
     console.print(f"[bold cyan]==>[/] {text}", soft_wrap=True)  # one line each, however long the path
+
+
+# ---------------------------------------------------------------- what this demo and lab.loop_demo share
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser, *, state_help: str, keep_help: str) -> None:
+    """``--state-dir``, ``--port`` and ``--keep-server``: where the state goes, the dev server's ports, and
+    whether it stays up at the end."""
+    parser.add_argument("--state-dir", type=Path, default=STATE, help=state_help)
+    parser.add_argument("--port", type=int, default=7233,
+                        help="dev server port (UI on port+1000); 0 picks free ports (default 7233)")
+    parser.add_argument("--keep-server", action="store_true", help=keep_help)
+
+
+def pick_port(port: int) -> int:
+    """``--port``, or a free one when it is 0 or it (or its UI's, port+1000) is taken: said so."""
+    if port == 0 or not (port_is_free(port) and port_is_free(port + 1000)):
+        if port:
+            console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
+        port = free_port()
+    return port
+
+
+def start_server(server: DevServer, state: Path, port: int) -> None:
+    say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
+        f"history in {state / 'temporal.db'})")
+    server.start()
+
+
+def print_effects(effects: Sequence[EffectRecord]) -> None:
+    """The provider's bookkeeping of a run, one row per idempotency key."""
+    table = Table(title="effects at the provider (counted by the provider process)")
+    for col in ("idempotency key", "kind", "requests", "effects applied"):
+        table.add_column(col)
+    for e in effects:
+        table.add_row(escape(printable(e.key)), escape(printable(e.kind)), str(e.requests), str(e.effects_applied))
+    console.print(table)
+
+
+def print_checks(checks: Sequence[tuple[str, bool]]) -> int:
+    """A PASS or FAIL line per check; the exit code: 0 only if every one passed."""
+    for label, ok in checks:
+        console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {escape(label)}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+def hold_server() -> None:
+    """Sleep until Ctrl-C: what is left running stays up to be browsed."""
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+# ---------------------------------------------------------------- the story
 
 
 async def story(server: DevServer, provider_url: str, pace: str, run_id: str, state: Path) -> int:
@@ -108,12 +165,7 @@ async def _story(temporal: TemporalDriver, pace: str, run_id: str) -> int:
     console.print(render_table(final), markup=False)
 
     effects = fetch_effects(temporal.env["PROVIDER_URL"], run_id=run_id)
-    table = Table(title="effects at the provider (counted by the provider process)")
-    for col in ("idempotency key", "kind", "requests", "effects applied"):
-        table.add_column(col)
-    for e in effects:
-        table.add_row(escape(printable(e.key)), escape(printable(e.kind)), str(e.requests), str(e.effects_applied))
-    console.print(table)
+    print_effects(effects)
 
     ran_1, ran_2 = started_steps(first), started_steps(second)
     console.print(f"    worker 1 started: {', '.join(ran_1) or 'nothing'}"
@@ -129,30 +181,20 @@ async def _story(temporal: TemporalDriver, pace: str, run_id: str) -> int:
         (f"{_COUNTS.get(len(EFFECT_STEPS), str(len(EFFECT_STEPS)))} effects, each applied exactly once",
          len(effects) == len(EFFECT_STEPS) and all(e.effects_applied == 1 for e in effects)),
     ]
-    for label, ok in checks:
-        console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {label}")
-    return 0 if all(ok for _, ok in checks) else 1
+    return print_checks(checks)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Kill a worker mid-run and watch the run resume.")
     parser.add_argument("--pace", default=os.environ.get("LAB_STEP_SECONDS", "1.5"),
                         help="seconds each step waits before working (default 1.5)")
-    parser.add_argument("--state-dir", type=Path, default=STATE,
-                        help="where the dev server's and provider's databases go (default .state/)")
-    parser.add_argument("--port", type=int, default=7233,
-                        help="dev server port (UI on port+1000); 0 picks free ports (default 7233)")
-    parser.add_argument("--keep-server", action="store_true",
-                        help="leave the dev server and provider running at the end (Ctrl-C to stop)")
+    add_demo_arguments(parser, state_help="where the dev server's and provider's databases go (default .state/)",
+                       keep_help="leave the dev server and provider running at the end (Ctrl-C to stop)")
     args = parser.parse_args(argv)
 
     state: Path = args.state_dir
     state.mkdir(parents=True, exist_ok=True)
-    port = args.port
-    if port == 0 or not (port_is_free(port) and port_is_free(port + 1000)):
-        if port:
-            console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
-        port = free_port()
+    port = pick_port(args.port)
     # LAB_SERVER_CONFIG: the resume waits on two server timers (heartbeat timeout,
     # retry backoff) that a stock dev server fires up to ~1 s late, and each step on
     # a transfer-queue read a stock server rate-limits; see lab/processes.py.
@@ -168,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                        dynamic_config=LAB_SERVER_CONFIG, ui_codec_endpoint=codec_url)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
-            f"history in {state / 'temporal.db'})")
-        server.start()
+        start_server(server, state, port)
         say("starting the provider (stand-in email + ticket APIs; counts effects per idempotency key)")
         provider = start_provider(state / "provider.db")
         provider_url = provider.url
@@ -183,11 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"\n    python starter.py status {run_id}   (with TEMPORAL_ADDRESS={server.address})")
             say(f"leaving the dev server up: UI http://127.0.0.1:{port + 1000}/namespaces/default/workflows/{run_id}"
                 " (Ctrl-C to stop)")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
+            hold_server()
         return code
     finally:
         say("stopping what the demo started")

@@ -87,6 +87,15 @@ from typing import Any
 
 import httpx
 
+from lab.chaos_moves import (
+    clear_faults,
+    inject_faults,
+    model_words,
+    ready_workers,
+    replaces,
+    terminate_open,
+    wants_standby,
+)
 from lab.engines import (
     DbosDriver,
     EngineDriver,
@@ -437,28 +446,6 @@ class _Session:
             if turn["status"] == "completed" and turn["turn"] not in facts.asked_when_recorded:
                 facts.asked_when_recorded[turn["turn"]] = counts.get(run_id, {}).get(turn["turn"], 0)
 
-    async def inject_faults(self, pc: ProviderClient) -> None:
-        """At random (as ``lab.chaos``): the next 1-3 effect requests answered 503 before anything is applied,
-        or the next 1-2 applied and their answers lost. A new countdown replaces what is left of the old one:
-        only what fired is counted."""
-        report, rng = self.report, self.rng
-        if rng.random() < 0.6:
-            n = rng.randint(1, 3)
-            report.faults_503 -= (await pc.faults())["fail"]["remaining"]
-            await pc.set_faults(fail_next=n, status=503)
-            report.faults_503 += n
-        elif rng.random() < 0.6:
-            n = rng.randint(1, 2)
-            report.faults_lost -= (await pc.faults())["lose_response"]["remaining"]
-            await pc.set_faults(lose_response_next=n)
-            report.faults_lost += n
-
-    async def clear_faults(self, pc: ProviderClient) -> None:
-        left = await pc.faults()
-        self.report.faults_503 -= left["fail"]["remaining"]
-        self.report.faults_lost -= left["lose_response"]["remaining"]
-        await pc.clear_faults()
-
     async def play(self) -> None:
         raise NotImplementedError
 
@@ -499,7 +486,7 @@ class _TemporalSession(_Session):
         self.slots[slot] = next(p for p in reversed(self.driver.procs) if p.name == name)
 
     def ready(self) -> dict[str, Proc]:
-        return {slot: p for slot, p in self.slots.items() if p.alive() and "worker ready" in p.output()}
+        return ready_workers(self.slots)
 
     async def statuses(self, run_ids: Iterable[str]) -> dict[str, LoopStatus | None]:
         ids = sorted(run_ids)
@@ -533,13 +520,13 @@ class _TemporalSession(_Session):
             while report.kills < config.kills and time.monotonic() < self.deadline:
                 await wait_until(self.ready, self.left(), "loop chaos: a ready worker")
                 await asyncio.sleep(self.rng.uniform(*config.kill_gap))
-                await self.inject_faults(pc)
-                if "B" not in self.slots and self.rng.random() < 0.6:
+                await inject_faults(pc, self.rng, report)
+                if wants_standby(self.slots, self.rng):
                     await self.spawn("B")
                 ready = self.ready()
                 if ready:
                     await self.kill_one(ready)
-            await self.clear_faults(pc)
+            await clear_faults(pc, report)
         if "A" not in self.slots or not self.slots["A"].alive():
             await self.spawn("A")
 
@@ -556,12 +543,7 @@ class _TemporalSession(_Session):
         for run_id, facts in self.facts.items():
             self.note_recorded(run_id, facts.status, counts)
             facts.asked = counts.get(run_id, {})
-        client = await self.driver.client()
-        for run_id in self.open:
-            try:
-                await client.get_workflow_handle(run_id).terminate("loop chaos: --max-seconds reached")
-            except Exception:  # noqa: BLE001 - closed between the last read and here
-                pass
+        await terminate_open(await self.driver.client(), self.open, "loop chaos: --max-seconds reached")
 
     async def kill_one(self, ready: dict[str, Proc]) -> None:
         report = self.report
@@ -581,7 +563,7 @@ class _TemporalSession(_Session):
         report.kills_during_turn += bool(during)
         self.say(f"SIGKILL worker {slot} (pid {ready[slot].pid}): kill {report.kills}/{self.config.kills}, "
                  f"{len(ready)} worker(s) ready, {len(before)} runs open, {during} of them in a model turn")
-        if slot == "A" or self.rng.random() < 0.6:
+        if replaces(slot, self.rng):
             await self.spawn(slot)
         else:
             del self.slots[slot]
@@ -650,13 +632,13 @@ class _ProcessSession(_Session):
         async with ProviderClient(self.provider_url) as pc:
             while report.kills < config.kills and time.monotonic() < self.deadline:
                 await asyncio.sleep(self.rng.uniform(*config.kill_gap))
-                await self.inject_faults(pc)
+                await inject_faults(pc, self.rng, report)
                 if sum(not t.done() for t in self.tasks) < config.parallel:
                     self.start_wave()  # the pool would run short of runs to kill: the next wave joins it
                 runs = self.candidates()
                 if runs:
                     await self.kill_one(self.rng.choice(runs))
-            await self.clear_faults(pc)
+            await clear_faults(pc, report)
         try:
             await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), self.left())
         except TimeoutError:
@@ -760,8 +742,7 @@ async def run_engine(engine: str, config: LoopChaosConfig) -> EngineReport:
         else:
             raise ValueError(f"no engine {engine!r}: choose from {', '.join(ENGINES)}")
         session.say(f"seed {config.seed}, {config.runs} runs a wave, {config.kills} kills, "
-                    f"{'a model that varies every answer' if config.vary else 'the deterministic model'} "
-                    f"({config.model_delay:g} s a turn)")
+                    f"{model_words(config.vary)} ({config.model_delay:g} s a turn)")
         try:
             await session.play()
         finally:
@@ -815,8 +796,8 @@ def table(reports: Sequence[EngineReport]) -> list[str]:
 def summary(reports: Sequence[EngineReport]) -> str:
     config = reports[0].config if reports else LoopChaosConfig()
     lines = [f"loop chaos: seed {config.seed}, {config.runs} runs a wave, {config.kills} kills per engine, "
-             f"{'a model that varies every answer' if config.vary else 'the deterministic model'} "
-             f"({config.model_delay:g} s a turn), {os.cpu_count()} cores", *table(reports)]
+             f"{model_words(config.vary)} ({config.model_delay:g} s a turn), {os.cpu_count()} cores",
+             *table(reports)]
     for r in reports:
         if r.error:
             lines.append(f"  FAIL  {r.engine}: the session broke: {r.error}")

@@ -41,15 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.markup import escape
-from rich.table import Table
 
 from flowclient.connect import exit_now
-from lab.demo import STATE, console, say
+from lab.demo import add_demo_arguments, console, hold_server, pick_port, print_checks, print_effects, say, start_server
 from lab.engines import EngineDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
-from lab.model_standin import start_model_standin
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, free_port, port_is_free, wait_until
+from lab.model_standin import start_model_standin, turns_asked
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import fetch_effects, seed_orders
 from steps.controls import printable
@@ -108,24 +106,11 @@ def turn_ticker(indent: str = "    ") -> Callable[[LoopStatus], None]:
     return tick
 
 
-def asked(standin_url: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id``: counted where the model is."""
-    answer = httpx.get(f"{standin_url}/counts", params={"run": run_id}, timeout=5).json()
-    return {str(turn): int(n) for turn, n in answer["turns"].items()}
-
-
 def effect_table(provider_url: str, run_id: str) -> dict[str, list[Any]]:
     """The provider's effects of the run, printed as a table; returned by kind."""
     effects = fetch_effects(provider_url, run_id=run_id)
-    table = Table(title="effects at the provider (counted by the provider process)")
-    for col in ("idempotency key", "kind", "requests", "effects applied"):
-        table.add_column(col)
-    by_kind: dict[str, list[Any]] = {}
-    for e in effects:
-        table.add_row(escape(printable(e.key)), escape(printable(e.kind)), str(e.requests), str(e.effects_applied))
-        by_kind.setdefault(e.kind, []).append(e)
-    console.print(table)
-    return by_kind
+    print_effects(effects)
+    return _by_kind(effects)
 
 
 async def follow_until_dead(driver: EngineDriver, run_id: str, proc: Proc) -> LoopStatus | None:
@@ -191,7 +176,7 @@ async def story(driver: EngineDriver, words: Words, *, run_id: str, task: str, o
     say("the run, turn by turn, at the end")
     print_lines(turn_lines(final))
     by_kind = effect_table(provider_url, run_id)
-    counts = asked(standin_url, run_id)
+    counts = turns_asked(standin_url, run_id)
     console.print(f"    the model stand-in was asked, by turn: "
                   f"{', '.join(f'turn {t}: {n}' for t, n in counts.items()) or 'nothing'}")
     refunds = sorted(by_kind.get("refund", []), key=lambda e: e.first_seen)
@@ -256,29 +241,20 @@ async def both(server: DevServer, provider_url: str, standin_url: str, state: Pa
                               task="Order B-2001 arrived broken and so did B-2002: please refund both.",
                               orders={"B-2001": 1800, "B-2002": 3200}, standin_url=standin_url)
     console.print()
-    for label, ok in checks:
-        console.print(f"    [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {escape(label)}")
-    return 0 if all(ok for _, ok in checks) else 1
+    return print_checks(checks)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="The agent loop killed right after a refund and resumed, on Temporal and on the run record.")
-    parser.add_argument("--state-dir", type=Path, default=STATE,
-                        help="where the dev server's history and the run record go (default .state/)")
-    parser.add_argument("--port", type=int, default=7233,
-                        help="dev server port (UI on port+1000); 0 picks free ports (default 7233)")
-    parser.add_argument("--keep-server", action="store_true",
-                        help="leave the dev server up at the end, to browse the run in the UI (Ctrl-C to stop)")
+    add_demo_arguments(
+        parser, state_help="where the dev server's history and the run record go (default .state/)",
+        keep_help="leave the dev server up at the end, to browse the run in the UI (Ctrl-C to stop)")
     args = parser.parse_args(argv)
 
     state: Path = args.state_dir
     state.mkdir(parents=True, exist_ok=True)
-    port = args.port
-    if port == 0 or not (port_is_free(port) and port_is_free(port + 1000)):
-        if port:
-            console.print(f"    port {port} or {port + 1000} is taken (another dev server?); using free ports")
-        port = free_port()
+    port = pick_port(args.port)
     server = DevServer(db_file=state / "temporal.db", port=port, ui_port=port + 1000, headless=False,
                        dynamic_config=LAB_SERVER_CONFIG)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -288,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     # starts with them whole.
     scratch = tempfile.TemporaryDirectory(prefix="loop-demo-provider-")
     try:
-        say(f"starting the Temporal dev server on {server.address} (UI http://127.0.0.1:{port + 1000}, "
-            f"history in {state / 'temporal.db'})")
-        server.start()
+        start_server(server, state, port)
         say("starting the provider (stand-in order, refund, email and ticket APIs; counts effects per "
             "idempotency key)")
         provider = start_provider(Path(scratch.name) / "provider.db")
@@ -305,11 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"(with TEMPORAL_ADDRESS={server.address})")
             say(f"leaving the dev server up: UI http://127.0.0.1:{port + 1000}/namespaces/default/workflows/"
                 f"loop-demo-{stamp}-temporal (its details say the turn it is at; Ctrl-C to stop)")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
+            hold_server()
         else:
             console.print("\n    To browse the Temporal run in the UI (its details say the turn it is at), run again "
                           "with --keep-server (.venv/bin/python -m lab.loop_demo --keep-server).", soft_wrap=True)

@@ -6,13 +6,18 @@ OpenAI server).
 Subclass it with a handler class: ``start()`` (or ``with``) serves,
 ``stop()`` shuts down and joins, ``url`` is ``http://127.0.0.1:<port>``.
 A short poll interval keeps ``stop()``, which waits for one poll, fast.
+
+``JsonHandler`` is the handler plumbing the stand-ins share (the grader's
+model, ``lab.model_standin``): one request per connection, a JSON answer
+sent whole or not at all, no access log.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Self
+from typing import Any, Self
 
 
 class LoopbackServer:
@@ -40,3 +45,23 @@ class LoopbackServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A request handler that answers with ``_send(status, body)``: ``body`` as JSON, with its length."""
+
+    protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive thread outlives a stop
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the asker was killed during the request: nobody reads the answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a stand-in's witness is its counts, not an access log on stderr

@@ -40,7 +40,8 @@ stops cleanly on SIGTERM or SIGINT::
 
     python -m lab.model_standin [--port N] [--vary] [--delay SECONDS]
 
-(``start_model_standin`` starts that process and waits for the line.)
+(``start_model_standin`` starts that process and waits for the line; ``turns_asked`` reads one run's
+count from either form.)
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from drafting import OfflineModel, ScriptedModel
+from lab.loopback import JsonHandler
 from lab.processes import REPO, Proc
 from steps.errors import PermanentError
 from steps.loop import ModelAnswer
@@ -214,9 +216,7 @@ def _error(message: str, kind: str) -> dict[str, Any]:
 
 
 def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive thread outlives a stop
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
             if parts.path == HEALTH_PATH:
@@ -250,20 +250,6 @@ def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
         def _label(self, header: str) -> str:
             value = self.headers.get(header)
             return unquote(value) if value else NO_LABEL
-
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            payload = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the asker was killed during the request: it was counted, nobody reads the answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # the process prints one line, its address; the counts say the rest
 
     return Handler
 
@@ -299,6 +285,15 @@ def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *
 def _kill_leftovers() -> None:
     for proc in list(_live):
         proc.kill()
+
+
+def turns_asked(url: str, run_id: str) -> dict[str, int]:
+    """How many times the stand-in whose API root is ``url`` was asked each turn of ``run_id``
+    (``GET /v1/counts?run=ID``): ``{"1": 1, "2": 2, ...}``, counted where the model is."""
+    import httpx  # for the askers: the stand-in's own process never needs it
+
+    answer = httpx.get(f"{url}/counts", params={"run": run_id}, timeout=5).json()
+    return {str(turn): int(n) for turn, n in answer["turns"].items()}
 
 
 def main(argv: list[str] | None = None) -> int:

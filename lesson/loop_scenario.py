@@ -52,19 +52,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
-import shutil
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import httpx
 
 from lab.engines import (
     DbosDriver,
@@ -74,8 +68,8 @@ from lab.engines import (
     loop_status_of,
     started_steps,
 )
-from lab.model_standin import start_model_standin
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
+from lab.model_standin import start_model_standin, turns_asked
+from lab.processes import DevServer, Proc
 from lab.provider_process import ProviderProcess, start_provider
 from lesson.effects import effect_entries
 from lesson.lanes import Watched
@@ -93,9 +87,19 @@ from lesson.loop_observed import (
     LoopObserved,
     render,
 )
-from lesson.scenario import HAVE_DBOS, ScenarioError, knew_at
+from lesson.scenario import (
+    DBOS_LEFT_OUT,
+    HAVE_DBOS,
+    ScenarioError,
+    dev_server_meanwhile,
+    html_writable,
+    knew_at,
+    play_and_show,
+    progress,
+    resume_to_the_end,
+    state_and_stamp,
+)
 from providerclient import fetch_effects, seed_orders
-from steps.controls import printable
 from steps.loop import call_step, parse_step
 from steps.runstate import unix
 from steps.sides import DbosSide, RecordSide
@@ -208,12 +212,6 @@ async def temporal_replay(client: Client, run_id: str) -> tuple[float, float] | 
 # ---------------------------------------------------------------- playing it
 
 
-def asked(standin_url: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id``: counted where the model is."""
-    answer = httpx.get(f"{standin_url}/counts", params={"run": run_id}, timeout=5).json()
-    return {str(turn): int(n) for turn, n in answer["turns"].items()}
-
-
 def applied_by_kind(provider_url: str, run_id: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for effect in fetch_effects(provider_url, run_id=run_id):
@@ -257,12 +255,8 @@ class LoopScenario:
         obs.applied_at_kill = applied_by_kind(provider_url, obs.run_id)
         self.say(f"  {names[0]} killed right after the refund was applied; the record holds: "
                  f"{', '.join(obs.recorded_at_kill) or 'nothing'}; starting {names[1]}")
-        resumed = await driver.resume(obs.run_id)
+        resumed = await resume_to_the_end(driver, obs.run_id)
         second = resumed.proc
-        if resumed.code not in (0, None):
-            raise ScenarioError(f"{second.name} exited with {resumed.code}, not 0. Its output:\n{second.output()}")
-        if isinstance(driver, TemporalDriver):
-            second.stop()  # the run is done; the worker would serve on
         seen = obs.watched
         seen.names, seen.killed_in = names, POINT
         seen.began_at, seen.killed_at, seen.restarted_at = first.started_at, killed_at, second.started_at
@@ -273,7 +267,7 @@ class LoopScenario:
             obs.final = await driver.loop_status(obs.run_id)
         obs.first_started, obs.second_started = started_steps(first), started_steps(second)
         await self.read_record(driver, obs, first, second)
-        obs.asked = asked(standin_url, obs.run_id)
+        obs.asked = turns_asked(standin_url, obs.run_id)
         obs.provider = effect_entries(fetch_effects(provider_url, run_id=obs.run_id))
         took = obs.kill_to_completed
         self.say(f"  {obs.final['status'] if obs.final else 'not found'}"
@@ -325,7 +319,7 @@ class LoopScenario:
         if HAVE_DBOS:
             drivers.append(DbosDriver(env, timeout=PROCESS_TIMEOUT))
         else:
-            self.say("DBOS: left out, the optional extra is not installed (pip install -e '.[dbos]')")
+            self.say(DBOS_LEFT_OUT)
         try:
             return [await self.one(driver, provider_url, standin_url) for driver in drivers]
         finally:
@@ -336,30 +330,20 @@ class LoopScenario:
         return asyncio.run(self._play())
 
     async def _play(self) -> list[LoopObserved]:
-        server = DevServer(dynamic_config=LAB_SERVER_CONFIG)  # in memory, free ports
         provider: ProviderProcess | None = None
         standin: Proc | None = None
         self.say("starting a Temporal dev server (in memory), the provider (counts effects per idempotency key) "
                  "and the model stand-in (counts every turn it is asked)")
-        server_up = asyncio.ensure_future(asyncio.to_thread(server.start))  # a few seconds: meanwhile, the rest
-        try:
-            provider = start_provider(self.state / "provider.db")
-            standin, standin_url = start_model_standin(delay=self.model_delay)
+        async with dev_server_meanwhile() as server_started:  # a few seconds: meanwhile, the rest
             try:
-                await server_up
-            except Exception as err:  # noqa: BLE001 - said once, as the scenario's own error
-                raise ScenarioError(f"the Temporal dev server did not start: {err}") from None
-            return await self.play_on(server, provider.url, standin_url)
-        finally:
-            try:
-                await server_up  # not stopped while still starting
-            except BaseException:  # noqa: BLE001 - reported above, or the scenario is ending anyway
-                pass
-            if standin is not None:
-                standin.kill()
-            if provider is not None:
-                provider.kill()
-            server.stop()
+                provider = start_provider(self.state / "provider.db")
+                standin, standin_url = start_model_standin(delay=self.model_delay)
+                return await self.play_on(await server_started(), provider.url, standin_url)
+            finally:
+                if standin is not None:
+                    standin.kill()
+                if provider is not None:
+                    provider.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,48 +357,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the provider's, records' and memory's files here (default: a temp dir, removed)")
     args = parser.parse_args(argv)
     out = sys.stderr if args.json else sys.stdout
+    say = progress(out)
 
-    def say(text: str) -> None:
-        print(printable(f"==> {text}"), file=out, flush=True)
-
-    if args.html:
-        try:  # before the work, not after
-            args.html.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}"), file=sys.stderr)
-            return 2
-    state = args.state_dir or Path(tempfile.mkdtemp(prefix="loop-scenario-"))
-    state.mkdir(parents=True, exist_ok=True)
-    stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    try:
-        results = LoopScenario(state, say, stamp).play()
-    except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
-        print(printable(f"error: the scenario could not be played: {err}", multiline=True), file=sys.stderr,
-              flush=True)
+    if not html_writable(args.html):  # before the work, not after
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; everything the scenario started was stopped", file=sys.stderr, flush=True)
-        return 130
-    finally:
-        if args.state_dir is None:
-            shutil.rmtree(state, ignore_errors=True)
-    ok = all(obs.ok for obs in results)
-    if args.json:
-        print(json.dumps({"engines": [obs.to_json() for obs in results], "ok": ok}, indent=2), flush=True)
-    else:
-        print("", flush=True)
-        print(render(results), flush=True)
-    if args.html:
+    state, stamp = state_and_stamp(args.state_dir, "loop-scenario-")
+
+    def page(results: list[LoopObserved]) -> str:
         from lesson.loop_page import loop_page
 
-        try:
-            args.html.write_text(loop_page(results))
-        except OSError as err:
-            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}; give a path in a "
-                            "writable directory"), file=sys.stderr, flush=True)
-            return 2
-        print(f"\n{printable(f'the picture of it: {args.html} (open it in a browser)')}", file=out, flush=True)
-    return 0 if ok else 1
+        return loop_page(results)
+
+    return play_and_show(lambda: LoopScenario(state, say, stamp).play(), state=state,
+                         keep_state=args.state_dir is not None, as_json=args.json, out=out, render=render,
+                         html=args.html, page=page)
 
 
 if __name__ == "__main__":

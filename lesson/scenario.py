@@ -56,14 +56,17 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import IO, Protocol, TypeVar
 
 from lab.engines import (
     DbosDriver,
     EngineDriver,
     InMemoryDriver,
     RunRecordDriver,
+    Settled,
     TemporalDriver,
     started_steps,
 )
@@ -101,8 +104,128 @@ NARRATION = {
 }
 
 
+DBOS_LEFT_OUT = "DBOS: left out, the optional extra is not installed (pip install -e '.[dbos]')"
+
+
 class ScenarioError(RuntimeError):
     """The scenario could not be played as planned (not: the table differs)."""
+
+
+# ---------------------------------------------------------------- what this scenario and lesson.loop_scenario share
+
+
+@asynccontextmanager
+async def dev_server_meanwhile() -> AsyncIterator[Callable[[], Awaitable[DevServer]]]:
+    """A Temporal dev server (in memory, free ports) starting in a thread while the block starts the rest:
+    it takes a few seconds. The block awaits the function it is given for the server once it needs it
+    (``ScenarioError`` if it did not start). Stopped when the block ends, however it ends; not while still
+    starting."""
+    server = DevServer(dynamic_config=LAB_SERVER_CONFIG)
+    server_up = asyncio.ensure_future(asyncio.to_thread(server.start))
+
+    async def started() -> DevServer:
+        try:
+            await server_up
+        except Exception as err:  # noqa: BLE001 - said once, as the scenario's own error
+            raise ScenarioError(f"the Temporal dev server did not start: {err}") from None
+        return server
+
+    try:
+        yield started
+    finally:
+        try:
+            await server_up  # not stopped while still starting
+        except BaseException:  # noqa: BLE001 - reported by started(), or the scenario is ending anyway
+            pass
+        server.stop()
+
+
+async def resume_to_the_end(driver: EngineDriver, run_id: str) -> Settled:
+    """The restart: ``driver.resume``, whose process must end with 0 (``ScenarioError`` with its output if
+    not). A Temporal worker would serve on once the run is done: it is stopped."""
+    resumed = await driver.resume(run_id)
+    if resumed.code not in (0, None):
+        raise ScenarioError(f"{resumed.proc.name} exited with {resumed.code}, not 0. "
+                            f"Its output:\n{resumed.proc.output()}")
+    if isinstance(driver, TemporalDriver):
+        resumed.proc.stop()  # the run is done; the worker would serve on
+    return resumed
+
+
+def progress(out: IO[str]) -> Callable[[str], None]:
+    """How a scenario says what it is doing: ``==>`` lines on ``out`` (stderr with ``--json``)."""
+    def say(text: str) -> None:
+        print(printable(f"==> {text}"), file=out, flush=True)
+
+    return say
+
+
+def html_writable(html: Path | None) -> bool:
+    """``--html PATH``'s directory made before the work, not after; False, said on stderr, if it cannot be."""
+    if html:
+        try:
+            html.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            print(printable(f"error: cannot write --html {html}: {err.strerror or err}"), file=sys.stderr)
+            return False
+    return True
+
+
+def state_and_stamp(state_dir: Path | None, prefix: str) -> tuple[Path, str]:
+    """The directory of the processes' files (``--state-dir``, or a temporary one) and the stamp of the run
+    ids."""
+    state = state_dir or Path(tempfile.mkdtemp(prefix=prefix))
+    state.mkdir(parents=True, exist_ok=True)
+    return state, f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+class Played(Protocol):
+    """What a scenario observed of one engine."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def to_json(self) -> object: ...
+
+
+P = TypeVar("P", bound=Played)
+
+
+def play_and_show(play: Callable[[], list[P]], *, state: Path, keep_state: bool, as_json: bool, out: IO[str],
+                  render: Callable[[list[P]], str], html: Path | None, page: Callable[[list[P]], str]) -> int:
+    """Play the scenario, then show what it observed: its table (or JSON) and, with ``--html``, its page.
+    The exit code: 0 if every engine's row is the expected one, 1 if not, 2 if it could not be played (or
+    the page not written), 130 if interrupted. A temporary state directory is removed."""
+    try:
+        results = play()
+    except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
+        print(printable(f"error: the scenario could not be played: {err}", multiline=True), file=sys.stderr,
+              flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; everything the scenario started was stopped", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        if not keep_state:
+            shutil.rmtree(state, ignore_errors=True)
+    ok = all(obs.ok for obs in results)
+    if as_json:
+        print(json.dumps({"engines": [obs.to_json() for obs in results], "ok": ok}, indent=2), flush=True)
+    else:
+        print("", flush=True)
+        print(render(results), flush=True)
+    if html:
+        try:
+            html.write_text(page(results))
+        except OSError as err:
+            print(printable(f"error: cannot write --html {html}: {err.strerror or err}; give a path in a "
+                            "writable directory"), file=sys.stderr, flush=True)
+            return 2
+        print(f"\n{printable(f'the picture of it: {html} (open it in a browser)')}", file=out, flush=True)
+    return 0 if ok else 1
+
+
+# ---------------------------------------------------------------- this scenario
 
 
 def knew_at(proc: Proc, needle: str) -> float | None:
@@ -156,13 +279,9 @@ class Scenario:
         else:
             obs.completed_before = [s["name"] for s in status["steps"] if s["status"] == "completed"]
         self.say(killed.format(done=", ".join(obs.completed_before), **words))
-        resumed = await driver.resume(obs.run_id)
-        if resumed.code not in (0, None):
-            raise ScenarioError(f"{resumed.proc.name} exited with {resumed.code}, not 0. "
-                                f"Its output:\n{resumed.proc.output()}")
+        resumed = await resume_to_the_end(driver, obs.run_id)
         second = resumed.proc
         if isinstance(driver, TemporalDriver):
-            second.stop()  # the run is done; the worker would serve on
             obs.watched.names = ("worker 1", "worker 2")
         watch(obs, first, second, killed_at, driver.knew)
         obs.watched.ended_at, obs.watched.refused_restarts = time.time(), resumed.refused
@@ -193,50 +312,40 @@ class Scenario:
         return asyncio.run(self._play())
 
     async def _play(self) -> list[Observed]:
-        server = DevServer(dynamic_config=LAB_SERVER_CONFIG)  # in memory, free ports
         provider: ProviderProcess | None = None
         drivers: list[EngineDriver] = []
         self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
-        # The dev server takes a few seconds to come up: start it while the first two engines play.
-        server_up = asyncio.ensure_future(asyncio.to_thread(server.start))
-        try:
-            provider = start_provider(self.state / "provider.db")
-            self.provider_url = provider.url
-            self.env = {
-                "PROVIDER_URL": self.provider_url,
-                "MEMORY_DB": str(self.state / "memory.db"),
-                "RUNRECORD_DB": str(self.state / "runrecord.db"),
-                "DBOSFLOW_DB": str(self.state / "dbosflow.db"),
-                "PYTHONUNBUFFERED": "1",
-            }
-            drivers += [InMemoryDriver(self.env, timeout=PROCESS_TIMEOUT),
-                        RunRecordDriver(self.env, timeout=PROCESS_TIMEOUT)]
-            results = [await self.restart(driver) for driver in drivers]
+        # The dev server takes a few seconds to come up: it starts while the first two engines play.
+        async with dev_server_meanwhile() as server_started:
             try:
-                await server_up
-            except Exception as err:  # noqa: BLE001 - said once, as the scenario's own error
-                raise ScenarioError(f"the Temporal dev server did not start: {err}") from None
-            drivers.append(TemporalDriver(server, self.env, queue=f"lesson-scenario-{self.stamp}",
-                                          timeout=PROCESS_TIMEOUT))
-            results.append(await self.restart(drivers[-1]))
-            if HAVE_DBOS:
-                drivers.append(DbosDriver(self.env, timeout=PROCESS_TIMEOUT))
+                provider = start_provider(self.state / "provider.db")
+                self.provider_url = provider.url
+                self.env = {
+                    "PROVIDER_URL": self.provider_url,
+                    "MEMORY_DB": str(self.state / "memory.db"),
+                    "RUNRECORD_DB": str(self.state / "runrecord.db"),
+                    "DBOSFLOW_DB": str(self.state / "dbosflow.db"),
+                    "PYTHONUNBUFFERED": "1",
+                }
+                drivers += [InMemoryDriver(self.env, timeout=PROCESS_TIMEOUT),
+                            RunRecordDriver(self.env, timeout=PROCESS_TIMEOUT)]
+                results = [await self.restart(driver) for driver in drivers]
+                drivers.append(TemporalDriver(await server_started(), self.env, queue=f"lesson-scenario-{self.stamp}",
+                                              timeout=PROCESS_TIMEOUT))
                 results.append(await self.restart(drivers[-1]))
-            else:
-                self.say("DBOS: left out, the optional extra is not installed (pip install -e '.[dbos]')")
-            for obs in results:
-                self.observe_effects(obs)
-            return results
-        finally:
-            try:
-                await server_up  # not stopped while still starting
-            except BaseException:  # noqa: BLE001 - reported above, or the scenario is ending anyway
-                pass
-            for driver in reversed(drivers):
-                driver.close()  # workers and runners: nothing to hand back
-            if provider is not None:
-                provider.kill()
-            server.stop()
+                if HAVE_DBOS:
+                    drivers.append(DbosDriver(self.env, timeout=PROCESS_TIMEOUT))
+                    results.append(await self.restart(drivers[-1]))
+                else:
+                    self.say(DBOS_LEFT_OUT)
+                for obs in results:
+                    self.observe_effects(obs)
+                return results
+            finally:
+                for driver in reversed(drivers):
+                    driver.close()  # workers and runners: nothing to hand back
+                if provider is not None:
+                    provider.kill()
 
 
 def render(results: list[Observed]) -> str:
@@ -274,57 +383,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     out = sys.stderr if args.json else sys.stdout
-
-    def say(text: str) -> None:
-        print(printable(f"==> {text}"), file=out, flush=True)
+    say = progress(out)
 
     if args.deploy:
         from lesson.deploy import main as deploy_main
 
         return deploy_main(as_json=args.json, state_dir=str(args.state_dir) if args.state_dir else None, say=say)
 
-    if args.html:
-        try:  # before minutes of work, not after
-            args.html.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}"), file=sys.stderr)
-            return 2
-    state = args.state_dir or Path(tempfile.mkdtemp(prefix="lesson-scenario-"))
-    state.mkdir(parents=True, exist_ok=True)
-    stamp = f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if not html_writable(args.html):  # before minutes of work, not after
+        return 2
+    state, stamp = state_and_stamp(args.state_dir, "lesson-scenario-")
     try:
         task = check_task(args.task)
     except InputError as err:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return 2
-    try:
-        results = Scenario(state, say, stamp, task).play()
-    except (ScenarioError, TimeoutError, RuntimeError, ConnectionError) as err:
-        print(printable(f"error: the scenario could not be played: {err}", multiline=True), file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; everything the scenario started was stopped", file=sys.stderr, flush=True)
-        return 130
-    finally:
-        if args.state_dir is None:
-            shutil.rmtree(state, ignore_errors=True)
-    ok = all(obs.ok for obs in results)
-    if args.json:
-        print(json.dumps({"engines": [obs.to_json() for obs in results], "ok": ok}, indent=2), flush=True)
-    else:
-        print("", flush=True)
-        print(render(results), flush=True)
-    if args.html:
+
+    def page(results: list[Observed]) -> str:
         from lesson.scenario_page import scenario_page
 
-        try:
-            args.html.write_text(scenario_page(results, task))
-        except OSError as err:
-            print(printable(f"error: cannot write --html {args.html}: {err.strerror or err}; give a path in a "
-                            "writable directory"), file=sys.stderr, flush=True)
-            return 2
-        print(f"\n{printable(f'the picture of it: {args.html} (open it in a browser)')}", file=out, flush=True)
-    return 0 if ok else 1
+        return scenario_page(results, task)
+
+    return play_and_show(lambda: Scenario(state, say, stamp, task).play(), state=state,
+                         keep_state=args.state_dir is not None, as_json=args.json, out=out, render=render,
+                         html=args.html, page=page)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import pytest_asyncio
 
 from flowclient.connect import connect
+from lab.model_standin import start_model_standin
 from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
@@ -138,6 +140,21 @@ def dbos_procs(provider, tmp_path):
     finally:
         for proc in started:
             proc.kill()
+
+
+# ---------------------------------------------------------------- the agent loop's model
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    """The model stand-in (``lab.model_standin``) as its own process, shared by a module's tests (it counts
+    by run id, and each test has its own): its API root, for ``LLM_BASE_URL``. A module that needs the
+    stand-in in its own process, to hold a request or read its prompts, defines a ``standin`` of its own."""
+    proc, url = start_model_standin()
+    try:
+        yield url
+    finally:
+        proc.kill()
 
 
 # ---------------------------------------------------------------- the power cut (lab/powercut.py)

@@ -278,25 +278,26 @@ async def _record_flow(server: DevServer, provider_url: str, tmp_path: Path, out
             written.append("failed-exhausted")
 
     plain = {"MEMORY_DB": str(tmp_path / "memory.db")}
-    client = await connect({"TEMPORAL_ADDRESS": server.address, **plain})
-    async with ProviderClient(provider_url) as provider:
-        more = Scenarios(client, server.address, provider, provider_url, plain, out, procs)
-        for scenario in more.all():
-            await provider.clear_faults()
-            written.extend(await scenario())
-    return written
+    return written + await _play_all(Scenarios, server, provider_url, plain, out, procs)
 
 
 async def _record_loop(server: DevServer, provider_url: str, tmp_path: Path, out: Path, procs: list) -> list[str]:
     """The agent loop's scenarios (the second table of the module docstring), on the model stand-in."""
-    written: list[str] = []
     standin, standin_url = start_model_standin()
     procs.append(standin)
     env = {"MEMORY_DB": str(tmp_path / "memory.db"), "LLM_BASE_URL": standin_url, "LLM_MODEL": "scripted"}
+    return await _play_all(LoopScenarios, server, provider_url, env, out, procs)
+
+
+async def _play_all(kind: type[Scenarios], server: DevServer, provider_url: str, env: dict[str, str], out: Path,
+                    procs: list) -> list[str]:
+    """Every scenario of ``kind`` in turn, each from no provider fault, with a client whose environment is
+    ``env`` (the workers' too); the names they wrote."""
+    written: list[str] = []
     client = await connect({"TEMPORAL_ADDRESS": server.address, **env})
     async with ProviderClient(provider_url) as provider:
-        loops = LoopScenarios(client, server.address, provider, provider_url, env, out, procs)
-        for scenario in loops.all():
+        scenarios = kind(client, server.address, provider, provider_url, env, out, procs)
+        for scenario in scenarios.all():
             await provider.clear_faults()
             written.extend(await scenario())
     return written

@@ -21,45 +21,24 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from flowclient.loop import read_chain, start_loop
 from flowclient.runs import start_run
 from lab.engines import InMemoryDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
-from lab.model_standin import start_model_standin
+from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import REPO, wait_until
 from providerclient import fetch_effects, seed_orders
+from tests.loop_support import model_env
 from tests.support import EMAIL, TASK
 
 POINT = "tool:issue_refund:after_effect"
 TWO_ORDERS = {"A-1001": 2500, "A-1002": 4000}
 TWO_TASK = "Order A-1001 arrived broken and so did A-1002: please refund both."
 ONE_TASK = "Order C-3001 arrived broken: please refund it."
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[str]:
-    """The model stand-in process for this module's tests (its counts are per run id): its API root."""
-    proc, url = start_model_standin()
-    try:
-        yield url
-    finally:
-        proc.kill()
-
-
-def model_env(url: str) -> dict[str, str]:
-    return {"LLM_BASE_URL": url, "LLM_MODEL": "scripted"}
-
-
-def asked(url: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id``."""
-    answer = httpx.get(f"{url}/counts", params={"run": run_id}, timeout=5).json()
-    return {str(turn): int(n) for turn, n in answer["turns"].items()}
 
 
 def effect_kinds(provider_url: str, run_id: str) -> Counter[str]:
@@ -102,7 +81,8 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
         assert f"/workflows/{run_id}" in first.stdout and first.stderr == ""
 
         # The UI's details say the turn the run is at: turn 3 is being asked (counted on arrival, answered 1 s on).
-        await wait_until(lambda: "3" in asked(slow_url, run_id), 60, "the stand-in to be asked turn 3", interval=0.05)
+        await wait_until(lambda: "3" in turns_asked(slow_url, run_id), 60, "the stand-in to be asked turn 3",
+                         interval=0.05)
         details = await ui_details(client, run_id)
         assert details.startswith("turn 3 of at most 20 (run 1 of the chain): running"), details
         assert "turn-3: running, attempt 1" in details, details
@@ -115,7 +95,7 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
         assert re.search(r"turn-4: completed \(attempt 1\): the final answer \(no tool\)", again.stdout), again.stdout
         assert f"loop run {run_id}: completed, turn 4 of at most 20" in again.stdout
         assert "answer: Done: I went through the 1 order you named and recorded ticket tkt_" in again.stdout
-        assert asked(slow_url, run_id) == {"1": 1, "2": 1, "3": 1, "4": 1}  # attaching asked nothing again
+        assert turns_asked(slow_url, run_id) == {"1": 1, "2": 1, "3": 1, "4": 1}  # attaching asked nothing again
     finally:
         slow.kill()
     assert effect_kinds(provider.url, run_id) == {"refund": 1, "email": 1, "ticket": 1}
@@ -190,7 +170,7 @@ async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_s
         (["loop", "bad id", TWO_TASK, "--email", EMAIL], "run id"),
         (["loop", run_id, "", "--email", EMAIL], "task is empty"),
         (["loop", run_id, TWO_TASK], "the following arguments are required: --email"),
-        (["loop", flow_id, TWO_TASK, "--email", EMAIL], "is a AgentFlow run, not an agent loop's"),
+        (["loop", flow_id, TWO_TASK, "--email", EMAIL], "is a run of AgentFlow, not of the agent loop"),
         (["start", loop_id, TASK, "--email", EMAIL], "is a run of the agent loop, not of the flow"),
     ]
     down = {**env, "PROVIDER_URL": "http://127.0.0.1:9"}  # nothing listens on the discard port
@@ -289,7 +269,7 @@ async def test_the_driver_kills_resumes_and_reads_a_loop_run_in_one_shape(engine
     assert refund["key"] in effects and effects[refund["key"]].requests == 2, effects  # asked twice, applied once
     assert refund["effect_id"].startswith("rfd_")
     assert effect_kinds(provider.url, run_id) == {"refund": 2, "email": 2, "ticket": 1}
-    assert asked(standin, run_id) == {str(n): 1 for n in range(1, 7)}  # no recorded turn asked again
+    assert turns_asked(standin, run_id) == {str(n): 1 for n in range(1, 7)}  # no recorded turn asked again
 
 
 async def test_an_engine_without_the_loop_says_so():

@@ -19,11 +19,8 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 pytest.importorskip("dbos",
@@ -32,33 +29,26 @@ pytest.importorskip("dbos",
 from dbosflow import loop as dbos_loop  # noqa: E402
 from dbosflow import status as dbos_status  # noqa: E402
 from drafting import ScriptedModel  # noqa: E402
-from lab.model_standin import start_model_standin  # noqa: E402
+from lab.model_standin import turns_asked  # noqa: E402
 from lab.processes import REPO  # noqa: E402
 from memory import MemoryPolicy, derive_window  # noqa: E402
-from providerclient import fetch_effects, lookup_counts, seed_orders  # noqa: E402
+from providerclient import fetch_effects, seed_orders  # noqa: E402
 from steps import loop  # noqa: E402
 from steps.models import to_jsonable  # noqa: E402
 from steps.startedline import started_steps  # noqa: E402
+from tests.loop_support import (  # noqa: E402
+    BAD_LOOP_INPUT,
+    CUSTOMER,
+    ORDERS,
+    TASK,
+    TURNS,
+    assert_failed_at_the_turn_limit,
+    assert_resumed_asking_and_applying_once,
+    model_env,
+)
 from tests.support import wait_exit  # noqa: E402
 
-ORDERS = {"A-1001": 2500, "B-2002": 1200}
-TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
-CUSTOMER = "ada@example.com"
-TURNS = 6
-
-
 # ---------------------------------------------------------------- the parts
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[str]:
-    """The model stand-in as its own process, shared by the module's tests: it counts by run id, and each
-    test has its own."""
-    proc, url = start_model_standin()
-    try:
-        yield url
-    finally:
-        proc.kill()
 
 
 @pytest.fixture
@@ -68,16 +58,10 @@ def loop_procs(dbos_procs, provider, standin):
     seed_orders(provider.url, ORDERS)
 
     def start(*args: str, crash_at: str | None = None, env: dict | None = None):
-        return dbos_procs(*args, crash_at=crash_at, env={"LLM_BASE_URL": standin, "LLM_MODEL": "scripted",
-                                                         **(env or {})})
+        return dbos_procs(*args, crash_at=crash_at, env={**model_env(standin), **(env or {})})
 
     start.db = dbos_procs.db  # type: ignore[attr-defined]
     return start
-
-
-def turns_asked(standin: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id`` (the witness: not the engine's word)."""
-    return dict(httpx.get(f"{standin}/counts", params={"run": run_id}, timeout=5).json()["turns"])
 
 
 def read(db, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -89,14 +73,6 @@ def read(db, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def outputs(raw: dict[str, Any]) -> dict[str, Any]:
     """Each recorded step's result, by name: DBOS's record of the run."""
     return {r["function_name"]: r["output"]["result"] for r in raw["steps"] if r["error"] is None}
-
-
-def assert_each_effect_once(provider_url: str, run_id: str) -> list[Any]:
-    effects = fetch_effects(provider_url, run_id=run_id)
-    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
-    assert kinds == {"refund": 2, "email": 2, "ticket": 1}, effects
-    assert all(e.effects_applied == 1 for e in effects), effects
-    return effects
 
 
 # ---------------------------------------------------------------- kills at each crash point
@@ -167,17 +143,12 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_pr
     # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
     assert {n: r for n, r in outputs(raw).items() if n in results} == results
     # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
-    # recorded (the kill's count for the recorded turns is the final one).
-    asked = turns_asked(standin, run_id)
-    assert asked == {str(t): 2 if str(t) in asked_twice else 1 for t in range(1, TURNS + 1)}, asked
-    assert all(asked[t] == n for t, n in before.items() if f"turn-{t}" in recorded_turns), (before, asked)
-    # The provider: each effect once; the refund the kill interrupted was requested twice, replayed once.
-    effects = assert_each_effect_once(provider.url, run_id)
-    requests = {e.key: e.requests for e in effects}
-    twice = [k for k, n in requests.items() if n == 2]
-    assert twice == ([loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])]
-                     if point == "tool:issue_refund:after_effect" else []), requests
-    assert lookup_counts(provider.url, run_id)["lookups"] == 2
+    # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once; the
+    # refund the kill interrupted was requested twice, replayed once.
+    assert_resumed_asking_and_applying_once(
+        standin, provider.url, run_id, before=before, recorded=recorded_turns, asked_twice=asked_twice,
+        replayed=(loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+                  if point == "tool:issue_refund:after_effect" else None))
 
 
 # ---------------------------------------------------------------- the command's edges
@@ -189,13 +160,8 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, r
     shown = loop_procs("status", run_id, "--json")
     assert wait_exit(shown, timeout=60) == 1, shown.output()
     status = json.loads(shown.output()[shown.output().index("{"):])
-    assert status["status"] == "failed" and status["current_step"] == "turn-3", status
-    assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
-                                      "still asked for tools (lookup_order) at turn 3; none of them ran"), status
-    assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
+    assert_failed_at_the_turn_limit(status, provider.url, run_id)
     assert status["steps"][-1]["name"] == "turn-3" and status["steps"][-1]["status"] == "failed", status
-    # What the turns before the limit did stays done, once; turn 3's calls never ran.
-    assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
     refused = loop_procs("resume", run_id)
     assert wait_exit(refused, timeout=60) == 4, refused.output()
     assert "does not run a failed workflow again" in refused.output() and "started: run" not in refused.output()
@@ -205,16 +171,10 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, r
 def test_bad_loop_input_is_refused_with_nothing_recorded(tmp_path):
     db = tmp_path / "dbosflow.db"
     env = {**os.environ, "DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "CRASH_AT": ""}
-    cases = [
-        (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
-        (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
-        (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
-        (["--email", "not-an-address"], "malformed"),
-    ]
     procs = [subprocess.Popen([sys.executable, "-m", "dbosflow", "loop", "r-1", TASK, "--email", CUSTOMER, *extra],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for extra, _ in cases]  # side by side: each refusal is a process start, nothing more
-    for proc, (extra, expected) in zip(procs, cases, strict=True):
+             for extra, _ in BAD_LOOP_INPUT]  # side by side: each refusal is a process start, nothing more
+    for proc, (extra, expected) in zip(procs, BAD_LOOP_INPUT, strict=True):
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 2, (extra, out, err)
         assert expected in err and "started" not in out, (extra, out, err)

@@ -52,6 +52,7 @@ from runrecord import RunRecord
 from runrecord.plans import LoopRunPlan, loop_inputs
 from steps.loop import TurnRequest, parse_step, turn_step
 from steps.startedline import parse_started, started_in
+from tests import loop_support
 from tests.support import EMAIL, finished, poll_until, poll_until_sync
 from workflows.loop_state import window_policy
 
@@ -118,7 +119,7 @@ def standin() -> Iterator[HoldingStandIn]:
 
 
 def model_env(standin: ModelStandIn) -> dict[str, str]:
-    return {"LLM_BASE_URL": standin.url, "LLM_MODEL": "scripted", "LAB_STEP_SECONDS": "0"}
+    return {**loop_support.model_env(standin.url), "LAB_STEP_SECONDS": "0"}
 
 
 def first_step_started(proc: Proc) -> str:

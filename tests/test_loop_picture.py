@@ -21,12 +21,11 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 
 from lab.browser import NoChromium, chromium, dom
-from lab.model_standin import start_model_standin
+from lab.model_standin import start_model_standin, turns_asked
 from lab.provider_process import start_provider
 from lesson.loop_page import loop_page
 from lesson.loop_scenario import HAVE_DBOS, LABELS, MODEL_DELAY, LoopScenario
@@ -59,8 +58,7 @@ async def played(dev_server, tmp_path_factory) -> AsyncIterator[dict[str, Any]]:
         runs = {obs.engine: obs.run_id for obs in results}
         # Read here, from the provider and the stand-in themselves: not the scenario's word for them.
         effects = {engine: fetch_effects(provider.url, run_id=run) for engine, run in runs.items()}
-        asked = {engine: httpx.get(f"{standin_url}/counts", params={"run": run}, timeout=5).json()["turns"]
-                 for engine, run in runs.items()}
+        asked = {engine: turns_asked(standin_url, run) for engine, run in runs.items()}
         yield {"page": rendered, "runs": runs, "effects": effects, "asked": asked, "lines": lines}
     finally:
         standin.kill()

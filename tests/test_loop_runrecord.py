@@ -16,49 +16,39 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from drafting import OfflineModel, ScriptedModel
-from lab.model_standin import start_model_standin
+from lab.engines import started_steps
+from lab.model_standin import turns_asked
 from lab.processes import REPO
 from memory import Message, approx_tokens
-from providerclient import ProviderClient, fetch_effects, lookup_counts, seed_orders
+from providerclient import ProviderClient, fetch_effects, seed_orders
 from runrecord import Runner, RunRecord
 from runrecord.plans import LoopRunPlan, loop_inputs
 from runrecord.status import status_of
 from runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
 from steps.flow import StepDeps
 from steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
+from tests.loop_support import (
+    BAD_LOOP_INPUT,
+    CUSTOMER,
+    ORDERS,
+    TASK,
+    TURNS,
+    assert_failed_at_the_turn_limit,
+    assert_resumed_asking_and_applying_once,
+    model_env,
+)
 from tests.support import finished, status_json
 
-ORDERS = {"A-1001": 2500, "B-2002": 1200}
-TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
-CUSTOMER = "ada@example.com"
-TURNS = 6
-STARTED = re.compile(r"(?:^|\s)step (\S+) started: run ")
-
-
 # ---------------------------------------------------------------- the parts
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[str]:
-    """The model stand-in as its own process, shared by the module's tests: it counts by run id, and each
-    test has its own."""
-    proc, url = start_model_standin()
-    try:
-        yield url
-    finally:
-        proc.kill()
 
 
 @pytest.fixture
@@ -68,31 +58,12 @@ def loop_runner(runrecord, provider, standin):
     seed_orders(provider.url, ORDERS)
 
     def start(*args: str, crash_at: str | None = None):
-        env = {"LLM_BASE_URL": standin, "LLM_MODEL": "scripted"}
+        env = model_env(standin)
         if crash_at:
             env["CRASH_AT"] = crash_at
         return runrecord(*args, env=env)
 
     return start
-
-
-def turns_asked(standin: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id`` (the witness: not the runner's word)."""
-    answer = httpx.get(f"{standin}/counts", params={"run": run_id}, timeout=5).json()
-    return {turn: n for turn, n in answer["turns"].items()}
-
-
-def started(proc) -> list[str]:
-    """The steps a process began executing, one entry per execution (the runner's started lines)."""
-    return [m.group(1) for m in map(STARTED.search, proc.output().splitlines()) if m]
-
-
-def assert_each_effect_once(provider_url: str, run_id: str) -> list[Any]:
-    effects = fetch_effects(provider_url, run_id=run_id)
-    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
-    assert kinds == {"refund": 2, "email": 2, "ticket": 1}, effects
-    assert all(e.effects_applied == 1 for e in effects), effects
-    return effects
 
 
 def load(db, run_id: str):
@@ -152,24 +123,19 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_ru
     second = loop_runner("resume", run_id)
     assert finished(second) == 0, second.output()
     # Resume starts at the first step with no recorded result; no recorded step runs again.
-    assert started(second)[0] == at and not recorded_turns & set(started(second)), started(second)
+    assert started_steps(second)[0] == at and not recorded_turns & set(started_steps(second)), started_steps(second)
     status = status_of(load(db, run_id)[0])  # the JSON `status --json` prints (that command: the turn limit's test)
     assert status["status"] == "completed", status
     assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
     last = status["steps"][-1]
     assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
     # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
-    # recorded (the kill's count for the recorded turns is the final one).
-    asked = turns_asked(standin, run_id)
-    assert asked == {str(t): 2 if str(t) in asked_twice else 1 for t in range(1, TURNS + 1)}, asked
-    assert all(asked[t] == n for t, n in before.items() if f"turn-{t}" in results), (before, asked)
-    # The provider: each effect once; the refund the kill interrupted was requested twice, replayed once.
-    effects = assert_each_effect_once(provider.url, run_id)
-    requests = {e.key: e.requests for e in effects}
-    twice = [k for k, n in requests.items() if n == 2]
-    assert twice == ([tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])]
-                     if point == "tool:issue_refund:after_effect" else []), requests
-    assert lookup_counts(provider.url, run_id)["lookups"] == 2
+    # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once; the
+    # refund the kill interrupted was requested twice, replayed once.
+    assert_resumed_asking_and_applying_once(
+        standin, provider.url, run_id, before=before, recorded=results, asked_twice=asked_twice,
+        replayed=(tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+                  if point == "tool:issue_refund:after_effect" else None))
 
 
 # ---------------------------------------------------------------- the command's edges
@@ -177,13 +143,7 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_ru
 
 def test_bad_loop_input_is_refused_with_nothing_recorded(db):
     env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
-    cases = [
-        (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
-        (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
-        (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
-        (["--email", "not-an-address"], "malformed"),
-    ]
-    for extra, expected in cases:
+    for extra, expected in BAD_LOOP_INPUT:
         argv = ["loop", "r-1", TASK, "--email", CUSTOMER, *extra]
         done = subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=60, env=env)
@@ -197,13 +157,8 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, 
     run = loop_runner("loop", run_id, TASK, "--email", CUSTOMER, "--max-turns", "3")
     assert finished(run) == 1, run.output()
     status = status_json(loop_runner, run_id)
-    assert status["status"] == "failed" and status["current_step"] == "turn-3", status
-    assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
-                                      "still asked for tools (lookup_order) at turn 3; none of them ran"), status
-    assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
+    assert_failed_at_the_turn_limit(status, provider.url, run_id)
     assert [s["status"] for s in status["steps"]][-1] == "failed"
-    # What the turns before the limit did stays done, once; turn 3's calls never ran.
-    assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
     refused = loop_runner("resume", run_id)
     assert finished(refused) == 4 and "failed is terminal" in refused.output(), refused.output()
     assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
@@ -211,7 +166,7 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, 
     # again), nothing recorded run again; under the same recorded limit it fails the same way.
     again = loop_runner("retry", run_id)
     assert finished(again) == 1 and "retrying run" in again.output() and "at step turn-3" in again.output()
-    assert started(again) == ["turn-3"], again.output()
+    assert started_steps(again) == ["turn-3"], again.output()
     assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 2}
     assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
 

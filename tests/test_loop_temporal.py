@@ -20,11 +20,10 @@ import asyncio
 import json
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -35,13 +34,14 @@ from temporalio.worker import Replayer, Worker
 from activities.loop import LoopActivities
 from flowclient.loop import LoopChain, loop_progress, loop_status, read_chain, start_loop
 from flowclient.worker_options import worker_options
-from lab.model_standin import start_model_standin
+from lab.model_standin import turns_asked
 from memory import Message, approx_tokens
 from providerclient import ProviderClient, fetch_effects, seed_orders
 from steps.errors import TransientError
 from steps.flow import StepDeps
 from steps.loop import AskedCall, ModelAnswer
 from steps.retry import RetryRule
+from tests.loop_support import model_env
 from tests.support import EMAIL, wait_exit
 from workflows.agent_loop import AgentLoop
 from workflows.loop_state import KEPT_TURNS
@@ -59,26 +59,6 @@ POINTS = [
 ]
 SMALL_BOUND = 20
 """Events: a run continues as new after its first turn with a call past this (after turn 2 here)."""
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[str]:
-    """The model stand-in process for this module's tests (its counts are per run id): its API root."""
-    proc, url = start_model_standin()
-    try:
-        yield url
-    finally:
-        proc.kill()
-
-
-def model_env(url: str) -> dict[str, str]:
-    return {"LLM_BASE_URL": url, "LLM_MODEL": "scripted"}
-
-
-def asked(url: str, run_id: str) -> dict[str, int]:
-    """How many times the stand-in was asked each turn of ``run_id`` (``{"1": 1, ...}``)."""
-    answer = httpx.get(f"{url}/counts", params={"run": run_id}, timeout=5).json()
-    return {str(turn): int(n) for turn, n in answer["turns"].items()}
 
 
 def started(proc_output: str, run_id: str, step: str) -> int:
@@ -134,7 +114,7 @@ async def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies
     assert before["status"] == "running", before
     at_kill = effects_by_kind(provider.url, run_id)
     if point == "turn:after_answer":
-        assert asked(standin, run_id) == {"1": 1} and before["turns"][0]["status"] != "completed", before
+        assert turns_asked(standin, run_id) == {"1": 1} and before["turns"][0]["status"] != "completed", before
     elif point == "tool:issue_refund:after_effect":
         # Applied at the provider, not recorded: the call's attempt died with its worker.
         assert len(at_kill.get("refund", [])) == 1 and not at_kill.get("email"), at_kill
@@ -147,7 +127,7 @@ async def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies
     elif point == "temporal:loop:after_turn":
         assert [t["status"] for t in before["turns"]] == ["completed"], before["turns"]
         assert before["turns"][0]["calls"][0]["status"] == "completed"
-        assert asked(standin, run_id) == {"1": 1}
+        assert turns_asked(standin, run_id) == {"1": 1}
     else:
         assert len(before["runs"]) == 1 and before["turns"][-1]["status"] == "completed", before
 
@@ -170,7 +150,7 @@ async def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies
     expected = dict(SIX_TURNS)
     if point == "turn:after_answer":
         expected["1"] = 2
-    assert asked(standin, run_id) == expected
+    assert turns_asked(standin, run_id) == expected
 
     status = await loop_status(client, run_id)
     assert status["status"] == "completed" and len(status["turns"]) == 6, status
@@ -321,7 +301,7 @@ async def test_thirty_turns_continue_as_new_and_carry_the_window_memory_derives(
     effects = effects_by_kind(provider.url, run_id)
     assert {kind: len(found) for kind, found in effects.items()} == {"refund": 14, "email": 14, "ticket": 1}
     assert all(e.effects_applied == 1 and e.requests == 1 for found in effects.values() for e in found)
-    assert asked(standin, run_id) == {str(n): 1 for n in range(1, 31)}
+    assert turns_asked(standin, run_id) == {str(n): 1 for n in range(1, 31)}
 
     # Status across the chain: every turn from the histories; the workflow's own, the newest KEPT_TURNS
     # carried plus the last run's, and the same counts.

@@ -1,0 +1,76 @@
+"""Helpers the agent loop's tests share (tests/test_loop_*.py), written once, as tests/support.py is for
+every test: plain functions and constants. The model stand-in process they count with is the ``standin``
+fixture of tests/conftest.py; its count of a run's turns is ``lab.model_standin.turns_asked``.
+
+The kill tests of the run record and DBOS (tests/test_loop_runrecord.py, tests/test_loop_dbos.py) run one
+task on each engine: ``TASK`` names the two ``ORDERS``, each with something left to refund, so the scripted
+model takes ``TURNS`` turns (a lookup; the refund and its email; the second lookup; its refund and email; the
+ticket; the final answer) and the provider, the judge, applies 2 refunds, 2 emails and 1 ticket.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from lab.model_standin import turns_asked
+from providerclient import EffectRecord, fetch_effects, lookup_counts
+
+ORDERS = {"A-1001": 2500, "B-2002": 1200}
+TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
+CUSTOMER = "ada@example.com"
+TURNS = 6
+
+BAD_LOOP_INPUT = [
+    (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
+    (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
+    (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
+    (["--email", "not-an-address"], "malformed"),
+]
+"""Bad input to ``loop`` after ``RUN_ID TASK --email ADDR``, and the words every engine's CLI refuses it with."""
+
+
+def model_env(url: str) -> dict[str, str]:
+    """The environment that makes a worker or a CLI process ask the stand-in at ``url`` (its API root)."""
+    return {"LLM_BASE_URL": url, "LLM_MODEL": "scripted"}
+
+
+def assert_each_effect_once(provider_url: str, run_id: str) -> list[EffectRecord]:
+    """The provider's effects of ``TASK``'s run: 2 refunds, 2 emails, 1 ticket, each applied once."""
+    effects = fetch_effects(provider_url, run_id=run_id)
+    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
+    assert kinds == {"refund": 2, "email": 2, "ticket": 1}, effects
+    assert all(e.effects_applied == 1 for e in effects), effects
+    return effects
+
+
+def assert_resumed_asking_and_applying_once(standin: str, provider_url: str, run_id: str, *,
+                                            before: Mapping[str, int], recorded: Collection[str],
+                                            asked_twice: Collection[str], replayed: str | None) -> None:
+    """After a kill and a resume of ``TASK``'s run, what the witnesses say.
+
+    The stand-in's count: each turn asked once, those of ``asked_twice`` (whose answer the kill lost) twice;
+    none after it was recorded: a turn among the steps ``recorded`` at the kill still has its count then
+    (``before``). The provider: each effect once, and only the ``replayed`` key (the call the kill
+    interrupted after its effect, if any) requested twice, the second answered from its store; one lookup
+    per order."""
+    asked = turns_asked(standin, run_id)
+    assert asked == {str(t): 2 if str(t) in asked_twice else 1 for t in range(1, TURNS + 1)}, asked
+    assert all(asked[t] == n for t, n in before.items() if f"turn-{t}" in recorded), (before, asked)
+    effects = assert_each_effect_once(provider_url, run_id)
+    requests = {e.key: e.requests for e in effects}
+    twice = [k for k, n in requests.items() if n == 2]
+    assert twice == ([replayed] if replayed is not None else []), requests
+    assert lookup_counts(provider_url, run_id)["lookups"] == len(ORDERS)
+
+
+def assert_failed_at_the_turn_limit(status: Mapping[str, Any], provider_url: str, run_id: str) -> None:
+    """``TASK``'s run under ``--max-turns 3``, as its status (``status --json``) shows it: FAILED at turn 3,
+    naming the limit and what to do next; what the turns before it did stays done, once; turn 3's calls never
+    ran."""
+    assert status["status"] == "failed" and status["current_step"] == "turn-3", status
+    assert status["error"].startswith("step turn-3 failed after 1 attempt(s): turn limit of 3 reached: the model "
+                                      "still asked for tools (lookup_order) at turn 3; none of them ran"), status
+    assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
+    assert Counter(e.kind for e in fetch_effects(provider_url, run_id=run_id)) == {"refund": 1, "email": 1}
