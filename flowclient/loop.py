@@ -69,6 +69,7 @@ from steps.loop import (
     LoopInputs,
     call_step,
     check_loop_inputs,
+    reached_turn_limit,
     result_message,
     system_message,
     task_message,
@@ -492,6 +493,9 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
     if counts:
         lines.append(f"  {counts.get('turns', 0)} turn(s), {counts.get('tool_calls', 0)} tool call(s), "
                      f"{counts.get('effects', 0)} effect(s), {counts.get('refused', 0)} refused")
+        if counts.get("refused"):
+            lines.append("  a refused call applied nothing and its reason went back to the model (each call's result "
+                         "above); an order the provider does not keep is refused: give it with --orders ORDER=CENTS")
     runs = status.get("runs")
     if runs:
         lines.append(f"  Temporal runs of the chain ({len(runs)}; a new one at each continue-as-new, the run id "
@@ -544,7 +548,7 @@ async def restart_failed_loop(client: Client, run_id: str) -> tuple[str, int, st
     if "input refused" in error:
         raise RestartRefused(f"run {run_id} failed on its input ({error}); the same input would fail again. "
                              "Start a new RUN_ID with corrected input.")
-    if "turn limit of" in error:
+    if reached_turn_limit(error):
         raise RestartRefused(f"run {run_id} reached its turn limit ({shown(error)}); a retry would ask that turn "
                              "again under the same limit. Start a new RUN_ID with a higher --max-turns.")
     unfinished = [(step, attempts) for step, attempts in latest.attempts.items()

@@ -378,6 +378,9 @@ class Runner:
         replayed or adopted), nothing completed run again. ``RunNotFailed`` if
         the run did not fail."""
         run = self.record.load(check_run_id(run_id))
+        if run.loop is not None and loop.reached_turn_limit(run.error):
+            raise InputError(f"run {run_id} reached its turn limit ({run.error}); a retry would ask that turn again "
+                             "under the same limit. Start a new RUN_ID with a higher --max-turns.")
         check_plan(run, self._plan(run))
         position = self.record.reopen_failed(run_id, self.holder, self.lease_seconds)
         self.say(f"retrying run {run_id} at step {run.steps[position].name} (it failed: {run.error}); "

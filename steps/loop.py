@@ -440,7 +440,7 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
         raise PermanentError(f"{where}: its text is {len(content)} characters; at most {MAX_CONTENT_CHARS}")
     if calls and req.turn >= req.max_turns:
         asked = ", ".join(c.name for c in calls)
-        raise PermanentError(f"turn limit of {req.max_turns} reached: the model still asked for tools ({asked}) "
+        raise PermanentError(f"{TURN_LIMIT} {req.max_turns} reached: the model still asked for tools ({asked}) "
                              f"at turn {req.turn}; none of them ran. Start a new run (a new RUN_ID) with a higher "
                              "turn limit, or give the model a task it can finish in fewer turns")
     # The model answered; nothing of it is recorded yet. A kill here: this turn is asked again.
@@ -535,6 +535,15 @@ async def run_tool(req: ToolRequest, deps: StepDeps) -> ToolResult:
     crash_point(f"tool:{name}:after_effect")
     return ToolResult(req.turn, req.index, name, "ok", json.dumps(content, ensure_ascii=False),
                       idempotency_key=key, kind=EFFECT_OF_TOOL[name], effect_id=effect_id, replayed=replayed)
+
+
+TURN_LIMIT = "turn limit of"
+"""The words a run's error holds when it stopped at its turn limit (``model_turn``)."""
+
+
+def reached_turn_limit(error: str | None) -> bool:
+    """A run that failed this way stops again at the same turn under the same limit: a retry is refused."""
+    return bool(error) and TURN_LIMIT in str(error)
 
 
 def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS,

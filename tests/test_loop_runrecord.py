@@ -162,12 +162,11 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, 
     refused = loop_runner("resume", run_id)
     assert finished(refused) == 4 and "failed is terminal" in refused.output(), refused.output()
     assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
-    # retry, as for the flow: the failed step again (its answer was never recorded, so the model is asked
-    # again), nothing recorded run again; under the same recorded limit it fails the same way.
+    # retry is refused, as on Temporal: under the same recorded limit the same turn would stop it again.
     again = loop_runner("retry", run_id)
-    assert finished(again) == 1 and "retrying run" in again.output() and "at step turn-3" in again.output()
-    assert started_steps(again) == ["turn-3"], again.output()
-    assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 2}
+    assert finished(again) == 2 and "reached its turn limit" in again.output(), again.output()
+    assert "Start a new RUN_ID with a higher --max-turns" in again.output()
+    assert started_steps(again) == [] and turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
     assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
 
 
