@@ -122,11 +122,10 @@ async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str 
             request = replace(request, idempotency_key=key)
         say(f"step {name} started: run {inputs.run_id}")
         results[name] = asdict(await call_step(name, step, request, deps))
-        # TODO 2 (exercise 1): record the step as done, in ONE transaction (`with transaction(conn):`):
-        #   - its result, `json.dumps(results[name])`, in a new row of `steps`;
-        #   - the run's `current_step` moved to the next step (None after the last one, and then
-        #     `status` 'completed').
-        #   Both are written, or neither: the record never says "at step 3" without step 2's result.
+        # TODO 2 (exercise 1): make the step's completion durable before the run moves on. A kill at
+        #   any instant must leave the record either before this step (it runs again) or after it (its
+        #   result kept, the run at the next step, or completed after the last one), never half of
+        #   each: a record "at step 3" without step 2's result cannot be resumed.
         # END TODO 2
         say(f"step {name} completed: run {inputs.run_id}")
 
@@ -135,9 +134,9 @@ async def start(run_id: str, task: str, email: str) -> int:
     conn, deps = open_record(), make_deps()
     inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=email)  # a customer's conversation
     try:
-        # TODO 1 (exercise 1): create the run's row in `runs` (status 'running', current_step the
-        #   first step), committed before the first step runs: from now on the run exists for any
-        #   process that reads the record. A run id that is already there: say so and return 2.
+        # TODO 1 (exercise 1): the run must exist in the record, durably, before its first step can
+        #   do anything: a kill during the first step must leave a run that resume can find, at that
+        #   step. A run id already in the record is left untouched: say so, and exit 2.
         # END TODO 1
         await run_steps(conn, inputs, {}, deps)
         say(f"run {run_id}: completed")

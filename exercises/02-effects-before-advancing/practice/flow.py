@@ -118,16 +118,15 @@ async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str 
     for name, step, build in STEPS[NAMES.index(start_at):]:
         request = build(inputs, results)
         if name in EFFECTS:  # the provider applies an effect once per idempotency key
-            # TODO 3 (exercise 2): one key for every attempt of this step of this run, so the
-            #   provider recognises a repeat: build it from the run id and the step name
-            #   (`steps.keys.idempotency_key`), not at random.
+            # TODO 3 (exercise 2): every attempt of this step of this run, in this process or after any
+            #   restart, must send the same key, and no other step or run may share it: that is how the
+            #   provider tells a repeat from a new effect. A key drawn per attempt defeats it.
             key = random_key(inputs.run_id, name)
             # END TODO 3
             request = replace(request, idempotency_key=key)
-            # TODO 4 (exercise 2): record the intent BEFORE the request can go out: a row of
-            #   `intents` with the attempt number (1 + the attempts recorded for this step), the key
-            #   and the request, `json.dumps(asdict(request))`, in its own committed transaction.
-            #   A crash after the send then leaves "this may have gone out", not nothing.
+            # TODO 4 (exercise 2): before the request can leave, the record must say that it may have:
+            #   which attempt, under which key, with what request. A kill right after the provider applied
+            #   the effect must leave "this may have gone out, under this key" behind, never nothing.
             # END TODO 4
         say(f"step {name} started: run {inputs.run_id}")
         results[name] = asdict(await call_step(name, step, request, deps))

@@ -156,14 +156,15 @@ async def start(run_id: str, task: str, email: str) -> int:
 
 async def resume(run_id: str) -> int:
     """Continue run ``run_id`` at its recorded step."""
-    # TODO 5 (exercise 3): read the run back (`conn = open_record()`): its row in `runs` (task,
-    #   email, status, current_step) and, into a `results` dict, each completed step's recorded
-    #   result (`steps`, JSON). No such run: say so and return 2. Not 'running': return 0.
+    # TODO 5 (exercise 3): everything resume needs comes from the record, nothing from running a
+    #   step again: the run as it was started, the step it is at, and the result of every step it
+    #   completed. An unknown run id is bad input (say so, exit 2); a run that is no longer
+    #   running has nothing to resume (exit 0).
     # END TODO 5
-    # TODO 6 (exercise 3): continue at the recorded step with the recorded results: build the
-    #   run's `RunInputs` and its deps (`make_deps()`, as `start` does), then
-    #   `await run_steps(conn, inputs, results, deps, start_at=current_step)`; return 0.
-    #   The steps before it are not run again: their recorded results feed the requests.
+    # TODO 6 (exercise 3): the run goes on from the step the record says is next, the recorded
+    #   results standing in for the steps before it: a completed step never runs again (a draft
+    #   asked again is another text, an effect repeated is a second email), and a step whose intent
+    #   has no result runs again under its key. Exit 0 once the run has completed.
     say("resume is exercise 3: not built yet")
     return 2
     # END TODO 6

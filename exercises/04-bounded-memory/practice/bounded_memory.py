@@ -53,18 +53,17 @@ class BoundedMemory:
         if message.pinned:
             self.system = message
             return []
-        # TODO 7 (exercise 4): put the message in its block. A tool result (role "tool") joins the
-        #   block of the call it answers: the block whose first message has a tool call with the id
-        #   `message.tool_call_id`; if that call was evicted (`self.dropped_calls`), the result goes
-        #   at once: return [message.id]. Any other message starts a block of its own.
+        # TODO 7 (exercise 4): a tool call and its results live and die together (rule 3): a tool
+        #   result belongs to the block of the message that holds its call, and a result whose call was
+        #   already evicted never enters the window (it counts as evicted at once). Every other message
+        #   starts a block of its own.
         block = [message]
         self.blocks.append(block)
         # END TODO 7
-        # TODO 8 (exercise 4): keep the window within `self.max_tokens` (`self.tokens()`), evicting
-        #   whole blocks, oldest first, and return their ids. The system message counts and never
-        #   goes. A block too large to keep on its own (more than the budget less the system
-        #   message) goes at once, and nothing older goes for it. Note the calls of every block
-        #   that goes in `self.dropped_calls`, so their late results go too (TODO 7).
+        # TODO 8 (exercise 4): after every append the window fits its token budget, and what leaves
+        #   is whole blocks, oldest first (rule 4), their ids returned. The system message counts and
+        #   stays. A block that could not fit even alone leaves at once, and nothing older leaves for
+        #   it. A departing block's calls are remembered, so that their late results leave too.
         return []
         # END TODO 8
 

@@ -102,9 +102,9 @@ def say(line: str) -> None:
 def make_deps():
     """What the steps need from the world (steps/ports.py): the provider and the model, from the environment."""
     deps = deps_from_env({**os.environ, "MEMORY_DB": "off"})  # the lab's memory stays out: memory is exercise 4
-    # TODO 9 (exercise 4): memory feeds the draft's prompt: point `deps.context` (what the draft
-    #   step reads) and `deps.remember` (what the run appends) at bounded_memory.context and
-    #   bounded_memory.remember. Nothing reads memory to decide what was done: the record does.
+    # TODO 9 (exercise 4): the draft's prompt is fed by the bounded memory you wrote, and runs add
+    #   to it: memory is context for the model, never read to decide what was done (the record
+    #   says that).
     # END TODO 9
     return deps
 
@@ -138,9 +138,9 @@ async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str 
             conn.execute("UPDATE runs SET current_step = ?, status = ? WHERE run_id = ?",
                          (after, "running" if after else "completed", inputs.run_id))
         say(f"step {name} completed: run {inputs.run_id}")
-    # TODO 10 (exercise 4): the run is complete: append its exchange (the task and the reply that
-    #   was sent) to the customer's conversation, `flow.remember_exchange(remember_request(inputs,
-    #   results), deps)`, so the next run's draft sees it.
+    # TODO 10 (exercise 4): once the run has completed, and only then, the customer's conversation
+    #   gains this run's exchange (what was asked and the reply that was sent), so that the next
+    #   run's draft sees it. A run killed before the end adds nothing.
     # END TODO 10
 
 

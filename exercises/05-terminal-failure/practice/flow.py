@@ -115,10 +115,10 @@ class RunFailed(Exception):
 
 async def call_step(name: str, step, request, deps):
     """One attempt at a step: the call. Exercise 5 makes it retry what is worth retrying."""
-    # TODO 12 (exercise 5): a TransientError (the provider down, a 503, a timeout) may pass: call
-    #   again after a growing pause (0.2 s, doubling), while the time since the first try is within
-    #   LAB_RETRY_BUDGET_SECONDS (default 900; the grader sets 2). Then give up, raising a
-    #   PermanentError that names the budget and the last error. A PermanentError is never retried.
+    # TODO 12 (exercise 5): a transient failure may be tried again, never forever: pauses that grow
+    #   (the README gives the schedule), while the time since the first try leaves room in the
+    #   budget (LAB_RETRY_BUDGET_SECONDS, default 900). Then the step fails for good, naming the
+    #   budget and the last error. A permanent failure is never tried again.
     return await step(request, deps)
     # END TODO 12
 
@@ -136,10 +136,10 @@ async def run_steps(conn, inputs: RunInputs, results: dict, deps, start_at: str 
                 conn.execute("INSERT INTO intents VALUES (?, ?, ?, ?, ?)",
                              (inputs.run_id, name, attempts + 1, key, json.dumps(asdict(request))))
         say(f"step {name} started: run {inputs.run_id}")
-        # TODO 11 (exercise 5): a step that fails for good (a StepError out of call_step: the
-        #   provider's hard bounce, or a budget spent) ends the run in its terminal failed state:
-        #   record `status` 'failed' and `error` "step <name> failed: <reason>" (current_step stays
-        #   where it failed), then raise RunFailed, which main() turns into exit 1.
+        # TODO 11 (exercise 5): a step that fails for good (the provider refuses it, or its retry
+        #   budget is spent) must end the run in its terminal failed state, recorded before the program
+        #   exits: failed, naming the step and the reason (the README gives the wording), still at the
+        #   step that failed, so that nothing resumes it and nothing loops. The program exits 1.
         results[name] = asdict(await call_step(name, step, request, deps))
         # END TODO 11
         after = NAMES[NAMES.index(name) + 1] if name != NAMES[-1] else None

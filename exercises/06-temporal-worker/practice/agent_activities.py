@@ -24,9 +24,7 @@ class FlowActivities:
     async def draft(self, request: DraftRequest) -> DraftResult:
         return await flow.draft(request, self.deps)
 
-    # TODO 14 (exercise 6): the email and the ticket as activities too, named "send_confirmation"
-    #   and "record_outcome", each calling its step function with the request it is given. The
-    #   request carries the idempotency key the workflow built (steps.keys: the run id and the step
-    #   name), the same on every attempt: send that one, never a new one. Their types
-    #   (SendRequest -> EmailSent, RecordRequest -> OutcomeRecorded) are imported above.
+    # TODO 14 (exercise 6): the worker offers the two effects under the names the workflow asks
+    #   for, each doing its step with the request it is given. That request carries the key the
+    #   workflow built, the same on every attempt: send that one, never one of its own.
     # END TODO 14

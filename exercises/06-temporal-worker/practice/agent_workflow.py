@@ -46,9 +46,9 @@ class ExerciseFlow:
             "draft", draft_request(inputs, results), result_type=DraftResult,
             start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRIES)
         # TODO 13 (exercise 6): workflow code must not reach the world: replay runs it again and
-        #   again, and Temporal's sandbox refuses what is not deterministic. Run the two effects as
-        #   activities, like the draft above: `workflow.execute_activity("send_confirmation", ...)`
-        #   with its result type (EmailSent, OutcomeRecorded), STEP_TIMEOUT and RETRIES.
+        #   again, and Temporal's sandbox refuses what is not deterministic. Each effect must run as an
+        #   activity, bounded as the draft is (a timeout, a retry policy), so that its result lands in
+        #   the history and a replay reads it there instead of sending again.
         deps = deps_from_env()
         results["send_confirmation"] = await flow.send_confirmation(send_request(inputs, results), deps)
         results["record_outcome"] = await flow.record_outcome(record_request(inputs, results), deps)
