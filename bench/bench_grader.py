@@ -1,13 +1,14 @@
 """How long grading an exercise takes, against one plain run of the same code.
 
-    .venv/bin/python bench/bench_grader.py [--exercises 1,2,3,4,5,6] [--rounds 1]
+    .venv/bin/python bench/bench_grader.py [--exercises 1,2,3,4,5,6,7] [--rounds 1]
 
 For each exercise, in one invocation: the time of ``python -m grader.grade N
 --impl solution`` (the checks of exercises 1..N; exercise 6 its own), and,
 as the baseline measured beside it, one plain run of that solution as a
 learner starts it by hand (``python flow.py start ...`` to completion against
 a provider of its own, or for exercise 6 one ``python worker.py`` start to
-its ready line). The ratio says how many plain runs a grading costs; the
+its ready line; for exercise 7 one ``python agent_loop.py start`` of a
+one-order refund against the lab's model stand-in). The ratio says how many plain runs a grading costs; the
 goal (issue 20) is a grading under 30 s.
 
 Not a test: it reports, it does not assert. Figures go to docs/benchmarks.md.
@@ -29,8 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from lab.model_standin import ModelStandIn  # noqa: E402
 from lab.processes import Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
+from providerclient import seed_orders  # noqa: E402
 
 GOAL_SECONDS = 30.0
 
@@ -63,6 +66,17 @@ def plain_run(n: int, work: Path, provider_url: str) -> float:
         proc.kill()
         return seconds
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    if n == 7:  # the agent loop: one run of four turns, its model the lab's stand-in, its order seeded
+        order = f"B-{uuid.uuid4().int % 10**6:06d}"
+        seed_orders(provider_url, {order: 4200})
+        with ModelStandIn() as model:
+            began = time.monotonic()
+            subprocess.run([sys.executable, str(folder / "agent_loop.py"), "start", run_id,
+                            f"Refund order {order} in full", "--email", "ada@example.com"], cwd=work,
+                           env={**os.environ, **env, "LLM_BASE_URL": model.url, "LLM_MODEL": "stand-in",
+                                "RECORD_DB": str(work / "loop-record.db")},  # its own schema
+                           check=True, capture_output=True, timeout=120)
+            return time.monotonic() - began
     subprocess.run([sys.executable, str(folder / "flow.py"), "start", run_id, "Confirm the refund for order 1234",
                     "--email", "ada@example.com"], cwd=work, env={**os.environ, **env}, check=True,
                    capture_output=True, timeout=120)
@@ -71,7 +85,7 @@ def plain_run(n: int, work: Path, provider_url: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--exercises", default="1,2,3,4,5,6")
+    parser.add_argument("--exercises", default="1,2,3,4,5,6,7")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     numbers = [int(n) for n in args.exercises.split(",")]

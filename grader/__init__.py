@@ -3,10 +3,12 @@ code as real processes under real SIGKILLs against the real provider, and
 judges by witnesses the learner's code cannot forge.
 
 - ``grader.grade``: the command, ``python -m grader.grade N``;
-- ``grader.checks``: what each exercise must show, in the lesson's words;
+- ``grader.checks``: what exercises 1-5 must show, in the lesson's words (``grader.temporal``: 6;
+  ``grader.check_loop``: 7; ``grader.registry``: every check, each with its deadline and main file;
+  ``grader.todos``: each TODO's exercise and file, read from the practice files);
 - ``grader.harness``: the learner's program as processes, and how a check fails;
 - ``grader.evidence``: what is read (the provider, the model, the record file);
-- ``grader.model``: the model stand-in that counts draft calls;
+- ``grader.model``: the model stand-in that counts draft calls and the loop's turns;
 - ``grader.launch``: the bootstrap in the learner's process (kills between commits).
 
 It never imports the finished engines (``runrecord/``, ``memory.window``):

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
+from grader.check import Check
 from grader.evidence import KIND_OF_STEP, WORDS, Record, Witnesses
 from grader.harness import CouldNotRun, Failed, Harness, Outcome, Run
 from grader.temporal import check_temporal
+from grader.todos import todo
 
 # The exercises' flow, as their files spell it (exercises/*/flow.py, STEPS): the grader judges that flow,
 # so it names it itself rather than taking the lab's plan (steps/plan.py), which may grow steps.
@@ -44,19 +44,6 @@ STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 
 
-@dataclass(frozen=True)
-class Check:
-    number: int
-    title: str
-    run: Callable[[Harness], list[str]]  # returns what it showed, one line each
-
-
-TODO_EXERCISE = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4, 9: 4, 10: 4, 11: 5, 12: 5}
-TODO_FILE = {7: "bounded_memory.py", 8: "bounded_memory.py"}
-
-
-def todo(n: int, what: str) -> str:
-    return f"TODO {n} (exercise {TODO_EXERCISE[n]}) in {TODO_FILE.get(n, 'flow.py')}: {what}"
 
 
 # ---------------------------------------------------------------- shared expectations
@@ -648,7 +635,8 @@ def check_terminal(h: Harness) -> list[str]:
 
 
 CHECKS = {
-    1: Check(1, "the run record: the run, its current step, each completed step's result", check_record),
+    1: Check(1, "the run record: the run, its current step, each completed step's result", check_record,
+             seconds=60.0),
     2: Check(2, "each effect recorded before the step advances", check_intents),
     3: Check(3, "resume by run id: at the recorded step, nothing completed run again, each effect once",
              check_resume),
@@ -657,6 +645,6 @@ CHECKS = {
     5: Check(5, "the terminal failure: permanent errors stop the run, transient ones retry within a budget",
              check_terminal),
     6: Check(6, "the flow on Temporal: effects in activities, the worker killed mid-run, each effect once",
-             check_temporal),
+             check_temporal, seconds=180.0, main_file="worker.py",
+             stands_alone="exercise 6 moves the flow onto Temporal: its check stands alone"),
 }
-STANDS_ALONE = {6: "exercise 6 moves the flow onto Temporal: its check stands alone"}

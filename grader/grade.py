@@ -3,9 +3,11 @@
     python -m grader.grade N [--impl practice|solution|PATH] [--only K] [--keep]
 
 Runs the checks of exercises 1..N (each exercise builds on the last) against
-the learner's ``flow.py``: ``--impl practice`` (the default) is the
+the learner's program: ``--impl practice`` (the default) is the
 exercise's ``practice/`` folder, ``solution`` its ``solution/``, any other
-value a folder holding a ``flow.py`` (or the file itself). ``--only K`` runs
+value a folder holding the exercise's main file (``flow.py``; ``worker.py``
+for exercise 6, ``agent_loop.py`` for 7: ``Check.main_file``), or the file
+itself. The checks, their deadlines and main files: ``grader.registry``. ``--only K`` runs
 check K alone.
 
 It starts its own provider (``python -m provider``) and model stand-in, runs
@@ -30,23 +32,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader.checks import CHECKS, STANDS_ALONE
 from grader.evidence import SchemaChanged
 from grader.harness import CouldNotRun, Failed, Harness
 from grader.model import ModelStandIn
+from grader.registry import CHECKS
 from lab.processes import REPO
 from lab.provider_process import start_provider
 from steps.keys import idempotency_key
 
 EXERCISES = REPO / "exercises"
-CHECK_SECONDS = {1: 60.0, 2: 120.0, 3: 120.0, 4: 120.0, 5: 120.0, 6: 180.0}
-"""Each check's deadline: a check that runs past it fails naming itself (a hang, a loop)."""
-
-
-MAIN_FILE = {6: "worker.py"}
-"""The file that marks an exercise's folder (flow.py unless named here)."""
-
-
 class BadInput(Exception):
     pass
 
@@ -65,7 +59,7 @@ def exercise_numbers() -> list[str]:
 def resolve_impl(n: int, impl: str) -> Path:
     if impl in ("practice", "solution"):
         return exercise_folder(n) / impl
-    main = MAIN_FILE.get(n, "flow.py")
+    main = CHECKS[n].main_file
     path = Path(impl).expanduser()
     if path.is_file() and path.name == main:
         path = path.parent
@@ -114,11 +108,12 @@ def quick_check_answer(h: Harness) -> None:
 
 
 def grade(n: int, impl: Path, only: int | None, keep: bool) -> int:
-    numbers = [only] if only else [n] if n in STANDS_ALONE else list(range(1, n + 1))
+    alone = CHECKS[n].stands_alone
+    numbers = [only] if only else [n] if alone else [k for k in CHECKS if k <= n and not CHECKS[k].stands_alone]
     work = Path(tempfile.mkdtemp(prefix="grade-"))
     shown = impl.relative_to(REPO) if impl.is_relative_to(REPO) else impl
-    print(f"grading exercise {n}: {shown}/{MAIN_FILE.get(n, 'flow.py')}, check{'s' if len(numbers) > 1 else ''} "
-          f"{', '.join(map(str, numbers))}" + (f" ({STANDS_ALONE[n]})" if n in STANDS_ALONE and not only else ""))
+    print(f"grading exercise {n}: {shown}/{CHECKS[n].main_file}, check{'s' if len(numbers) > 1 else ''} "
+          f"{', '.join(map(str, numbers))}" + (f" ({alone})" if alone and not only else ""))
     if keep:
         print(f"(work folder: {work}, kept at the end)", flush=True)
     provider = None
@@ -127,12 +122,12 @@ def grade(n: int, impl: Path, only: int | None, keep: bool) -> int:
     failed = 0
     try:
         provider = start_provider(work / "provider.db")
-        harness = Harness(impl, work, provider.url, model)
+        harness = Harness(impl, work, provider.url, model, CHECKS[n].main_file)
         for k in numbers:
             check = CHECKS[k]
             print(f"check {k}: {check.title}")
             began, processes = time.monotonic(), harness.processes
-            harness.deadline = began + CHECK_SECONDS[k]
+            harness.deadline = began + check.seconds
             try:
                 lines = check.run(harness)
             except Failed as err:

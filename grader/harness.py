@@ -95,9 +95,10 @@ class Run:
 class Harness:
     """The grader's side of one grading: the learner's folder, a work folder, the provider and the model."""
 
-    def __init__(self, impl: Path, work: Path, provider_url: str, model: ModelStandIn) -> None:
+    def __init__(self, impl: Path, work: Path, provider_url: str, model: ModelStandIn,
+                 main_file: str = "flow.py") -> None:
         self.impl = impl
-        self.flow = impl / "flow.py"
+        self.flow = impl / main_file
         self.work = work
         self.record_db = work / "record.db"
         self.memory_file = work / "memory.json"
@@ -152,7 +153,7 @@ class Harness:
             **(env or {}),
         }
         argv = [sys.executable, "-m", "grader.launch", str(self.flow), *args]
-        shown = ["python", "flow.py", *args]
+        shown = ["python", self.flow.name, *args]
         timeout = min(timeout, self.deadline - time.monotonic())
         if timeout <= 0:
             raise Failed("the check ran out of time before its next process could start",

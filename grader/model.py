@@ -11,20 +11,36 @@ the recorded one is visible in what the provider applied.
 
 A call belongs to the task in its last user message; the grader gives every
 run a task of its own, so calls are counted per run.
+
+A request with ``tools`` is a turn of exercise 7's agent loop: the answer is
+the lab's scripted model's (``drafting.scripted``: a lookup, then a refund
+and its email in one turn, then a ticket, then the final answer), with call
+ids as hostile as a real model's (``loop_call_id``: a space, which no
+idempotency key may carry, and the same ids in every turn). Turns are
+counted per task and per turn number, the turn being one more than the
+assistant messages in the prompt: a turn asked again is counted again.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from drafting.scripted import ScriptedModel
 from lab.loopback import JsonHandler, LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 MODEL_NAME = "grader-model-stand-in"
+
+
+def loop_call_id(index: int) -> str:
+    """The id the stand-in gives the ``index``-th tool call of every turn: a space in it, and repeated across
+    turns, as real models' ids may be; trusted raw as a key, the provider refuses it."""
+    return f"call {index}"
 
 
 @dataclass(frozen=True)
@@ -63,11 +79,30 @@ class ModelStandIn(LoopbackServer):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: dict[str, list[Drafted]] = {}
+        self._turns: dict[str, Counter[int]] = {}
         super().__init__(_handler(self), name="grader-model")
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
+
+    def turns(self, task: str) -> Counter[int]:
+        """How often each turn of the loop run with ``task`` was asked for."""
+        with self._lock:
+            return Counter(self._turns.get(task, Counter()))
+
+    def loop_answer(self, messages: list[Any]) -> dict[str, Any]:
+        """The scripted model's answer to a loop turn, as a chat-completions message; the turn counted."""
+        task = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
+        turn = 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        with self._lock:
+            self._turns.setdefault(str(task), Counter())[turn] += 1
+        answer = ScriptedModel().answer([m for m in messages if isinstance(m, dict)])
+        if not answer.tool_calls:
+            return {"role": "assistant", "content": answer.content}
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": loop_call_id(i), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for i, c in enumerate(answer.tool_calls)]}
 
     def calls(self, task: str) -> list[Drafted]:
         """Every draft answered for ``task``, in order."""
@@ -96,6 +131,14 @@ def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
                     raise TypeError("messages is not a list")
             except (ValueError, KeyError, TypeError) as err:
                 return self._send(400, {"error": {"message": f"bad request: {err}", "type": "invalid_request"}})
+            if request.get("tools"):
+                message = owner.loop_answer(messages)
+                return self._send(200, {
+                    "id": "grader-turn", "object": "chat.completion", "created": 0, "model": MODEL_NAME,
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                })
             drafted = owner.answer(messages)
             content = json.dumps({"subject": drafted.subject, "body": drafted.body, "summary": drafted.summary})
             self._send(200, {

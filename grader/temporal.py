@@ -33,17 +33,13 @@ from flowclient.connect import connect
 from grader.evidence import WORDS
 from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.model import MODEL_NAME
+from grader.todos import todo
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc
 
 STEPS = ("draft", "send_confirmation", "record_outcome")  # exercise 6's workflow, as its files spell it
 WORKER_START_SECONDS = 60.0
 STAGE_SECONDS = 40.0  # a kill, the attempt's 5 s timeout, a retry, a new worker: well within this
 UNREGISTERED = "is not registered on this worker"  # the SDK's words for an activity no worker defines
-
-
-def todo(n: int, what: str) -> str:
-    where = "agent_workflow.py" if n == 13 else "agent_activities.py"
-    return f"TODO {n} (exercise 6) in {where}: {what}"
 
 
 class Temporal:

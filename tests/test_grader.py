@@ -25,9 +25,9 @@ import pytest
 from lab.processes import REPO
 
 EXERCISES = REPO / "exercises"
-FOLDERS = {n: next(EXERCISES.glob(f"{n:02d}-*")) for n in range(1, 7)}
+FOLDERS = {int(p.name[:2]): p for p in sorted(EXERCISES.glob("[0-9][0-9]-*"))}
 RECORD_TRACK = (1, 2, 3, 4, 5)  # each builds on the last; grade N runs checks 1..N
-STANDS_ALONE = (6,)  # the Temporal exercise: grade 6 runs check 6
+STANDS_ALONE = (6, 7)  # each from a starting point of its own (Temporal; the agent loop): grade N runs check N
 
 
 def grade(n: int, impl: str | Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -52,6 +52,8 @@ FIRST_MESSAGE = {
     5: ("did not end in its failed state after a hard bounce", "PermanentError", "TODO 11 (exercise 5)"),
     6: ("the workflow task failed and the run parks: RestrictedWorkflowAccessError", "the provider got 0 email",
         "TODO 13 (exercise 6) in agent_workflow.py"),
+    7: ("holds no turn 1, although the run was killed after turn 2 was received", "TODO 15 (exercise 7) in "
+        "agent_loop.py"),
 }
 
 
@@ -99,6 +101,7 @@ class WrongAnswer:
     new: str
     message: tuple[str, ...]  # what the grader must say
     file: str = "flow.py"
+    also: tuple[str, str] | None = None  # a second (old, new) of the same change, when it moves code
 
 
 ADVANCE = '''        with transaction(conn):
@@ -217,7 +220,7 @@ WRONG_ANSWERS = [
     WrongAnswer(
         "counts tries instead of timing them (five: past a short budget)", 5, 5,
         old="            if time.monotonic() - began + delay > budget:\n", new="            if delay > 2.0:\n",
-        message=("sent a request 3.0 s after its first one, past its 2 s budget", "checked before each pause",
+        message=("sent a request 3.", "s after its first one, past its 2 s budget", "checked before each pause",
                  "TODO 12 (exercise 5)")),
     WrongAnswer(
         "the failed run's error is the step's own message (the step unnamed)", 5, 5,
@@ -251,6 +254,42 @@ WRONG_ANSWERS = [
         "no retries: a killed worker's attempt is never tried again", 6, 6, file="agent_workflow.py",
         old="                      maximum_attempts=10,", new="                      maximum_attempts=1,",
         message=("did not complete after its workers were killed: it is failed", "TODO 13 (exercise 6)")),
+    # exercise 7: the agent loop
+    WrongAnswer(
+        "a tool call's key from the attempt", 7, 7, file="agent_loop.py",
+        old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
+        new='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}-{os.getpid()}"  # per attempt\n',
+        message=("reached the provider under another key than the one its result is recorded with",
+                 "TODO 17 (exercise 7) in agent_loop.py")),
+    WrongAnswer(
+        "resume reads the results but not the turns: a turn asked again", 7, 7, file="agent_loop.py",
+        old="    turns = {n: turn_from_json(answer) for n, answer in\n"
+            '             conn.execute("SELECT turn, answer FROM turns WHERE run_id = ?", (run_id,))}\n',
+        new="    turns: Turns = {}  # the results say what was done\n",
+        message=("asked the model for turn 1 again, although the record held it", "TODO 19 (exercise 7)",
+                 "TODO 18 (exercise 7)")),
+    WrongAnswer(
+        "a turn recorded once its calls ran", 7, 7, file="agent_loop.py",
+        old="            record_turn(conn, inputs.run_id, answer)\n            turns[n] = answer\n",
+        new="            turns[n] = answer\n",
+        message=("a tool call ran before its turn was recorded", "the record holds no turn 2",
+                 "TODO 19 (exercise 7)"),
+        also=("            record_result(conn, inputs.run_id, key, results[(n, index)])\n",
+              "            record_result(conn, inputs.run_id, key, results[(n, index)])\n"
+              '        if not conn.execute("SELECT 1 FROM turns WHERE run_id = ? AND turn = ?", (inputs.run_id, n))'
+              ".fetchone():\n"
+              "            record_turn(conn, inputs.run_id, turns[n])  # the turn, once its calls are done\n")),
+    WrongAnswer(
+        "the model's call id trusted raw in the key", 7, 7, file="agent_loop.py",
+        old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
+        new='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{call_id}"\n',
+        message=("the model's call id went into it as the model wrote it", "'call 0'",
+                 "TODO 17 (exercise 7) in agent_loop.py")),
+    WrongAnswer(
+        "resume runs every call of the last turn again", 7, 7, file="agent_loop.py",
+        old="            if (n, index) in results:\n                continue\n", new="",
+        message=("ran turn 2's call 0 (issue_refund) again, although the record held its result",
+                 "TODO 19 (exercise 7)")),
 ]
 
 
@@ -268,7 +307,11 @@ def test_a_wrong_answer_fails_with_its_own_message(wrong, tmp_path):
         shutil.copy(path, tmp_path / path.name)
     solution = (tmp_path / wrong.file).read_text()
     assert solution.count(wrong.old) == 1, f"{wrong.name}: the solution no longer has the code this answer changes"
-    (tmp_path / wrong.file).write_text(solution.replace(wrong.old, wrong.new))
+    changed = solution.replace(wrong.old, wrong.new)
+    if wrong.also:
+        assert changed.count(wrong.also[0]) == 1, f"{wrong.name}: the solution no longer has the code it moves"
+        changed = changed.replace(*wrong.also)
+    (tmp_path / wrong.file).write_text(changed)
     done = grade(wrong.exercise, tmp_path, "--only", str(wrong.check))
     assert done.returncode == 1, done.stdout
     for needle in wrong.message:
@@ -338,6 +381,26 @@ def test_each_practice_is_the_previous_solution_plus_its_todos():
         assert todos, f"exercise {n}'s practice has no TODO block"
         seen_todos += sorted(todos)
     assert seen_todos == list(range(1, len(seen_todos) + 1)), "TODOs are numbered 1, 2, ... through the track"
+
+
+def test_the_graders_registries_come_from_the_exercises_and_the_check_modules():
+    """Each TODO's exercise and file are read from the practice files (grader.todos), and every exercise
+    folder has a check whose main file both its practice and its solution hold (grader.registry): a new
+    exercise is one folder and one check module, with no list to extend by hand."""
+    from grader.registry import CHECKS
+    from grader.todos import todo, todo_places
+
+    places = todo_places()
+    assert sorted(places) == list(range(1, len(places) + 1)), places
+    for n, (exercise, file) in places.items():
+        assert f"# TODO {n} (exercise {exercise})" in (FOLDERS[exercise] / "practice" / file).read_text(), n
+    assert todo(17, "x") == "TODO 17 (exercise 7) in agent_loop.py: x"
+    assert sorted(CHECKS) == sorted(FOLDERS)
+    for n, check in CHECKS.items():
+        assert check.number == n and check.seconds > 0, n
+        for impl in ("practice", "solution"):
+            assert (FOLDERS[n] / impl / check.main_file).is_file(), (n, impl, check.main_file)
+    assert [n for n, c in CHECKS.items() if c.stands_alone] == list(STANDS_ALONE)
 
 
 def test_the_exercises_never_import_the_finished_engines():
