@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from grader.check import Check
 from grader.evidence import Effect
-from grader.harness import Failed, Harness, Outcome, Run
+from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.todos import todo
 from providerclient import seed_orders
 
@@ -131,7 +131,8 @@ def expect_keys(run: Run, record: LoopRecord) -> None:
         raise Failed(f"{' and '.join(call_name(*p) for p in sorted(places))} of run {run.run_id} were sent under "
                      "one key: the provider applies the second as the first (or refuses it)",
                      expected="a key of its own for every call of every turn", seen=f"{key!r}",
-                     look_at=todo(17, "the model reuses ids across turns: the turn belongs in the key"))
+                     look_at=todo(17, "the model reuses ids, across turns and within one: the turn and the call's "
+                                      "place belong in the key"))
 
 
 def expect_record(run: Run, record: LoopRecord, turns: set[int], done: set[tuple[int, int]], where: str) -> None:
@@ -179,6 +180,22 @@ def expect_record(run: Run, record: LoopRecord, turns: set[int], done: set[tuple
         raise Failed(f"the record of run {run.run_id} holds a result for {call_name(*ahead[0])}, which had not "
                      f"returned when it was killed {where}", expected=f"results of {sorted(done)} only",
                      seen=record.describe(), look_at=todo(19, "record a call's result only after it returned"))
+
+
+def expect_no_conflict(run: Run, outcome: Outcome, what: str) -> None:
+    """The provider refused a request as another's under the same key (409 ``idempotency_conflict``): two
+    calls were given one key. Said before anything else, since the refused call looks like a repeat."""
+    lines = [line for line in outcome.output.splitlines()
+             if any(mark in line for mark in ("idempotency_conflict", "idempotency conflict", "IdempotencyConflict"))]
+    if not lines:
+        return
+    raise Failed(f"{what} sent two calls of run {run.run_id} under one key: the provider refused the second "
+                 "(409 idempotency_conflict: that key was used for another request)",
+                 expected="a key of its own for every call of every turn, even when the model gives every call "
+                          "the same id (this model does: the refund and its email share theirs)",
+                 seen=last_lines(lines[-1], 1),
+                 look_at=todo(17, "the model's id is not unique, within a turn or across turns: the turn and the "
+                                  "call's place belong in the key"))
 
 
 def expect_effects(h: Harness, run: Run, record: LoopRecord, before: dict[str, int], held: set[tuple[int, int]],
@@ -251,12 +268,11 @@ def check_loop(h: Harness) -> list[str]:
         what = "`python agent_loop.py start`" if k == 0 else f"the resume after the kill {KILLS[k - 1][1]}"
         outcome = (h.start if k == 0 else h.resume)(run, crash_at=point)
         record = read_loop_record(h, run)
+        expect_no_conflict(run, outcome, what)
         expect_keys(run, record)
         expect_effects(h, run, record, before, held, asked_before, turns_held, what)
         if not outcome.killed:
-            crashed = h.could_not_run(outcome)
-            if crashed:
-                raise crashed
+            h.raise_could_not_run(outcome)
             expect_record(run, record, turns, done, where)  # a run that went past the point without it
             raise Failed(f"{what} ended (exit {outcome.code}) before it was killed {where}",
                          expected=f"the process killed {where}", seen=f"{record.describe()}; {outcome.last_lines()}",
@@ -270,12 +286,11 @@ def check_loop(h: Harness) -> list[str]:
     asked_before = h.model.turns(run.task)
     outcome = h.resume(run)
     record = read_loop_record(h, run)
+    expect_no_conflict(run, outcome, f"the resume after the kill {KILLS[-1][1]}")
     expect_keys(run, record)
     expect_effects(h, run, record, before, held, asked_before, turns_held, f"the resume after the kill {KILLS[-1][1]}")
     if outcome.code != 0:
-        crashed = h.could_not_run(outcome)
-        if crashed:
-            raise crashed
+        h.raise_could_not_run(outcome)
     applied = expect_done(h, run, record, outcome)
     asked = h.model.turns(run.task)
     shown.append(f"resumed to the end: turns asked {dict(sorted(asked.items()))} (turn 2 twice: killed before it "

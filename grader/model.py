@@ -16,7 +16,7 @@ A request with ``tools`` is a turn of exercise 7's agent loop: the answer is
 the lab's scripted model's (``drafting.scripted``: a lookup, then a refund
 and its email in one turn, then a ticket, then the final answer), with call
 ids as hostile as a real model's (``loop_call_id``: a space, which no
-idempotency key may carry, and the same ids in every turn). Turns are
+idempotency key may carry, and one id for every call of every turn). Turns are
 counted per task and per turn number, the turn being one more than the
 assistant messages in the prompt: a turn asked again is counted again.
 """
@@ -38,9 +38,12 @@ MODEL_NAME = "grader-model-stand-in"
 
 
 def loop_call_id(index: int) -> str:
-    """The id the stand-in gives the ``index``-th tool call of every turn: a space in it, and repeated across
-    turns, as real models' ids may be; trusted raw as a key, the provider refuses it."""
-    return f"call {index}"
+    """The id the stand-in gives the ``index``-th tool call of every turn: ``"call 1"`` for every call, so
+    the ids repeat across turns and within one (the refund and its email share theirs), as real models' ids
+    may, and hold a space; trusted raw as a key, the provider refuses it, and a key that leaves out the turn
+    or the call's place in it sends two calls under one key."""
+    del index  # every call gets the same id: the key must not rely on ids being unique anywhere
+    return "call 1"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@
 One line per idempotency key (requests that carried it, effects applied: 0 or
 1), then per step the totals: each effect step of the flow counts the effects
 of its kind (``steps.plan``: the email is ``send_confirmation``'s, the ticket
-``record_outcome``'s; ``LAB_FLOW`` names another flow). Reads ``PROVIDER_URL``
+``record_outcome``'s; ``LAB_FLOW`` names another flow). An agent loop's run
+(its keys name a turn and a call: ``steps.loop.tool_key``) has no steps of a
+flow: its totals are per kind of effect, the tool calls' refunds, emails and
+tickets. Reads ``PROVIDER_URL``
 (default http://127.0.0.1:8780). Exit 0, or 2 if the provider cannot be
 reached.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -47,6 +51,22 @@ def per_step(effects: Iterable[EffectRecord], flow: Iterable[FlowStep] = FLOW) -
     for e in effects:
         row = out.setdefault(step_of(e, steps) or f"{e.kind} (no step of the flow)",
                              {"keys": 0, "requests": 0, "applied": 0})
+        row["keys"] += 1
+        row["requests"] += e.requests
+        row["applied"] += e.effects_applied
+    return out
+
+
+LOOP_KEY = re.compile(r"/turn-\d+/call-")
+"""What marks an agent loop's key: the turn and the call (``steps.loop.tool_key``; exercise 7's keys too)."""
+
+
+def per_kind(effects: Iterable[EffectRecord]) -> dict[str, dict[str, int]]:
+    """Per kind of effect (``refund``, ``email``, ``ticket``, ...): keys, requests and effects applied, as
+    ``per_step`` counts them, for a run whose effects are an agent loop's tool calls, not a flow's steps."""
+    out: dict[str, dict[str, int]] = {}
+    for e in effects:
+        row = out.setdefault(f"{e.kind} (tool calls)", {"keys": 0, "requests": 0, "applied": 0})
         row["keys"] += 1
         row["requests"] += e.requests
         row["applied"] += e.effects_applied
@@ -84,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(f"error: {err}"), file=sys.stderr)
         return 2
     try:
-        steps = per_step(effects, flow_from_env())
+        loop = bool(effects) and all(LOOP_KEY.search(e.key) for e in effects)
+        steps = per_kind(effects) if loop else per_step(effects, flow_from_env())
     except ValueError as err:  # LAB_FLOW names no flow
         print(printable(f"error: {err}"), file=sys.stderr)
         return 2

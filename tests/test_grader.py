@@ -283,7 +283,13 @@ WRONG_ANSWERS = [
         "the model's call id trusted raw in the key", 7, 7, file="agent_loop.py",
         old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
         new='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{call_id}"\n',
-        message=("the model's call id went into it as the model wrote it", "'call 0'",
+        message=("the model's call id went into it as the model wrote it", "'call 1'",
+                 "TODO 17 (exercise 7) in agent_loop.py")),
+    WrongAnswer(
+        "a key from the run, the turn and the call's id, without the call's place", 7, 7, file="agent_loop.py",
+        old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
+        new='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{digest}"\n',
+        message=("under one key: the provider refused the second (409 idempotency_conflict",
                  "TODO 17 (exercise 7) in agent_loop.py")),
     WrongAnswer(
         "resume runs every call of the last turn again", 7, 7, file="agent_loop.py",

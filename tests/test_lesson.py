@@ -216,3 +216,25 @@ def test_scenario_deploy_on_every_engine(tmp_path):
             assert "draft" not in row["steps run again by the new code"], row
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", leftovers.stdout
+
+
+def test_effects_counts_an_agent_loops_tool_calls_per_kind_not_as_the_flows_steps():
+    """A loop run's keys name turns and calls: its totals are per kind of effect, never labelled with the
+    three-step flow's step names (which it does not have); a flow run's stay per step."""
+    from lesson.effects import LOOP_KEY, per_kind, per_step
+    from providerclient import EffectRecord
+
+    def effect(key: str, kind: str, requests: int) -> EffectRecord:
+        return EffectRecord(key=key, kind=kind, run_id="r", requests=requests, effects_applied=1, status_code=200,
+                            first_seen="t", last_seen="t")
+
+    loop = [effect("agentlab/r/turn-2/call-0-0123456789abcdef", "refund", 2),
+            effect("agentlab/r/turn-2/call-1-0123456789abcdef", "email", 1),
+            effect("agentlab/r/turn-3/call-0-0123456789abcdef", "ticket", 1)]
+    assert all(LOOP_KEY.search(e.key) for e in loop)
+    assert per_kind(loop) == {"refund (tool calls)": {"keys": 1, "requests": 2, "applied": 1},
+                              "email (tool calls)": {"keys": 1, "requests": 1, "applied": 1},
+                              "ticket (tool calls)": {"keys": 1, "requests": 1, "applied": 1}}
+    flow = [effect("agentlab/r/send_confirmation", "email", 1)]
+    assert not LOOP_KEY.search(flow[0].key)
+    assert per_step(flow)["send_confirmation"] == {"keys": 1, "requests": 1, "applied": 1}
