@@ -126,3 +126,18 @@ lock:
 	$(VENV)-lock/bin/pip-compile --quiet --extra crypto --extra otel --all-build-deps --generate-hashes --strip-extras \
 	  --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements/deploy.lock pyproject.toml
 	rm -rf $(VENV)-lock
+
+## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills and clock (docs/peers.md; ~10 min; builds .venv-peers)
+.PHONY: peers
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+# Its own environment: the dev lock's pins plus the peers' (requirements/peers.lock, compiled with the dev lock as
+# constraint, so no lab pin moves), never .venv: the lab's own targets never see the peer frameworks.
+$(PEERS_STAMP): pyproject.toml requirements/peers.lock
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements/peers.lock
+	$(PEERS_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m peers $(PEERS_ARGS)

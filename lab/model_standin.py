@@ -6,10 +6,14 @@ counts every request it answers. Point ``LLM_BASE_URL`` at it (any ``LLM_MODEL``
 What it counts, and how. Every well-formed ``POST /v1/chat/completions`` (a JSON object whose ``messages``
 is a non-empty list of chat messages) is counted once, under the run and the turn its headers name:
 ``X-Lab-Run`` and ``X-Lab-Turn``, percent-decoded (``OpenAIChatModel.turn`` sends them from the loop's
-labels); a header left out counts as ``"-"`` (a draft request carries none). A request is counted when it
-arrives, before its answer is sent and before any ``delay``: it counts as asked whether or not the asker is
-still there to read the answer (a worker killed during the request), and a test that sees the count rise
-knows the request is in flight. A refused request (400, 404) is not counted.
+labels); a header left out counts as ``"-"`` (a draft request carries none). One fallback: a request with
+``tools`` that names a run but no turn (a peer framework's, ``peers/``: its worker sends ``X-Lab-Run`` from
+``LAB_PEER_RUN`` but cannot send the lab's turn) is counted under the turn its window implies, one more than
+the assistant messages in it, so a peer's requests are counted per turn as the lab's are; a request with
+neither header still counts as run ``"-"``, turn ``"-"``. A request is counted when it arrives, before its
+answer is sent and before any ``delay``: it counts as asked whether or not the asker is still there to read
+the answer (a worker killed during the request), and a test that sees the count rise knows the request is in
+flight. A refused request (400, 404) is not counted.
 
 The count is the witness of "a recorded turn is never asked again" (CONVENTIONS.md): the loop records a
 turn before any of its calls runs, so after a run each turn was asked once, plus once for every attempt
@@ -154,6 +158,8 @@ class ModelStandIn:
         """The chat completion for ``request`` (a parsed body), counted under ``run`` and ``turn``;
         ``BadRequest`` (not counted) when the body is not one the API accepts."""
         messages, tools = _checked(request)
+        if turn == NO_LABEL and run != NO_LABEL and tools:  # a peer's request (see the module docstring)
+            turn = str(1 + sum(1 for m in messages if m.get("role") == "assistant"))
         self.count(run, turn)
         if tools:
             if self.delay:
