@@ -64,6 +64,19 @@ $(FUSERMOUNT):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends fuse3 libfuse3-3
 
+# tests/test_postgres.py, the PostgreSQL case of tests/test_crash_matrix.py and the dbos-pg rows of
+# make powercut run DBOS on Debian's postgresql, a server the project starts and stops itself (lab/postgres.py:
+# its own data directory under .state/, its own port, as the postgres user when run as root). Installed here
+# when missing, as chromium is; the cluster the package creates and starts on its own (pg_lsclusters) is
+# stopped: the lab never uses it.
+.PHONY: postgresql
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql && \
+	  { pg_lsclusters -h | while read -r version cluster rest; do \
+	      $(SUDO) pg_ctlcluster "$$version" "$$cluster" stop || true; done; }; }
+
 ## ui-check: the Temporal UI in headless Chromium shows an encrypted run decrypted through the codec server
 ui-check: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec_server.py -k "ui_shows"
@@ -73,11 +86,11 @@ pictures: $(STAMP) $(CHROMIUM)
 	$(PY) -m lesson.pictures
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
-test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT)
+test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT) postgresql
 	$(PY) -m pytest -q -p no:cacheprovider
 
-## powercut: power cuts on every engine, placement, cut point, directory rule and sync level (~10 min); one table
-powercut: $(STAMP) $(FUSERMOUNT)
+## powercut: power cuts on every engine (DBOS on PostgreSQL too), placement, cut point, directory rule and sync level (~30 min); one table
+powercut: $(STAMP) $(FUSERMOUNT) postgresql
 	$(PY) -m lab.powercut_matrix
 
 ## lint: ruff (style, bugs, imports) on everything and mypy on the shipped packages; no findings allowed
@@ -112,6 +125,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_resume_record.py --trials 3
 	$(PY) bench/bench_runrecord.py --temporal
 	$(PY) bench/bench_sync_levels.py
+	$(PY) bench/bench_devserver_sync.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_scale.py --runs 300 --workers 1,2
 	$(PY) bench/bench_engines.py

@@ -52,7 +52,7 @@ from flowclient.metrics import metrics_runtime
 from flowclient.worker_options import DEFAULT_CACHE, graceful_shutdown_timeout, worker_options
 from providerclient import provider_url_from_env
 from steps import crashpoints
-from wiring import deps_from_env, preload
+from wiring import close_memory, deps_from_env, preload
 from workflows.agent_flow import AgentFlow
 from workflows.agent_loop import AgentLoop
 
@@ -102,6 +102,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
         await stop.wait()
         print(f"worker stopping (finishing in-flight activities, up to {grace.total_seconds():g} s)", flush=True)
     await deps.provider.aclose()
+    close_memory(deps.remember)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,18 @@
 """Three durable engines side by side in one invocation: Temporal (as shipped),
-DBOS Transact (SQLite) and the hand-rolled run record, with a bare SQLite
-commit as the floor.
+DBOS Transact (SQLite, and PostgreSQL) and the hand-rolled run record, with a
+bare SQLite commit as the floor.
 
     .venv/bin/python bench/bench_engines.py [--step-runs 200] [--rounds 3] [--latency-runs 20]
-                                            [--batch 50] [--trials 3]
+                                            [--batch 50] [--trials 3] [--no-postgres]
+
+**DBOS on PostgreSQL** (``dbos-pg``, unless ``--no-postgres``): the same
+measures with DBOS's system database on the project's own PostgreSQL
+(``lab.postgres``: Debian's server, its defaults, ``fsync=on``,
+``synchronous_commit=on``; data under the run's directory in .state/). DBOS
+runs one instance per process, so its per-step, end-to-end and throughput
+figures are measured after the interleaved ones, in a second launch of DBOS
+in this process (not interleaved: compare with the drift in mind); its
+resumes are interleaved with the others'.
 
 Needs the dbos extra (``make install`` has it). What is measured, all in this
 process and its children, on files in one temp directory under .state/:
@@ -63,6 +72,9 @@ from bench_runrecord import NOOP_FLOW, StubProvider  # noqa: E402
 from dbos import DBOS  # noqa: E402
 
 from dbosflow import engine as dbos_engine  # noqa: E402
+from dbosflow import sysdb  # noqa: E402
+from dbosflow.sysdb import system_db  # noqa: E402
+from lab.postgres import Postgres  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
@@ -78,6 +90,7 @@ from wiring import deps_from_env  # noqa: E402
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 ENGINES = ("temporal", "dbos", "record")
+DBOS_PG = "dbos-pg"  # DBOS with its system database on PostgreSQL (dbos_on_postgres)
 RESULTS = [
     to_jsonable(DraftResult(subject="Re: " + TASK, body="Hello,\n\n" + "x" * 300,
                             summary="Drafted a reply to: " + TASK, model="offline")),
@@ -143,8 +156,9 @@ async def dbos_noop3() -> int:
 
 
 class Engines:
-    def __init__(self, work: Path, url: str, server: DevServer) -> None:
+    def __init__(self, work: Path, url: str, server: DevServer, dbos_db: Path | str | None = None) -> None:
         self.work, self.url, self.server = work, url, server
+        self.dbos_db = dbos_db or work / "dbosflow.db"  # a SQLite file, or a PostgreSQL URL
         self.env = {"PROVIDER_URL": url, "MEMORY_DB": str(work / "memory.db")}
         self.record_db = work / "record-flow.db"
         self.deps = deps_from_env(self.env)
@@ -162,7 +176,7 @@ class Engines:
         self.worker = Worker(self.client, task_queue=self.queue, workflows=[AgentFlow, BareN],
                              activities=[*FlowActivities(deps_from_env(self.env)).all(), noop], **TUNED_OPTIONS)
         await self.worker.__aenter__()
-        db = self.work / "dbosflow.db"
+        db = system_db(self.dbos_db)
         dbos_engine.set_environment(lambda: deps_from_env(self.env), db, say=lambda line: None)
         dbos_engine.configure(db)
         await asyncio.to_thread(DBOS.launch)
@@ -213,10 +227,11 @@ class Engines:
 # ------------------------------------------------------------------ resume after SIGKILL: DBOS
 
 
-async def dbos_resume(url: str, point: str, work: Path) -> tuple[float, float]:
-    """(seconds from the DBOS process's death to the run done, of which until the resumed step's row started)."""
+async def dbos_resume(url: str, point: str, work: Path, db: Path | str | None = None) -> tuple[float, float]:
+    """(seconds from the DBOS process's death to the run done, of which until the resumed step's row started);
+    ``db`` a SQLite file (by default) or a PostgreSQL URL."""
     run_id = f"bench-dbos-{point.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
-    db = work / "dbos-resume.db"
+    db = db or work / "dbos-resume.db"
     env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(work / "dbos-memory.db"), "PROVIDER_URL": url,
            "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "dbosflow"]
@@ -239,17 +254,42 @@ async def dbos_resume(url: str, point: str, work: Path) -> tuple[float, float]:
         second.kill()
     if second.popen.returncode != 0:
         raise RuntimeError(f"dbosflow resume exited {second.popen.returncode}:\n{second.output()}")
-    con = sqlite3.connect(db)
-    try:
+    with sysdb.connect(db) as con:
         # workflow_status.completed_at is whole seconds on SQLite; the last step row's end is in milliseconds.
-        done_ms = con.execute("SELECT max(completed_at_epoch_ms) FROM operation_outputs WHERE workflow_uuid = ?",
-                              (run_id,)).fetchone()[0]
+        done_ms = con.rows("SELECT max(completed_at_epoch_ms) FROM operation_outputs WHERE workflow_uuid = ?",
+                           (run_id,))[0][0]
         step = next(s for s in STEP_NAMES if point.startswith(s))
-        started_ms = con.execute("SELECT started_at_epoch_ms FROM operation_outputs WHERE workflow_uuid = ? "
-                                 "AND function_name = ?", (run_id, step)).fetchone()[0]
-    finally:
-        con.close()
-    return done_ms / 1000 - died, started_ms / 1000 - died
+        started_ms = con.rows("SELECT started_at_epoch_ms FROM operation_outputs WHERE workflow_uuid = ? "
+                              "AND function_name = ?", (run_id, step))[0][0]
+    return int(str(done_ms)) / 1000 - died, int(str(started_ms)) / 1000 - died
+
+
+async def dbos_on_postgres(work: Path, url: str, server: DevServer, pg_url: str, args, out: dict) -> None:
+    """The DBOS figures again, its system database on PostgreSQL: a second launch of DBOS in this process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    # DBOS made its thread pool this loop's default executor and shut it down with DBOS.destroy: a new one.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+    async with Engines(work, url, server, dbos_db=pg_url) as eng:
+        await eng.run("dbos")  # warm-up: the schema, connections, the first workflow
+        await eng.noop("dbos")
+        DBOS_STEP_TIMES.clear()
+        noop = [await eng.noop("dbos") for _ in range(max(args.latency_runs, 20))]
+        out["step"][DBOS_PG] = statistics.median(DBOS_STEP_TIMES)
+        out["noop"][DBOS_PG] = statistics.median(noop)
+        lat = []
+        for _ in range(args.latency_runs):
+            t = time.perf_counter()
+            await eng.run("dbos")
+            lat.append(time.perf_counter() - t)
+        out["latency"][DBOS_PG] = (statistics.median(lat), sorted(lat)[int(0.9 * (len(lat) - 1))])
+        thr = []
+        for r in range(args.rounds_throughput):
+            t = time.perf_counter()
+            await asyncio.gather(*(eng.run("dbos") for _ in range(args.batch)))
+            thr.append(args.batch / (time.perf_counter() - t))
+            print(f"  throughput round {r + 1} {DBOS_PG:<9} {thr[-1]:6.1f} runs/s", flush=True)
+        out["throughput"][DBOS_PG] = statistics.median(thr)
 
 
 # ------------------------------------------------------------------ all of it
@@ -261,9 +301,11 @@ async def main_async(args) -> dict:
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-engines-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # PostgreSQL's user reaches its data directory in here (lab.postgres)
         server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
         provider = start_provider(work / "provider.db")
         url = provider.url
+        pg = Postgres(work / "postgres").start() if args.postgres else None
         try:
             # Per step: floor (two journal modes) and the record, interleaved run by run.
             wal, rollback = bare_db(work / "bare-wal.db", "WAL"), bare_db(work / "bare-rollback.db", "DELETE")
@@ -307,15 +349,19 @@ async def main_async(args) -> dict:
                         print(f"  throughput round {r + 1} {engine:<9} {thr[engine][-1]:6.1f} runs/s", flush=True)
                 out["throughput"] = {e: statistics.median(v) for e, v in thr.items()}
             out["step"] = {k: statistics.median(v) for k, v in cells.items()}
+            if pg is not None:
+                await dbos_on_postgres(work, url, server, pg.url("bench_engines"), args, out)
             for trial in range(args.trials):
                 for point in args.points:
-                    for engine in ENGINES:
+                    for engine in [*ENGINES, *([DBOS_PG] if pg is not None else [])]:
                         if engine == "temporal":
                             # worker.py as shipped (a cache, 100 ms sticky timeout): bench_resume's tuned+cache
                             from_ready, total = await temporal_resume(server, url, point, "tuned+cache", work)
                             part = total - from_ready
                         elif engine == "dbos":
                             total, part = await dbos_resume(url, point, work)
+                        elif engine == DBOS_PG and pg is not None:
+                            total, part = await dbos_resume(url, point, work, pg.url("bench_resume"))
                         else:
                             total, part = await record_resume(url, point, work)
                         out["resume"].setdefault(engine, []).append((total, part))
@@ -324,6 +370,8 @@ async def main_async(args) -> dict:
         finally:
             provider.stop()
             server.stop()
+            if pg is not None:
+                pg.stop()
     return out
 
 
@@ -334,7 +382,7 @@ def report(out: dict, args) -> None:
 
     import temporalio
 
-    print(f"dbos {version('dbos')} (SQLite system database), temporalio "
+    print(f"dbos {version('dbos')} (SQLite system database; dbos-pg: PostgreSQL), temporalio "
           f"{temporalio.__version__}; files under .state/; dev server in memory with LAB_SERVER_CONFIG")
     step = out["step"]
     floor, rec = step["floor (WAL)"], step["record"]
@@ -345,8 +393,10 @@ def report(out: dict, args) -> None:
             ("floor: the same, rollback journal (DBOS's mode)", step["floor (rollback journal)"]),
             ("record: complete_step (one commit)", rec),
             ("DBOS: run_step_async in a workflow", step["dbos"]),
+            *([("DBOS on PostgreSQL: run_step_async", step[DBOS_PG])] if DBOS_PG in step else []),
             ("record: runner end to end, no-op steps", out["noop"]["record"]),
             ("DBOS: workflow end to end, no-op steps", out["noop"]["dbos"]),
+            *([("DBOS on PostgreSQL: the same", out["noop"][DBOS_PG])] if DBOS_PG in out["noop"] else []),
             ("Temporal: 3 no-op activities end to end", out["noop"]["temporal"])]
     for label, value in rows:
         print(f"  {label:<44} {value * 1e6:>10.1f} {value / floor:>7.1f}x {value / rec:>8.2f}x")
@@ -355,13 +405,14 @@ def report(out: dict, args) -> None:
     print(f"  {'engine':<10} {'latency med':>11} {'p90':>9} {'x record':>9} {'x floor':>9}   "
           f"{'runs/s':>7} {'x record':>9}")
     lat, thr = out["latency"], out["throughput"]
-    for e in ENGINES:
+    shown = [*ENGINES, *([DBOS_PG] if DBOS_PG in lat else [])]
+    for e in shown:
         print(f"  {e:<10} {lat[e][0] * 1000:>9.1f}ms {lat[e][1] * 1000:>7.1f}ms {lat[e][0] / lat['record'][0]:>8.2f}x "
               f"{lat[e][0] / (3 * floor):>8.0f}x   {thr[e]:>7.1f} {thr[e] / thr['record']:>8.2f}x")
     print(f"\nresume after SIGKILL, from the kill to the run done ({args.trials} trials x {len(args.points)} points)")
     print(f"  {'engine':<10} {'median':>7} {'worst':>7} {'x record':>9}   replacement up and at the step: median")
     med_rec = statistics.median(t for t, _ in out["resume"]["record"])
-    for e in ENGINES:
+    for e in shown:
         totals = [t for t, _ in out["resume"][e]]
         parts = [p for _, p in out["resume"][e]]
         print(f"  {e:<10} {statistics.median(totals):>6.2f}s {max(totals):>6.2f}s "
@@ -377,6 +428,8 @@ def main() -> int:
     parser.add_argument("--rounds-throughput", type=int, default=2)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--points", default=",".join(POINTS))
+    parser.add_argument("--no-postgres", dest="postgres", action="store_false",
+                        help="leave out DBOS on PostgreSQL (Debian's postgresql, started by the bench)")
     args = parser.parse_args()
     args.points = [p for p in args.points.split(",") if p]
     out = asyncio.run(main_async(args))

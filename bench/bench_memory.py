@@ -10,8 +10,11 @@ Measured side by side in one run, on the same pre-built messages:
   counter, popping from the left while over the budget — what the cheapest
   token-bounded buffer costs (it still orphans tool results).
 - ``InMemoryStore``: the real thing, eviction included.
-- ``SQLiteStore``: the real thing on a file (WAL, synchronous=NORMAL), with
-  every statement traced to count transactions per append.
+- ``SQLiteStore``: the real thing on a file (WAL, synchronous=NORMAL, the level
+  these figures were first taken at: the store's work without an fsync per
+  commit; memory's default, FULL, adds one, measured per exchange by
+  bench_sync_levels.py), with every statement traced to count transactions
+  per append.
 
 Each figure is the best of ``--repeat`` runs. Then the token estimator is
 measured against the provable bounds described in memory/tokens.py.
@@ -138,7 +141,7 @@ def main() -> None:
             statements: list[str] = []
 
             def make(i=i, statements=statements):
-                store = SQLiteStore(Path(tmp) / f"bench{i}.db", POLICY)
+                store = SQLiteStore(Path(tmp) / f"bench{i}.db", POLICY, synchronous="NORMAL")
                 store._conn.set_trace_callback(statements.append)
                 return store
 

@@ -10,7 +10,8 @@ the pinned application version, the retry options and where they differ from
 the same machinery, each turn and each tool call a DBOS step, under a version
 of its own; ``dbosflow.status`` maps DBOS's record onto the shared state
 vocabulary; ``python -m dbosflow`` (``dbosflow.cli``) mirrors ``python -m
-runrecord``.
+runrecord``; ``dbosflow.sysdb`` says where DBOS's system database is, a SQLite
+file or a PostgreSQL database, and reads it directly on either.
 """
 
 try:

@@ -1,4 +1,4 @@
-"""``python -m dbosflow``: the agent flow on DBOS Transact (SQLite, no server).
+"""``python -m dbosflow``: the agent flow on DBOS Transact (SQLite, no server; or PostgreSQL).
 
     python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m dbosflow loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
@@ -21,8 +21,10 @@ version, ``start`` and ``resume`` of a flow run the pending flow runs. The
 model is ``wiring.deps_from_env``'s (``LLM_BASE_URL``, ``LLM_MODEL``; the
 scripted offline model by default).
 
-Every command takes ``--db PATH`` (default ``$DBOSFLOW_DB`` or
-``.state/dbosflow.db``: DBOS's system database). ``start`` and ``resume``
+Every command takes ``--db PATH`` or ``--db URL`` (default ``$DBOSFLOW_DB`` or
+``.state/dbosflow.db``: DBOS's system database; a path is SQLite, a
+``postgresql://`` URL PostgreSQL, ``dbosflow.sysdb``; ``python -m lab.postgres``
+runs a server for it). ``start`` and ``resume``
 launch DBOS in this process and wait for the run, printing ``step <name>
 started: run <id> attempt <n>`` for every execution and ``HH:MM:SS <name>:
 completed (attempt n)`` for every step DBOS records.
@@ -69,7 +71,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from providerclient import seed_given
@@ -80,12 +81,13 @@ from steps.plan import missing_params
 from steps.runstate import exit_code
 
 if TYPE_CHECKING:
+    from dbosflow.sysdb import SystemDb
     from steps.retry import RetryRule
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_VERSION = 0, 1, 2, 3, 4, 6
 
 
-def _db(args) -> Path:
+def _db(args) -> SystemDb:
     from dbosflow.engine import db_path_from
 
     return db_path_from(args.db)
@@ -112,7 +114,7 @@ def _retry_rule() -> RetryRule:
         raise InputError(str(err)) from err
 
 
-def _exists(db: Path, run_id: str) -> bool:
+def _exists(db: SystemDb, run_id: str) -> bool:
     """Whether RUN_ID is already in ``db``; if so, says on stderr that nothing was started and what to do."""
     from dbosflow.status import DbosRunNotFound, read
 
@@ -125,7 +127,7 @@ def _exists(db: Path, run_id: str) -> bool:
     return True
 
 
-def _print_status(db: Path, run_id: str) -> int:
+def _print_status(db: SystemDb, run_id: str) -> int:
     from dbosflow import status as st
 
     raw = st.read(db, run_id)
@@ -135,7 +137,7 @@ def _print_status(db: Path, run_id: str) -> int:
 
 
 @asynccontextmanager
-async def _launched(db: Path, version: str | None = None) -> AsyncIterator[None]:
+async def _launched(db: SystemDb, version: str | None = None) -> AsyncIterator[None]:
     """DBOS launched in this process on ``db`` under ``version`` (the flow's by default), recovering that
     version's pending runs, for the body; the steps' clients closed and DBOS destroyed when it ends, however
     it ends. Both workflows are registered (the flow's and the loop's), so a run of either kind that the
@@ -161,7 +163,7 @@ async def _launched(db: Path, version: str | None = None) -> AsyncIterator[None]
         await asyncio.to_thread(DBOS.destroy)
 
 
-def _pending(db: Path, version: str) -> list[str]:
+def _pending(db: SystemDb, version: str) -> list[str]:
     """The runs DBOS will recover when this process launches: PENDING, of this version."""
     from dbosflow.status import DbosRunNotFound, client
 
@@ -175,7 +177,7 @@ def _pending(db: Path, version: str) -> list[str]:
         c.destroy()
 
 
-def _mismatched(db: Path, run_ids: list[str]) -> str | None:
+def _mismatched(db: SystemDb, run_ids: list[str]) -> str | None:
     """Why launching would mis-resume one of ``run_ids`` (pending runs it would recover), or None."""
     from dbosflow.status import plan_mismatch, read
 
@@ -186,7 +188,7 @@ def _mismatched(db: Path, run_ids: list[str]) -> str | None:
     return None
 
 
-def _refuse_mismatched(db: Path, version: str, recovered: list[str]) -> int | None:
+def _refuse_mismatched(db: SystemDb, version: str, recovered: list[str]) -> int | None:
     """EXIT_VERSION, said why, when a run this launch would recover was started by another flow."""
     mismatch = _mismatched(db, recovered)
     if mismatch is None:
@@ -211,7 +213,7 @@ async def _finish(run_id: str) -> None:
         pass
 
 
-async def _wait(db: Path, run_id: str, recovered: list[str]) -> int:
+async def _wait(db: SystemDb, run_id: str, recovered: list[str]) -> int:
     """Wait for RUN_ID, and for every other run this launch recovered: exiting
     while they run would cut them off like a crash (each would cost a recovery)."""
     others = [r for r in recovered if r != run_id]
@@ -369,9 +371,11 @@ def _parser() -> argparse.ArgumentParser:
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=None,
-                        help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
-    parser = argparse.ArgumentParser(prog="python -m dbosflow",
-                                     description="The agent flow and the agent loop on DBOS Transact (SQLite).")
+                        help="DBOS's system database: a SQLite file or a postgresql:// URL "
+                             "(default: $DBOSFLOW_DB or .state/dbosflow.db)")
+    parser = argparse.ArgumentParser(
+        prog="python -m dbosflow",
+        description="The agent flow and the agent loop on DBOS Transact (SQLite or PostgreSQL).")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start", parents=[common], help="start a run (DBOS workflow id = RUN_ID) and wait for it")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -413,13 +417,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from dbosflow.status import DbosRunNotFound
+    from dbosflow.sysdb import DatabaseUnreachable
 
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result = args.func(args)
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (InputError, DbosRunNotFound) as err:
+    except (InputError, DbosRunNotFound, DatabaseUnreachable) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_INPUT
     except KeyboardInterrupt:

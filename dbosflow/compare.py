@@ -9,14 +9,19 @@ version, executor, ``recovery_attempts``, times), ``workflow_input`` and
 ``operation_outputs`` (one row per step, written when the step returned:
 output or error, start and end times). Nothing is written when a step
 starts, so an attempt in flight, or killed, leaves no row.
+
+On PostgreSQL (``DBOSFLOW_DB`` a URL: ``dbosflow.sysdb``) the same tables, in
+the ``dbos`` schema; a value's bytes are those of its text form
+(``octet_length``), as SQLite's ``length`` of it as a blob counts them.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
+from dbosflow import sysdb
 from dbosflow.status import DbosRunNotFound, read, status_of
+from dbosflow.sysdb import SystemDb
 from steps.runstate import iso
 from steps.runview import short_result
 from steps.sides import DbosRow, DbosSide, DbosStep, DbosTotals
@@ -24,17 +29,15 @@ from steps.sides import DbosRow, DbosSide, DbosStep, DbosTotals
 TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
 
 
-def _held(con: sqlite3.Connection, table: str, run_id: str) -> tuple[int, int]:
+def _held(con: sysdb.Reader, table: str, run_id: str) -> tuple[int, int]:
     """The rows ``table`` holds for the run, and their bytes."""
-    cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
-    size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
-    count, total = con.execute(
-        f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE workflow_uuid = ?", (run_id,)
-    ).fetchone()
-    return count, total
+    size = " + ".join(con.size(c) for c in con.columns(table))
+    count, total = con.rows(f"SELECT count(*), coalesce(sum({size}), 0) FROM {table} WHERE workflow_uuid = ?",
+                            (run_id,))[0]
+    return int(str(count)), int(str(total))
 
 
-def _footprint(con: sqlite3.Connection, run_id: str) -> DbosTotals:
+def _footprint(con: sysdb.Reader, run_id: str) -> DbosTotals:
     held = {table: _held(con, table, run_id) for table in TABLES}
     return {
         "workflow_status_rows": held["workflow_status"][0], "workflow_status_bytes": held["workflow_status"][1],
@@ -48,19 +51,15 @@ def _footprint(con: sqlite3.Connection, run_id: str) -> DbosTotals:
     }
 
 
-def dbos_side(db: Path, run_id: str) -> DbosSide:
+def dbos_side(db: Path | SystemDb, run_id: str) -> DbosSide:
     """The run as DBOS recorded it: its rows per step, totals, what only DBOS keeps."""
     raw = read(db, run_id)
     status = status_of(raw)
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    try:
-        cols = [r[1] for r in con.execute("PRAGMA table_info(operation_outputs)")]
-        size = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in cols)
-        sizes = dict(con.execute(f"SELECT function_id, {size} FROM operation_outputs WHERE workflow_uuid = ?",
-                                 (run_id,)).fetchall())
+    with sysdb.connect(db) as con:
+        size = " + ".join(con.size(c) for c in con.columns("operation_outputs"))
+        sizes = {int(str(fid)): int(str(n)) for fid, n in con.rows(
+            f"SELECT function_id, {size} FROM operation_outputs WHERE workflow_uuid = ?", (run_id,))}
         totals = _footprint(con, run_id)
-    finally:
-        con.close()
     wf = raw["workflow"]
     by_name = {r["function_name"]: r for r in raw["steps"]}
     rows: list[DbosRow] = []

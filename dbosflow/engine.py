@@ -65,6 +65,14 @@ What DBOS does here, and what the lab adds:
 Crash points (``CRASH_AT``; the steps' own points work too): ``dbos:S:after_record``
 for each step S: DBOS has recorded S's output, the next step has not started.
 
+**Durability of the system database** (``sqlite_engine_kwargs``): DBOS sets only ``busy_timeout``,
+``foreign_keys`` and ``IMMEDIATE`` transactions on its SQLite file, which commits through a rollback journal
+at SQLite's default ``synchronous=FULL``: the journal's deletion (the commit) is never synced to its
+directory, so a power cut can bring the journal back and undo an acknowledged start or step
+(docs/powercut.md). The lab opens every connection at ``EXTRA`` (``DBOSFLOW_SYNCHRONOUS``, to measure
+another level), which syncs the directory at each commit, through DBOS's ``db_engine_kwargs`` (a
+``creator``), so DBOS's own connect listener still sets its three.
+
 The agent loop (``dbosflow.loop``) runs its turns and tool calls through the
 same attempt (``_attempt``), options (``step_options``) and failure words,
 as a workflow and under an application version of its own.
@@ -83,6 +91,8 @@ from typing import Any, Protocol
 from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
 from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
 
+from dbosflow import sysdb
+from dbosflow.sysdb import SystemDb, system_db
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
@@ -94,6 +104,7 @@ from steps.plan import FLOW, FlowStep, check_flow_shape, plan_digest, plan_signa
 from steps.requests import RunInputs, remember_request
 from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
 from steps.startedline import started_line
+from storage import sqlite
 
 APP_NAME = "agentlab"
 VERSION_LABEL = "agentlab-flow-1"
@@ -103,6 +114,10 @@ started it. Runs started before the digest was added carry the label alone."""
 WORKFLOW_NAME = "agent_flow"
 DEFAULT_DB = ".state/dbosflow.db"
 DB_ENV = "DBOSFLOW_DB"
+SYNCHRONOUS_ENV = "DBOSFLOW_SYNCHRONOUS"
+DEFAULT_SYNCHRONOUS = "EXTRA"
+"""The system database's ``synchronous`` level: EXTRA keeps every acknowledged commit under a power cut
+(the rollback journal's deletion synced to its directory); FULL is SQLite's default and DBOS's."""
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)
@@ -139,13 +154,45 @@ class StepFailed(Exception):
 # ------------------------------------------------------------------ configuration
 
 
-def db_path_from(value: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+def db_path_from(value: str | None = None, env: Mapping[str, str] | None = None) -> SystemDb:
+    """DBOS's system database: ``value`` (``--db``), else ``DBOSFLOW_DB``, else ``DEFAULT_DB``; a path is
+    SQLite, a ``postgresql://`` URL PostgreSQL (``dbosflow.sysdb``). ``InputError`` for anything else."""
     env = os.environ if env is None else env
-    return Path(value or env.get(DB_ENV) or DEFAULT_DB)
+    try:
+        return system_db(value or env.get(DB_ENV) or DEFAULT_DB)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
-def db_url(path: Path) -> str:
-    return f"sqlite:///{path.resolve()}"
+def db_url(db: Path | SystemDb) -> str:
+    return system_db(db).url
+
+
+def synchronous_from(env: Mapping[str, str] | None = None) -> str:
+    """The system database's ``synchronous`` level: ``DBOSFLOW_SYNCHRONOUS``, EXTRA when unset."""
+    env = os.environ if env is None else env
+    raw = env.get(SYNCHRONOUS_ENV) or DEFAULT_SYNCHRONOUS
+    try:
+        return sqlite.check_synchronous(raw)
+    except ValueError:
+        raise InputError(f"{SYNCHRONOUS_ENV}={raw!r} is not a synchronous level: use EXTRA (the default), or "
+                         "OFF, NORMAL or FULL to measure what the level changes") from None
+
+
+def sqlite_engine_kwargs(path: Path, synchronous: str) -> dict[str, Any]:
+    """DBOS's ``db_engine_kwargs`` for the SQLite file ``path``: a ``creator`` whose connections run at
+    ``synchronous``. The pragma is per connection, so every connection of DBOS's pool gets it here; DBOS's
+    connect listener then adds its ``busy_timeout``, ``foreign_keys`` and ``IMMEDIATE`` as before.
+    ``check_same_thread=False`` as SQLAlchemy gives a file database: the pool hands connections across threads."""
+    level = sqlite.check_synchronous(synchronous)
+    file = str(path.resolve())
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(file, check_same_thread=False)
+        conn.execute(f"PRAGMA synchronous={level}")
+        return conn
+
+    return {"creator": connect}
 
 
 def version_of(flow: tuple[FlowStep, ...]) -> str:
@@ -199,18 +246,23 @@ def step_options(step: str, rule: RetryRule, *, timeout_of: str | None = None) -
     }
 
 
-def configure(db: Path, *, version: str | None = None) -> DBOS:
-    """The process's DBOS instance on the SQLite file ``db`` (created on launch), under ``version`` or this
-    process's (``app_version``: of the flow ``set_environment`` gave, so give the flow first)."""
-    db.parent.mkdir(parents=True, exist_ok=True)
+def configure(db: Path | SystemDb, *, version: str | None = None, synchronous: str | None = None) -> DBOS:
+    """The process's DBOS instance on ``db`` (a SQLite file or a PostgreSQL database, created on launch;
+    ``synchronous`` applies to SQLite only), under ``version`` or this
+    process's (``app_version``: of the flow ``set_environment`` gave, so give the flow first), its connections
+    at ``synchronous`` (None: ``synchronous_from`` the environment, EXTRA by default)."""
+    where = system_db(db)
+    where.prepare()
     config: DBOSConfig = {
         "name": APP_NAME,
-        "system_database_url": db_url(db),
+        "system_database_url": where.url,
         "application_version": version or app_version(),
         # DBOS's own lines at WARNING and above (a step retry, a version that is not the latest);
         # the run's progress is printed by the lab in the same words as the other engines.
         "log_level": os.environ.get("DBOSFLOW_LOG_LEVEL", "WARNING"),
     }
+    if where.path is not None:
+        config["db_engine_kwargs"] = sqlite_engine_kwargs(where.path, synchronous or synchronous_from())
     return DBOS(config=config)
 
 
@@ -219,18 +271,18 @@ def configure(db: Path, *, version: str | None = None) -> DBOS:
 _DEPS: dict[int, StepDeps] = {}  # per event loop: an httpx client belongs to the loop that first used it
 _MAKE_DEPS: list[Callable[[], StepDeps]] = []
 _SAY = [lambda line: print(line, flush=True)]
-_DB: list[Path] = []
+_DB: list[SystemDb] = []
 _FLOW: list[tuple[FlowStep, ...]] = [FLOW]
 
 
-def set_environment(make_deps: Callable[[], StepDeps], db: Path, say=None, *,
+def set_environment(make_deps: Callable[[], StepDeps], db: Path | SystemDb, say=None, *,
                     flow: tuple[FlowStep, ...] = FLOW) -> None:
     """What the steps use in this process: ``make_deps()`` builds their provider,
     model and memory (the caller's choice, e.g. ``wiring.deps_from_env``), once
     per event loop; ``db`` is DBOS's system database; ``flow`` the steps the
     workflow walks (``set_flow``)."""
     _MAKE_DEPS[:] = [make_deps]
-    _DB[:] = [db]
+    _DB[:] = [system_db(db)]
     set_flow(flow)
     if say is not None:
         _SAY[0] = say
@@ -267,6 +319,11 @@ async def close_deps() -> None:
             await deps.provider.aclose()
         except Exception:  # noqa: BLE001 - a client of another (stopped) loop
             pass
+        # Memory's writer keeps its connection open between exchanges (``wiring.memory``): closed here, not
+        # left to the interpreter's exit. Found by its ``close``: the engine does not import the wiring.
+        close = getattr(deps.remember, "close", None)
+        if callable(close):
+            close()
     _DEPS.clear()
 
 
@@ -275,13 +332,10 @@ def dispatch_of(run_id: str) -> int:
     the first, one more for every recovery). Read with a plain query, not a
     DBOS call: inside a workflow DBOS would checkpoint the answer and replay
     the first dispatch's value."""
-    con = sqlite3.connect(f"file:{_DB[0]}?mode=ro", uri=True, timeout=5)
-    try:
-        row = con.execute("SELECT recovery_attempts FROM workflow_status WHERE workflow_uuid = ?",
-                          (run_id,)).fetchone()
-    finally:
-        con.close()
-    return int(row[0]) if row and row[0] else 1
+    with sysdb.connect(_DB[0]) as con:
+        rows = con.rows("SELECT recovery_attempts FROM workflow_status WHERE workflow_uuid = ?", (run_id,))
+    found = rows[0][0] if rows else None
+    return int(str(found)) if found else 1
 
 
 def _inputs(raw: Mapping[str, Any]) -> RunInputs:

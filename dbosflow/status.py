@@ -56,7 +56,6 @@ from dbosflow.engine import (
     WorkerDeaths,
     app_version,
     current_flow,
-    db_url,
     flow_changed,
 )
 from dbosflow.loop import (
@@ -84,9 +83,12 @@ class DbosRunNotFound(LookupError):
 def client(db):
     from dbos import DBOSClient
 
+    from dbosflow.sysdb import system_db
+
+    db = system_db(db)  # a path (SQLite) or a URL (PostgreSQL): dbosflow.sysdb
     if not db.exists():
         raise DbosRunNotFound(f"no DBOS system database at {db}: start a run first (python -m dbosflow start ...)")
-    return DBOSClient(system_database_url=db_url(db))
+    return DBOSClient(system_database_url=db.url)
 
 
 def read(db, run_id: str) -> dict[str, Any]:

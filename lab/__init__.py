@@ -40,6 +40,11 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
   the lab's power cut (a SIGKILL leaves the page cache intact).
 - ``lab.powercut_matrix``: power cuts on every engine, placement, cut point,
   directory rule and sync level (``make powercut``), in one table.
+- ``lab.powercut_postgres``: the server of the matrix's cases of DBOS on PostgreSQL (``dbos-pg``): its data
+  directory on the cut, its whole process group killed by it, started again on what is left.
+- ``lab.postgres``: Debian's PostgreSQL started and stopped by the project as the dev server is (its own
+  data directory under .state/, its own port, as the ``postgres`` user when run as root), for DBOS's
+  system database.
 - ``lab.browser``: headless Chromium, for what needs a real browser (the
   Temporal UI through the codec server, the scenario's page, the inbox).
 - ``lab.import_graph``: the import graph between the packages and between

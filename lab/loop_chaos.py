@@ -67,6 +67,8 @@ whose recovery re-dispatches *every* pending run of the version in its database,
 included (every process is DBOS's executor ``local``), so two processes on one database run the same run at
 once and ask its turn twice with no kill at all. One database per run keeps "the process running a run" one
 process, as the run record's lease and Temporal's task queue do for them.
+``--dbos-on postgres`` puts those databases on PostgreSQL (a database per run on a server the command starts
+and stops itself, ``lab.postgres``): the same checks on DBOS's real database.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ from lab.engines import (
     started_steps,
 )
 from lab.model_standin import start_model_standin
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import EffectRecord, ProviderClient, fetch_effects
 from steps.controls import printable
@@ -144,6 +146,7 @@ class LoopChaosConfig:
     parallel: int = 6  # run record and DBOS: run processes at once
     kill_gap: tuple[float, float] = (0.5, 2.5)  # seconds between kills
     server: DevServer | None = None  # Temporal: a running dev server; None: one of the session's own
+    dbos_database: Callable[[str], str] | None = None  # DBOS: a run's database URL (PostgreSQL); None: SQLite files
     workdir: Path | None = None  # None: a temporary directory
     say: Callable[[str], object] = print
 
@@ -702,7 +705,9 @@ class _DbosSession(_ProcessSession):
         """A database per run (the module docstring: DBOS's launch recovers every pending run in its database)."""
         if run_id not in self.drivers:
             (self.work / "dbos").mkdir(exist_ok=True)
-            self.drivers[run_id] = DbosDriver({**self.env, "DBOSFLOW_DB": str(self.work / "dbos" / f"{run_id}.db")})
+            db = (self.config.dbos_database(run_id) if self.config.dbos_database is not None
+                  else str(self.work / "dbos" / f"{run_id}.db"))
+            self.drivers[run_id] = DbosDriver({**self.env, "DBOSFLOW_DB": db})
         return self.drivers[run_id]
 
 
@@ -823,6 +828,9 @@ def main(argv: list[str] | None = None) -> int:
                              "--no-vary: the deterministic stand-in)")
     parser.add_argument("--model-delay", type=float, default=0.3, help="seconds the stand-in takes per turn")
     parser.add_argument("--parallel", type=int, default=6, help="run record and DBOS: run processes at once")
+    parser.add_argument("--dbos-on", choices=("sqlite", "postgres"), default="sqlite",
+                        help="DBOS's system databases: SQLite files (default), or PostgreSQL, Debian's server started "
+                             "and stopped by this command (lab.postgres)")
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= MOST_RUNS or args.kills < 0 or args.max_seconds <= 0 or args.parallel < 1 or not (
             0 <= args.model_delay <= 60):
@@ -832,7 +840,28 @@ def main(argv: list[str] | None = None) -> int:
     config = LoopChaosConfig(engines=engines, runs=args.runs, kills=args.kills, seed=args.seed,
                              max_seconds=args.max_seconds, vary=args.vary, model_delay=args.model_delay,
                              parallel=args.parallel)
+    if args.dbos_on == "postgres" and "dbos" in engines:
+        return _on_postgres(config)
     reports = asyncio.run(run_loop_chaos(config))
+    print(summary(reports), flush=True)
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def _on_postgres(config: LoopChaosConfig) -> int:
+    """The session with DBOS's databases on PostgreSQL: a server of this command's own (``lab.postgres``, a
+    fresh data directory under .state/, removed at the end), a database per run, as the SQLite files are."""
+    import dataclasses
+    import shutil
+
+    from lab.postgres import Postgres, database_name
+
+    data = REPO / ".state" / f"loop-chaos-postgres-{os.getpid()}"
+    try:
+        with Postgres(data) as server:
+            config = dataclasses.replace(config, dbos_database=lambda run_id: server.url(database_name("lc", run_id)))
+            reports = asyncio.run(run_loop_chaos(config))
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
     print(summary(reports), flush=True)
     return 0 if all(r.ok for r in reports) else 1
 

@@ -432,7 +432,7 @@ class PowerCutFS:
             return lost
 
 
-def serve(backing: str, mountpoint: str, dirs: str) -> int:
+def serve(backing: str, mountpoint: str, dirs: str, allow_other: bool = False) -> int:
     """Mount until unmounted (``fusermount3 -u``), then lose power. Prints one line at each end."""
     import mfusepy
 
@@ -445,7 +445,9 @@ def serve(backing: str, mountpoint: str, dirs: str) -> int:
 
     fs = PowerCutFS(backing, dirs)
     fs.announce = f"powercut: mounted {backing} on {mountpoint} (directories {dirs})"
-    _Fuse(fs, mountpoint, foreground=True, fsname="powercut", subtype="powercut")
+    # allow_other: other users' processes may use the mount (PostgreSQL runs as its own user, lab.postgres).
+    _Fuse(fs, mountpoint, foreground=True, fsname="powercut", subtype="powercut",
+          **({"allow_other": True} if allow_other else {}))
     lost = fs.lose_power()
     counts = " ".join(f"{k}={v}" for k, v in fs.counts.items())
     print(f"powercut: cut: lost_files={lost['files']} lost_bytes={lost['bytes']} entries={lost['entries']} "
@@ -517,10 +519,12 @@ class PowerCut:
     whatever state the mount is in, and never leaves a mount behind.
     """
 
-    def __init__(self, backing: Path, mountpoint: Path, *, dirs: str = "lenient", timeout: float = 30.0) -> None:
+    def __init__(self, backing: Path, mountpoint: Path, *, dirs: str = "lenient", timeout: float = 30.0,
+                 allow_other: bool = False) -> None:
         if dirs not in DIR_RULES:
             raise ValueError(f"dirs must be one of {DIR_RULES}, got {dirs!r}")
         self.backing, self.mountpoint, self.dirs, self.timeout = Path(backing), Path(mountpoint), dirs, timeout
+        self.allow_other = allow_other  # other users may use the mount (FUSE's allow_other): lab.postgres's server
         self._daemon: subprocess.Popen[str] | None = None
         self._output: list[str] = []
         self.cuts: list[CutReport] = []
@@ -543,7 +547,8 @@ class PowerCut:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self._output = []
         self._daemon = subprocess.Popen(
-            [sys.executable, "-m", "lab.powercut", str(self.backing), str(self.mountpoint), "--dirs", self.dirs],
+            [sys.executable, "-m", "lab.powercut", str(self.backing), str(self.mountpoint), "--dirs", self.dirs,
+             *(["--allow-other"] if self.allow_other else [])],
             cwd=Path(__file__).resolve().parent.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
@@ -664,12 +669,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mountpoint", help="where the processes under test keep their files")
     parser.add_argument("--dirs", choices=DIR_RULES, default="lenient",
                         help="when directory entries become durable: at once, or when their directory is synced")
+    parser.add_argument("--allow-other", action="store_true",
+                        help="let other users' processes use the mount (FUSE's allow_other; root, or user_allow_other "
+                             "in /etc/fuse.conf)")
     args = parser.parse_args(argv)
     why = unavailable()
     if why:
         print(f"powercut: {why}", file=sys.stderr)
         return 2
-    return serve(args.backing, args.mountpoint, args.dirs)
+    return serve(args.backing, args.mountpoint, args.dirs, args.allow_other)
 
 
 if __name__ == "__main__":

@@ -30,18 +30,26 @@ the external API, keeps its store off the mount and keeps running) and
 (right after the start is acknowledged), ``email`` (the provider applied the
 email, the engine has not recorded it), ``between`` (step 2 recorded, step 3
 not begun), ``memory`` (the run is done and memory has committed its
-exchange, still open). Sync levels: the run record's ``FULL`` (its default)
-and ``NORMAL``; the dev server's SQLite at its default (``FULL``, rollback
-journal) and ``EXTRA`` (``--sqlite-pragma synchronous=EXTRA``); DBOS's SQLite
-system database at its default. The provider's store is always ``FULL``;
-memory always its default ``NORMAL``.
+exchange, still open). Sync levels, the lab's default first: the run
+record's ``FULL`` and ``NORMAL`` (``RUNRECORD_SYNCHRONOUS``); the dev server's
+SQLite at ``EXTRA`` (``lab.processes.FILE_PRAGMAS``) and at SQLite's default,
+``FULL`` (rollback journal; ``--sqlite-pragma synchronous=...``); DBOS's SQLite
+system database at ``EXTRA`` (``dbosflow.engine``'s) and at DBOS's own,
+``FULL`` (``DBOSFLOW_SYNCHRONOUS``). Memory runs at its default ``FULL``
+(``MEMORY_SYNCHRONOUS``), and at ``NORMAL`` in four more cases (the run
+record at its default, the memory point, both placements and rules), which
+show what that level loses. The provider's store is always ``FULL``. DBOS on
+PostgreSQL (engine ``dbos-pg``: the server's data directory on the cut,
+``lab.powercut_postgres``) at PostgreSQL's defaults (``fsync=on``,
+``synchronous_commit=on``, the lab's), ``synchronous_commit=off`` and ``fsync=off``.
 
 The outcome of a case: did the run complete, how many times each effect was
-applied, and which acknowledged writes were lost. Only the project's own
-stores are promised anything, and only at their defaults: the run record at
-``FULL`` and the provider lose nothing acknowledged and every run completes
-with each effect once; memory may lose its last exchange. ``--check`` (and
-the tests) hold those; the engines we do not own are measured and reported.
+applied, and which acknowledged writes were lost. What the lab starts by
+default is promised: the engine's store at the lab's level (the run record at
+``FULL``, the dev server and DBOS at ``EXTRA``, PostgreSQL at its defaults), memory at ``FULL`` and the
+provider lose nothing acknowledged, and every run completes with each effect
+once ("kept", or "BROKEN", which fails the command). The other levels are
+measured and reported ("measured").
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from typing import Any
 
 from lab.engines import EngineDriver, TemporalDriver, driver_for, started_steps
 from lab.powercut import CutReport, PowerCut
+from lab.powercut_postgres import OnTheCut
 from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import ProviderProcess, start_provider
 from memory import open_store
@@ -71,12 +80,16 @@ from steps.keys import idempotency_key
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import DONE_STEP_STATES
 
-ENGINES = ("runrecord", "temporal", "dbos")
+ENGINES = ("runrecord", "temporal", "dbos", "dbos-pg")  # dbos-pg: DBOS on PostgreSQL (lab.powercut_postgres)
 PLACEMENTS = ("worker", "laptop")
 POINTS = ("start", "email", "between", "memory")
 DIR_RULES = ("lenient", "strict")
-SYNC_LEVELS = {"runrecord": ("FULL", "NORMAL"), "temporal": ("FULL", "EXTRA"), "dbos": ("default",)}
-DEFAULT_SYNC = {"runrecord": "FULL", "temporal": "FULL", "dbos": "default"}
+SYNC_LEVELS = {"runrecord": ("FULL", "NORMAL"), "temporal": ("EXTRA", "FULL"), "dbos": ("EXTRA", "FULL"),
+               "dbos-pg": ("defaults", "sync_commit=off", "fsync=off")}  # PostgreSQL's: lab.powercut_postgres.LEVELS
+DEFAULT_SYNC = {"runrecord": "FULL", "temporal": "EXTRA", "dbos": "EXTRA", "dbos-pg": "defaults"}
+"""The lab's own level for each engine's store: what ``make powercut`` holds to its promise."""
+MEMORY_LEVELS = ("FULL", "NORMAL")
+DEFAULT_MEMORY = "FULL"
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -87,6 +100,7 @@ _COMPLETED = re.compile(r"\b(\w+): (?:completed|adopted) \(attempt \d+\)")
 def crash_at(engine: str, point: str) -> str:
     """The crash point that stops the engine's process at a cut point ("" for Temporal's start: no
     worker runs, and the cut follows the server's answer to the start at once)."""
+    engine = "dbos" if engine == "dbos-pg" else engine  # DBOS's points, whatever its database
     return {
         "start": {"runrecord": "runrecord:draft:after_start", "temporal": "", "dbos": "draft:before"}[engine],
         "email": "send_confirmation:after_effect",
@@ -102,14 +116,21 @@ class Case:
     point: str
     dirs: str
     sync: str
+    memory: str = DEFAULT_MEMORY
 
     @property
     def own_default(self) -> bool:
-        """The run record at its default level: the configuration the lab promises things for."""
-        return self.engine == "runrecord" and self.sync == DEFAULT_SYNC["runrecord"]
+        """The engine's store at the lab's level (``DEFAULT_SYNC``): the configuration the lab promises
+        things for (memory's part of the promise: ``memory_promised``)."""
+        return self.sync == DEFAULT_SYNC.get(self.engine)
+
+    @property
+    def memory_promised(self) -> bool:
+        return self.own_default and self.memory == DEFAULT_MEMORY
 
     def label(self) -> str:
-        return f"{self.engine}/{self.placement}/{self.point}/{self.dirs}/{self.sync}"
+        memory = "" if self.memory == DEFAULT_MEMORY else f"/memory {self.memory}"
+        return f"{self.engine}/{self.placement}/{self.point}/{self.dirs}/{self.sync}{memory}"
 
 
 @dataclass
@@ -131,9 +152,16 @@ class Outcome:
         """What breaks the lab's promise for its own stores (empty when kept, or when nothing is promised)."""
         if self.error:
             return [self.error]
-        problems = [f"the provider lost {x}" for x in self.lost if x.startswith("the provider's")]
+        problems = []
+        for x in self.lost:
+            if x.startswith("the provider's"):  # the provider is promised at every level of the engines
+                problems.append(f"the provider lost {x}")
+            elif x.startswith("memory"):
+                if self.case.memory_promised:
+                    problems.append(x)
+            elif self.case.own_default:
+                problems.append(x)
         if self.case.own_default:
-            problems += [x for x in self.lost if not x.startswith("memory")]
             if not self.completed:
                 problems.append(f"the run ended {self.final_status}")
             if not self.effects_once():
@@ -144,14 +172,15 @@ class Outcome:
         applied = ", ".join(str(self.applied.get(s, 0)) for s in EFFECT_STEPS)
         return {
             "engine": self.case.engine, "placement": self.case.placement, "cut point": self.case.point,
-            "dirs": self.case.dirs, "sync": self.case.sync,
+            "dirs": self.case.dirs, "sync": self.case.sync, "memory": self.case.memory,
             "completed": "yes" if self.completed else f"no ({self.final_status})",
             "effects (email, ticket)": applied,
             "acknowledged writes lost": "; ".join(self.lost) or "none",
             "the cut dropped": (f"{self.cut.lost_files} files' unsynced data, {self.cut.entries} entries"
                                 if self.cut else "-"),
             "check": ("BROKEN: " + "; ".join(self.broken())) if self.broken() else
-                     ("kept" if self.case.own_default else "measured"),
+                     ("kept" if self.case.memory_promised else
+                      "kept; memory measured" if self.case.own_default else "measured"),
         }
 
 
@@ -174,7 +203,10 @@ class _Case:
 
     def __init__(self, case: Case, work: Path) -> None:
         self.case, self.work = case, work
-        self.disk = PowerCut(work / "disk", work / "mnt", dirs=case.dirs)
+        # DBOS on PostgreSQL: the server's data on the cut, its user let into the mount (lab.powercut_postgres).
+        self.postgres = (OnTheCut(work / "disk" / "pgdata", work / "mnt" / "pgdata", work / "pgsock", case.sync)
+                         if case.engine == "dbos-pg" else None)
+        self.disk = PowerCut(work / "disk", work / "mnt", dirs=case.dirs, allow_other=self.postgres is not None)
         self.provider: ProviderProcess | None = None
         self.driver: EngineDriver | None = None
         self.servers: list[DevServer] = []  # Temporal's: the first, and the one started after the cut
@@ -193,20 +225,24 @@ class _Case:
         assert self.provider is not None
         env = {"MEMORY_DB": str(self.memory_db), "PROVIDER_URL": self.provider.url,
                "RUNRECORD_DB": str(self.mnt / "runrecord.db"), "DBOSFLOW_DB": str(self.mnt / "dbosflow.db"),
-               "RUNRECORD_LEASE_SECONDS": "2"}
+               "RUNRECORD_LEASE_SECONDS": "2", "MEMORY_SYNCHRONOUS": self.case.memory}
         if self.case.engine == "runrecord":
             env["RUNRECORD_SYNCHRONOUS"] = self.case.sync
+        if self.case.engine == "dbos":
+            env["DBOSFLOW_SYNCHRONOUS"] = self.case.sync
         return env
 
     def temporal_server(self, port: int | None = None) -> DevServer:
         """The dev server, its SQLite history on the mount at the case's sync level; ``port``: the one it had
         before the cut, where its clients look for it."""
         server = DevServer(db_file=self.mnt / "temporal.db", port=port, dynamic_config=LAB_SERVER_CONFIG,
-                           sqlite_pragmas={} if self.case.sync == "FULL" else {"synchronous": self.case.sync})
+                           sqlite_pragmas={"synchronous": self.case.sync})
         self.servers.append(server)
         return server.start()
 
     def make_driver(self) -> EngineDriver:
+        if self.postgres is not None:
+            return self.postgres.driver(self.env(), timeout=RUN_TIMEOUT)
         if self.case.engine == "temporal":
             return TemporalDriver(self.temporal_server(), self.env(), timeout=RUN_TIMEOUT, poll=0.2)
         return driver_for(self.case.engine, self.env(), timeout=RUN_TIMEOUT)
@@ -227,6 +263,8 @@ class _Case:
     async def run(self) -> Outcome:
         began = time.monotonic()
         try:
+            if self.postgres is not None:
+                self.postgres.prepare()  # on the disk, before the mount
             self.disk.mount()
             placed = self.mnt if self.case.placement == "laptop" else self.work
             self.provider = start_provider(placed / "provider.db")
@@ -258,6 +296,8 @@ class _Case:
                 server.kill()
             if self.provider is not None:
                 self.provider.kill()
+            if self.postgres is not None:
+                self.postgres.kill()
             self.disk.close()
             self.out.seconds = time.monotonic() - began
         return self.out
@@ -294,6 +334,11 @@ class _Case:
     async def after_cut(self, driver: EngineDriver, ack: _Acknowledged) -> None:
         """Power back: the run looked up, then resumed and followed to its end."""
         out = self.out
+        down = self.postgres.power_back() if self.postgres is not None else None
+        if down is not None:  # an outcome, not the harness's error: what the server held is gone
+            out.lost.append(f"everything on PostgreSQL: the server did not start ({down})")
+            out.final_status = "did not start"
+            return
         if isinstance(driver, TemporalDriver):  # the server again, on its files and its port
             driver.server = self.temporal_server(port=driver.server.port)
         if await driver.status(self.run_id) is None:
@@ -315,20 +360,28 @@ async def run_case(case: Case, work: Path) -> Outcome:
 
 
 def cases(engines: Iterable[str] = ENGINES, placements: Iterable[str] = PLACEMENTS, points: Iterable[str] = POINTS,
-          dirs: Iterable[str] = DIR_RULES, syncs: Iterable[str] | None = None) -> list[Case]:
+          dirs: Iterable[str] = DIR_RULES, syncs: Iterable[str] | None = None,
+          memory: Iterable[str] = MEMORY_LEVELS) -> list[Case]:
+    """Every engine at each of its levels with memory at its default; then, for memory's other levels, the
+    run record at its default, cut at the memory point (what memory loses does not depend on the engine)."""
+    engines, placements, points, dirs = list(engines), list(placements), list(points), list(dirs)
     chosen = []
     for engine in engines:
         for sync in SYNC_LEVELS[engine]:
             if syncs is not None and sync not in syncs:
                 continue
             chosen += [Case(engine, p, point, d, sync) for p in placements for point in points for d in dirs]
+    record = DEFAULT_SYNC["runrecord"]
+    if "runrecord" in engines and "memory" in points and (syncs is None or record in syncs):
+        chosen += [Case("runrecord", p, "memory", d, record, level) for level in memory if level != DEFAULT_MEMORY
+                   for p in placements for d in dirs]
     return chosen
 
 
 # ---------------------------------------------------------------- the table
 
 
-COLUMNS = ("engine", "placement", "cut point", "dirs", "sync", "completed", "effects (email, ticket)",
+COLUMNS = ("engine", "placement", "cut point", "dirs", "sync", "memory", "completed", "effects (email, ticket)",
            "acknowledged writes lost", "the cut dropped", "check")
 
 
@@ -345,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", default=",".join(POINTS))
     parser.add_argument("--dirs", default=",".join(DIR_RULES))
     parser.add_argument("--sync", default=None, help="only these sync levels (e.g. FULL,EXTRA)")
+    parser.add_argument("--memory", default=",".join(MEMORY_LEVELS),
+                        help=f"memory's levels (default {','.join(MEMORY_LEVELS)}: {DEFAULT_MEMORY} everywhere, and "
+                             "the others in the run record's memory-point cases)")
     parser.add_argument("--json", action="store_true", help="one JSON object per case instead of the table")
     parser.add_argument("--state-dir", default=None, help="where the mounts go (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -357,8 +413,10 @@ def main(argv: list[str] | None = None) -> int:
         return chosen
 
     chosen = cases(pick(args.engines, ENGINES), pick(args.placements, PLACEMENTS), pick(args.points, POINTS),
-                   pick(args.dirs, DIR_RULES), args.sync.split(",") if args.sync else None)
+                   pick(args.dirs, DIR_RULES), args.sync.split(",") if args.sync else None,
+                   pick(args.memory, MEMORY_LEVELS))
     base = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="powercut-"))
+    base.chmod(0o755)  # PostgreSQL's user walks down to its data directory on the mount (lab.powercut_postgres)
     outcomes = []
     print(f"{len(chosen)} cases; mounts under {base}", file=sys.stderr, flush=True)
     try:

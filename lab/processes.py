@@ -222,16 +222,27 @@ LAB_SERVER_CONFIG = {**FAST_TIMERS, **FAST_QUEUES}
 """What the lab's own dev server runs with (demo, tests, chaos, scenario)."""
 
 
+FILE_PRAGMAS = {"synchronous": "EXTRA"}
+"""The dev server's SQLite settings whenever it is given a database file. At SQLite's default (FULL) a
+commit is the deletion of a rollback journal that is never synced to its directory, so a power cut can bring
+the journal back and undo the last acknowledged transaction (a run's start: docs/powercut.md); EXTRA syncs
+the directory after the deletion."""
+
+
 class DevServer:
     """``temporal server start-dev`` on free loopback ports.
 
     With ``db_file`` the server persists to that SQLite file and a restart
-    with the same file keeps every run; without it, state is in memory.
+    with the same file keeps every run, at ``synchronous=EXTRA`` unless told
+    otherwise (``FILE_PRAGMAS``: what it acknowledges survives a power cut);
+    without it, state is in memory and a power cut (or the server's own exit)
+    loses every run, by design.
     ``headless=False`` serves the UI (on ``ui_port``, default the gRPC port +
     1000), and ``ui_codec_endpoint`` points the UI at a codec server
     (``python -m payloadcodec.server``) so it shows payloads decrypted.
     ``sqlite_pragmas`` (with ``db_file``) are given to the server's SQLite as
-    ``--sqlite-pragma NAME=VALUE``, e.g. ``{"synchronous": "EXTRA"}``.
+    ``--sqlite-pragma NAME=VALUE`` over ``FILE_PRAGMAS``, e.g.
+    ``{"synchronous": "FULL"}`` for SQLite's default, to measure what it loses.
     """
 
     def __init__(self, db_file: Path | None = None, port: int | None = None,
@@ -242,7 +253,9 @@ class DevServer:
             raise ValueError("ui_codec_endpoint needs the UI: pass headless=False")
         self.ui_codec_endpoint = ui_codec_endpoint
         self.db_file = db_file
-        self.sqlite_pragmas = dict(sqlite_pragmas or {})
+        self.sqlite_pragmas = {**FILE_PRAGMAS, **(sqlite_pragmas or {})} if db_file is not None else {}
+        if sqlite_pragmas and db_file is None:
+            raise ValueError("sqlite_pragmas need a database file: pass db_file (in memory, nothing is synced)")
         self.dynamic_config = dict(dynamic_config or {})
         self._chosen_port = port is None  # ours to pick again if another process takes it first
         self.port = port or free_port()

@@ -376,7 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=None,
                    help="the run record's SQLite file (default: $RUNRECORD_DB or .state/runrecord.db)")
     p.add_argument("--dbos-db", default=None,
-                   help="DBOS's system database (default: $DBOSFLOW_DB or .state/dbosflow.db)")
+                   help="DBOS's system database, a SQLite file or a postgresql:// URL (default: $DBOSFLOW_DB or "
+                        ".state/dbosflow.db)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--html", default=None, metavar="PATH",
                    help="also draw the runs as one page (a lane per engine, from their records), written to PATH")

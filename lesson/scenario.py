@@ -21,7 +21,9 @@ DBOS            ``dbos:send_confirmation:after_record``    ``python -m dbosflow 
 ==============  =========================================  =================================
 
 The DBOS row needs the optional extra (``pip install -e '.[dbos]'``; ``make
-scenario`` installs it); without it the row is left out, saying so.
+scenario`` installs it); without it the row is left out, saying so. Its system
+database is SQLite, or PostgreSQL with ``--dbos-on postgres`` (Debian's server,
+started and stopped by the scenario: ``lab.postgres``).
 
 Then one table: per engine, where the run resumed (the first step the
 restarted process executed, from its ``step <name> started`` lines), which
@@ -242,8 +244,10 @@ def watch(obs: Observed, first: Proc, second: Proc, killed_at: float, needle: st
 
 
 class Scenario:
-    def __init__(self, state: Path, say: Callable[[str], None], stamp: str, task: str = TASK) -> None:
+    def __init__(self, state: Path, say: Callable[[str], None], stamp: str, task: str = TASK, *,
+                 dbos_on: str = "sqlite") -> None:
         self.state = state
+        self.dbos_on = dbos_on  # DBOS's system database: its SQLite file, or "postgres" (lab.postgres's server)
         self.say = say
         self.stamp = stamp
         self.task = task
@@ -314,6 +318,7 @@ class Scenario:
     async def _play(self) -> list[Observed]:
         provider: ProviderProcess | None = None
         drivers: list[EngineDriver] = []
+        postgres = None
         self.say("starting the provider (counts effects per idempotency key) and a Temporal dev server (in memory)")
         # The dev server takes a few seconds to come up: it starts while the first two engines play.
         async with dev_server_meanwhile() as server_started:
@@ -334,7 +339,14 @@ class Scenario:
                                               timeout=PROCESS_TIMEOUT))
                 results.append(await self.restart(drivers[-1]))
                 if HAVE_DBOS:
-                    drivers.append(DbosDriver(self.env, timeout=PROCESS_TIMEOUT))
+                    dbos_env = self.env
+                    if self.dbos_on == "postgres":  # the project's own server (.state/postgres), stopped below
+                        from lab.postgres import Postgres
+
+                        self.say("starting PostgreSQL (lab.postgres) for DBOS's system database")
+                        postgres = Postgres().start()
+                        dbos_env = {**self.env, "DBOSFLOW_DB": postgres.url("lesson_scenario")}
+                    drivers.append(DbosDriver(dbos_env, timeout=PROCESS_TIMEOUT))
                     results.append(await self.restart(drivers[-1]))
                 else:
                     self.say(DBOS_LEFT_OUT)
@@ -346,6 +358,8 @@ class Scenario:
                     driver.close()  # workers and runners: nothing to hand back
                 if provider is not None:
                     provider.kill()
+                if postgres is not None:
+                    postgres.stop()
 
 
 def render(results: list[Observed]) -> str:
@@ -380,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default=TASK, help=f"the task every engine runs (default: {TASK!r})")
     parser.add_argument("--deploy", action="store_true",
                         help="the restart that is a deploy (and a move), on every engine (lesson/deploy.py)")
+    parser.add_argument("--dbos-on", choices=("sqlite", "postgres"), default="sqlite",
+                        help="DBOS's system database: its SQLite file (default), or PostgreSQL, Debian's server "
+                             "started and stopped by the scenario (lab.postgres; data in .state/postgres)")
     args = parser.parse_args(argv)
 
     out = sys.stderr if args.json else sys.stdout
@@ -399,12 +416,17 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(f"error: {err}"), file=sys.stderr, flush=True)
         return 2
 
+    if args.dbos_on == "postgres":  # the DBOS row and lane name their database (this process draws them all)
+        from lesson import lanes, observed
+
+        observed.LABELS["dbos"] = lanes.TITLES["dbos"] = "DBOS (PostgreSQL)"
+
     def page(results: list[Observed]) -> str:
         from lesson.scenario_page import scenario_page
 
         return scenario_page(results, task)
 
-    return play_and_show(lambda: Scenario(state, say, stamp, task).play(), state=state,
+    return play_and_show(lambda: Scenario(state, say, stamp, task, dbos_on=args.dbos_on).play(), state=state,
                          keep_state=args.state_dir is not None, as_json=args.json, out=out, render=render,
                          html=args.html, page=page)
 

@@ -25,8 +25,10 @@ def open_store(
     policy: MemoryPolicy | None = None,
     *,
     on_evict: EvictionHook | None = None,
+    synchronous: str = "FULL",
 ) -> Store:
-    """A :class:`SQLiteStore` at ``path``, or an :class:`InMemoryStore` when ``path`` is None.
+    """A :class:`SQLiteStore` at ``path`` at ``synchronous`` (FULL: a committed append survives a power cut),
+    or an :class:`InMemoryStore` when ``path`` is None.
 
     Raises :class:`memory.MemoryStoreError` if the file cannot be used; a
     caller that must carry on regardless can fall back to
@@ -34,7 +36,7 @@ def open_store(
     """
     if path is None:
         return InMemoryStore(policy, on_evict=on_evict)
-    return SQLiteStore(path, policy, on_evict=on_evict)
+    return SQLiteStore(path, policy, on_evict=on_evict, synchronous=synchronous)
 
 
 def read_window(

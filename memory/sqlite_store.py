@@ -18,9 +18,12 @@ upgraded in place when a store opens it):
 Every append is exactly one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``):
 the insert, the deletes of whatever it evicts, the ledger and the counters.
 A crash leaves either all of it or none of it. The database runs in WAL mode
-with ``synchronous=NORMAL`` by default: a committed append survives a process
-crash; a power loss may lose the last few (tests/test_power_cut.py shows it),
-which an idempotent retry re-appends when there is one.
+with ``synchronous=FULL`` by default: every commit fsyncs the WAL, so a
+committed append survives a power cut as well as a process crash (two fsyncs
+per exchange of two messages: docs/benchmarks.md). At ``NORMAL`` the WAL
+is synced only at checkpoints, and a power cut may lose the last appends
+(docs/powercut.md shows it), which an idempotent retry re-appends when there is
+one.
 
 The store keeps a copy of recently used conversations in process and trusts it
 only while the version in the database matches, so several processes (workers)
@@ -183,8 +186,10 @@ class SQLiteStore(StoreBase):
     """Conversation memory in a SQLite file, shared safely by several processes.
 
     ``path`` may be ``":memory:"`` (tests). The parent directory is created if
-    missing. Raises :class:`memory.MemoryStoreError` when the file cannot be
-    opened as a store (not a SQLite database, newer schema, unwritable).
+    missing. ``synchronous``: FULL keeps every committed append through a power
+    cut; NORMAL may lose the last ones (see the module docstring). Raises
+    :class:`memory.MemoryStoreError` when the file cannot be opened as a store
+    (not a SQLite database, newer schema, unwritable).
     ``transactions`` counts the write transactions committed by this object.
     """
 
@@ -194,7 +199,7 @@ class SQLiteStore(StoreBase):
         policy: MemoryPolicy | None = None,
         *,
         on_evict: EvictionHook | None = None,
-        synchronous: str = "NORMAL",
+        synchronous: str = "FULL",
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:

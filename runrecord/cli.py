@@ -140,8 +140,9 @@ def _flow_changed(run) -> str | None:
 @asynccontextmanager
 async def _runner(args) -> AsyncIterator[Runner]:
     """The runner of one command, its steps' parts from the environment; its provider
-    client and its record closed when the command ends, however it ends."""
-    from wiring import deps_from_env
+    client, its memory and its record closed when the command ends, however it ends (memory's
+    connection too: its last exchange is then checkpointed into the file, not left to the exit)."""
+    from wiring import close_memory, deps_from_env
 
     try:
         deps = deps_from_env()
@@ -152,6 +153,7 @@ async def _runner(args) -> AsyncIterator[Runner]:
         yield runner
     finally:
         await runner.deps.provider.aclose()
+        close_memory(runner.deps.remember)
         runner.close()
 
 

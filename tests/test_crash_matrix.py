@@ -18,11 +18,17 @@ provider's own counts:
 Every case runs twice: with the deterministic offline model, and with one
 that words every answer differently (``LLM_OFFLINE_VARY=1``), as a real model
 does; a re-run draft then differs from the first, and nothing may change.
+
+DBOS's cases run on its SQLite system database, and on PostgreSQL (the
+project's own server, ``lab.postgres``; ``DBOSFLOW_DB`` a URL): one case by
+default (an effect accepted, the process killed before DBOS recorded it),
+every case with ``LAB_DBOS_POSTGRES=all``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import uuid
 from dataclasses import dataclass
 
@@ -103,6 +109,10 @@ CASES = [Case(engine, point, model) for engine in ("temporal", "runrecord") for 
          for point in (*POINTS, *ENGINE_POINTS[engine])]
 DBOS_CASES = [Case("dbos", point, model) for model in ("deterministic", "varying")
               for point in (*POINTS, *ENGINE_POINTS["dbos"])]
+# On PostgreSQL: the case that exercises most (the effect accepted, its step not recorded: resume repeats it
+# under the same key), or all of them when asked.
+PG_DEFAULT = Case("dbos", "send_confirmation:after_effect")
+PG_CASES = DBOS_CASES if os.environ.get("LAB_DBOS_POSTGRES") == "all" else [PG_DEFAULT]
 
 
 def new_run_id(case: Case) -> str:
@@ -185,21 +195,44 @@ async def test_runrecord_resumes_at_the_right_step(case: Case, runrecord, db, pr
                                           "(make test installs it)")
 @pytest.mark.parametrize("case", DBOS_CASES, ids=lambda c: c.id)
 async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
-    from dbosflow import status as dbos_status
+    check_dbos_case(case, dbos_procs, provider, new_run_id(case), dbos_procs.db)
+
+
+@pytest.mark.skipif(not HAVE_DBOS, reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' "
+                                          "(make test installs it)")
+@pytest.mark.parametrize("case", PG_CASES, ids=lambda c: c.id)
+async def test_dbos_on_postgres_resumes_at_the_right_step(case: Case, dbos_procs, provider, postgres):
+    from dbosflow.compare import dbos_side
+    from lab.postgres import database_name
 
     run_id = new_run_id(case)
-    first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env=case.env)
+    db = postgres.url(database_name("cm", run_id))
+    check_dbos_case(case, dbos_procs, provider, run_id, db)
+    # The rows the lab reads outside DBOS (dbosflow.sysdb), read on PostgreSQL: one per step, sized, and the
+    # dispatch each was recorded in (DBOS's recovery_attempts, read by the workflow itself).
+    side = dbos_side(db, run_id)
+    assert side["totals"]["operation_outputs_rows"] == len(STEP_NAMES) and side["totals"]["bytes"] > 0, side
+    dispatches = {r["name"]: r["dispatch"] for r in side["rows"]}
+    assert dispatches == {s: 1 if s in STEP_NAMES[: case.index + case.recorded] else 2 for s in STEP_NAMES}, side
+
+
+def check_dbos_case(case: Case, dbos_procs, provider, run_id: str, db) -> None:
+    """One DBOS case on ``db`` (a SQLite path, or a PostgreSQL URL given to the processes as DBOSFLOW_DB)."""
+    from dbosflow import status as dbos_status
+
+    where = {"DBOSFLOW_DB": str(db)}
+    first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env={**case.env, **where})
     assert wait_exit(first, timeout=90) == -9, first.output()
     assert f"CRASH_AT={case.point}" in first.output()
 
-    before = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
+    before = dbos_status.status_of(dbos_status.read(db, run_id))
     assert before["status"] == "running", before
     completed_before = [s["name"] for s in before["steps"] if s["status"] == "completed"]
     assert completed_before == list(STEP_NAMES[: case.index + case.recorded]), (case.point, before)
 
-    second = dbos_procs("resume", run_id, env=case.env)
+    second = dbos_procs("resume", run_id, env={**case.env, **where})
     assert wait_exit(second, timeout=120) == 0, second.output()
-    status = dbos_status.status_of(dbos_status.read(dbos_procs.db, run_id))
+    status = dbos_status.status_of(dbos_status.read(db, run_id))
     check_resume(case, first, second, status, provider.url, run_id)
     for before_step, after_step in zip(before["steps"], status["steps"], strict=True):
         if before_step["status"] == "completed":

@@ -11,6 +11,6 @@ they need), never the other way round.
 """
 
 from wiring.deps import deps_from_env, pace_from_env, preload
-from wiring.memory import memory_from_env
+from wiring.memory import close_memory, memory_from_env
 
-__all__ = ["deps_from_env", "memory_from_env", "pace_from_env", "preload"]
+__all__ = ["close_memory", "deps_from_env", "memory_from_env", "pace_from_env", "preload"]

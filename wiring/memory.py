@@ -5,7 +5,14 @@ store of ``memory``.
 - ``MEMORY_DB``: the store file (default ``.state/memory.db``; ``off``
   disables memory);
 - ``MEMORY_MAX_TOKENS`` and ``MEMORY_MAX_MESSAGES`` bound each
-  conversation's window (see ``memory``).
+  conversation's window (see ``memory``);
+- ``MEMORY_SYNCHRONOUS``: the store's ``synchronous`` level, FULL by default
+  (a committed exchange survives a power cut); NORMAL to measure what a cut
+  then takes.
+
+The writer keeps its connection open between exchanges; a process closes it
+when it is done with the steps (``close_memory``), so nothing is left to an
+interpreter's exit.
 """
 
 from __future__ import annotations
@@ -20,12 +27,23 @@ from typing import Any
 from memory import MemoryPolicy, Message, Store, append_or_warn, open_store, read_context
 from steps.limits import InputError
 from steps.ports import MemoryContext, MemoryWriter, Remembered
+from storage.sqlite import check_synchronous
 
 log = logging.getLogger("steps")
 
 DEFAULT_MEMORY_DB = ".state/memory.db"
 DEFAULT_MEMORY_MAX_TOKENS = 2000
 DEFAULT_MEMORY_MAX_MESSAGES = 40
+DEFAULT_MEMORY_SYNCHRONOUS = "FULL"
+
+
+def _synchronous(env: Mapping[str, str]) -> str:
+    raw = env.get("MEMORY_SYNCHRONOUS") or DEFAULT_MEMORY_SYNCHRONOUS
+    try:
+        return check_synchronous(raw)
+    except ValueError:
+        raise InputError(f"MEMORY_SYNCHRONOUS={raw!r} is not a synchronous level: use FULL (the default), or "
+                         "OFF, NORMAL or EXTRA to measure what the level changes") from None
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -50,7 +68,14 @@ def memory_from_env(env: Mapping[str, str]) -> tuple[MemoryContext, MemoryWriter
         max_tokens=_positive_int(env, "MEMORY_MAX_TOKENS", DEFAULT_MEMORY_MAX_TOKENS),
         max_messages=_positive_int(env, "MEMORY_MAX_MESSAGES", DEFAULT_MEMORY_MAX_MESSAGES),
     )
-    return _ContextReader(path), _ExchangeWriter(path, policy)
+    return _ContextReader(path), _ExchangeWriter(path, policy, _synchronous(env))
+
+
+def close_memory(remember: MemoryWriter) -> None:
+    """Close the writer's store if it has one open (``memory_from_env``'s writer; any other is left alone).
+    Safe to call twice; the writer opens the store again if it is called afterwards."""
+    if isinstance(remember, _ExchangeWriter):
+        remember.close()
 
 
 class _ContextReader:
@@ -80,8 +105,8 @@ class _ExchangeWriter:
     it in a thread, and it takes a lock so that two steps finishing at once in
     one worker never share its connection's state."""
 
-    def __init__(self, path: str, policy: MemoryPolicy) -> None:
-        self.path, self.policy = path, policy
+    def __init__(self, path: str, policy: MemoryPolicy, synchronous: str = DEFAULT_MEMORY_SYNCHRONOUS) -> None:
+        self.path, self.policy, self.synchronous = path, policy, synchronous
         self.store: Store | None = None
         self.opened_on: tuple[int, int] | None = None  # the file (device, inode) the store was opened on
         self.writing = threading.Lock()
@@ -107,12 +132,17 @@ class _ExchangeWriter:
         if self.store is None:
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                self.store = open_store(self.path, self.policy)
+                self.store = open_store(self.path, self.policy, synchronous=self.synchronous)
                 self.opened_on = self._file_id()
             except Exception as err:  # noqa: BLE001 - memory must never stop a run
                 log.warning("conversation memory unavailable (%s); exchange not remembered", err)
                 return None
         return self.store
+
+    def close(self) -> None:
+        """Close the store (its last connection: SQLite checkpoints the WAL into the file)."""
+        with self.writing:
+            self._drop()
 
     def _file_id(self) -> tuple[int, int] | None:
         try:
