@@ -22,8 +22,10 @@ once and waits until every one has closed. Cases:
 - **offline**: the offline model, N runs from ``--runs``, once per activity
   slot count in ``--slots`` (``LAB_MAX_CONCURRENT_ACTIVITIES``; 100 is the
   SDK's default, what worker.py ran with before it set one);
-- **openai**: an OpenAI-compatible model (tests/fake_openai_server.py, a
-  local scripted server in this process), N runs from ``--openai-runs``: the
+- **openai**: an OpenAI-compatible model (``lab.model_standin.ModelStandIn``,
+  the lab's stand-in, in this process, answering every draft at once; the
+  figures in docs/benchmarks.md were measured with the tests' scripted fake,
+  which answered at once too), N runs from ``--openai-runs``: the
   worker as it was (no preload, 100 slots), with the client loaded before
   polling (``wiring.preload``) and 100 slots, and as shipped (preload and the
   shipped slot count).
@@ -71,17 +73,15 @@ from temporalio.api.enums.v1 import EventType, TimeoutType  # noqa: E402
 from flowclient.connect import connect, exit_now  # noqa: E402
 from flowclient.runs import start_run  # noqa: E402
 from flowclient.worker_options import MAX_CONCURRENT_ACTIVITIES  # noqa: E402
+from lab.model_standin import ModelStandIn  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from steps.retry import rule_from_env  # noqa: E402
-from tests.fake_openai_server import FakeOpenAIServer, completion  # noqa: E402
 
 TASK = "Confirm the refund for order {i}"
 EMAIL = "ada@example.com"
 HEARTBEAT_EVERY = 0.3  # the activity wrapper's interval (activities.FlowActivities)
 SDK_DEFAULT_SLOTS = 100
-ANSWER = json.dumps({"subject": "Refund for your order", "body": "Hello,\n\nYour refund is on its way.\n",
-                     "summary": "Confirms the refund."})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,9 +162,8 @@ async def one(case: Case, server: DevServer, provider_url: str, work: Path) -> R
         env["LAB_STICKY_TIMEOUT_SECONDS"] = f"{case.sticky:g}"
     model = None
     if case.model == "openai":
-        model = FakeOpenAIServer().start()
-        model.push(*[completion(ANSWER) for _ in range(case.runs * 3)])  # room for retries
-        env.update(LLM_BASE_URL=model.base_url, LLM_MODEL="fake-model")
+        model = ModelStandIn().start()  # the lab's stand-in: every draft request answered at once, over HTTP
+        env.update(LLM_BASE_URL=model.url, LLM_MODEL="stand-in")
     worker = Proc("stall-worker", [sys.executable, "bench/stall_worker.py"], env=env)
     try:
         worker.wait_for_line("worker ready", timeout=60)
