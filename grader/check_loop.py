@@ -30,6 +30,7 @@ import sqlite3
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from grader.check import Check
 from grader.evidence import Effect
@@ -71,17 +72,24 @@ class LoopRecord:
         return "; ".join(shown) if self.turns else shown[0] + "; no turn in `turns`"
 
 
+def read_loop_rows(db: Path, run_id: str) -> LoopRecord:
+    """One run of exercise 7's record at ``db``, read-only (``sqlite3.Error`` if its tables are not there)."""
+    found = LoopRecord()
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        found.status = row[0] if row else None
+        for n, answer in conn.execute("SELECT turn, answer FROM turns WHERE run_id = ?", (run_id,)):
+            found.turns[int(n)] = _json(answer)
+        for n, i, key, result in conn.execute(
+                "SELECT turn, idx, idempotency_key, result FROM calls WHERE run_id = ?", (run_id,)):
+            found.calls[(int(n), int(i))] = (str(key), _json(result))
+    return found
+
+
 def read_loop_record(h: Harness, run: Run) -> LoopRecord:
     found = LoopRecord()
     try:
-        with closing(sqlite3.connect(f"file:{h.record_db}?mode=ro", uri=True)) as conn:
-            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
-            found.status = row[0] if row else None
-            for n, answer in conn.execute("SELECT turn, answer FROM turns WHERE run_id = ?", (run.run_id,)):
-                found.turns[int(n)] = _json(answer)
-            for n, i, key, result in conn.execute(
-                    "SELECT turn, idx, idempotency_key, result FROM calls WHERE run_id = ?", (run.run_id,)):
-                found.calls[(int(n), int(i))] = (str(key), _json(result))
+        found = read_loop_rows(h.record_db, run.run_id)
     except sqlite3.Error as err:
         if "no such table" in str(err) and not found.turns:  # nothing written yet: an empty record
             return LoopRecord()

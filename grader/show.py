@@ -3,7 +3,9 @@
     python -m grader.show RUN_ID [--db PATH]
 
 ``--db`` defaults to ``RECORD_DB`` (``.state/exercise-record.db``), where the
-exercises' ``flow.py`` keeps its record. Exit 0, or 2 if there is no such
+exercises' ``flow.py`` keeps its record; given exercise 7's record
+(``.state/exercise7-record.db``: its ``turns`` table), it prints the run's
+turns and each call's key and result. Exit 0, or 2 if there is no such
 record or run.
 """
 
@@ -12,13 +14,47 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
+from grader.check_loop import read_loop_rows
 from grader.evidence import SchemaChanged, read_record
 from steps.controls import printable
 
 DEFAULT_DB = ".state/exercise-record.db"
+
+
+def loop_record(db: Path) -> bool:
+    """Whether ``db`` is exercise 7's record (its ``turns`` table), not exercises 1-5's."""
+    if not db.exists():
+        return False
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone()
+    return found is not None
+
+
+def show_loop(db: Path, run_id: str) -> int:
+    """Exercise 7's run: its status, each recorded turn with its calls, and each call's key and result."""
+    record = read_loop_rows(db, run_id)
+    if record.status is None:
+        print(printable(f"error: no run {run_id} in {db}"), file=sys.stderr)
+        return 2
+    print(printable(f"runs     {run_id}: status {record.status!r}"))
+    for n, answer in sorted(record.turns.items()):
+        calls = answer.get("calls") or []
+        asked = [f"{c.get('name')}(id {c.get('id')!r})" for c in calls if isinstance(c, dict)]
+        said = ", ".join(asked) if asked else "final answer: " + str(answer.get("content"))[:100]
+        print(printable(f"turns    {n}: {said}"))
+        for i in range(len(calls)):
+            if (n, i) in record.calls:
+                key, result = record.calls[(n, i)]
+                print(printable(f"calls    {n}/{i}: key {key}; {str(result.get('status'))} "
+                                f"{json.dumps(result.get('content'))[:100]}"))
+            else:
+                print(f"calls    {n}/{i}: no result recorded")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default=os.environ.get("RECORD_DB") or DEFAULT_DB,
                         help="the record file (default: RECORD_DB, else .state/exercise-record.db)")
     args = parser.parse_args(argv)
+    if loop_record(Path(args.db)):
+        return show_loop(Path(args.db), args.run_id)
     try:
         record = read_record(Path(args.db), args.run_id)
     except SchemaChanged as err:
