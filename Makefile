@@ -105,6 +105,13 @@ grade: $(STAMP)
 	@[ -n "$(N)" ] || { echo "make grade N=<exercise number> [IMPL=practice|solution|PATH]: which exercise? (exercises/README.md)"; exit 2; }
 	$(PY) -m grader.grade $(N) --impl $(IMPL)
 
+## grade-class: grade every learner's submission (one subfolder each) in one table: make grade-class N=1 DIR=class/ (exercises/README.md)
+DIR ?=
+.PHONY: grade-class
+grade-class: $(STAMP)
+	@[ -n "$(N)" ] && [ -n "$(DIR)" ] || { echo "make grade-class N=<exercise number> DIR=<folder of submissions>: which exercise, which class? (exercises/README.md, Grading a class)"; exit 2; }
+	$(PY) -m grader.grade $(N) --class $(DIR)
+
 ## chaos: 50 concurrent runs, workers SIGKILLed 10 times mid-run, provider faults; checks no duplicate or lost effect
 chaos: $(STAMP)
 	$(PY) -m lab.chaos

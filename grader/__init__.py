@@ -3,6 +3,8 @@ code as real processes under real SIGKILLs against the real provider, and
 judges by witnesses the learner's code cannot forge.
 
 - ``grader.grade``: the command, ``python -m grader.grade N``;
+- ``grader.report``: what a grading found, as data (``--json``, ``--report``); ``grader.classroom``: a
+  class, each learner's submission graded by a grader process of its own (``--class DIR``);
 - ``grader.checks``: what exercises 1-5 must show, in the lesson's words (``grader.temporal``: 6;
   ``grader.check_loop``: 7; ``grader.registry``: every check, each with its deadline and main file;
   ``grader.todos``: each TODO's exercise and file, read from the practice files);

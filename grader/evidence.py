@@ -24,7 +24,6 @@ from providerclient import fetch_effects
 from steps.runstate import unix
 
 KIND_OF_STEP = {"send_confirmation": "email", "record_outcome": "ticket"}
-STEP_OF_KIND = {kind: step for step, kind in KIND_OF_STEP.items()}
 WORDS = {"send_confirmation": "the confirmation email", "record_outcome": "the ticket"}
 
 # The tables and columns the exercises' schema gives (exercises/*/practice/flow.py, SCHEMA).

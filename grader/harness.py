@@ -51,6 +51,20 @@ class Stopped(Exception):
     """The grading is being stopped (Ctrl-C, SIGTERM): a probe still running starts nothing more."""
 
 
+class Hung(Failed):
+    """A process of the learner's program ran past its time and was killed: a failure that carries how it ended
+    (what it printed), for a check that judges what the hung process left behind before failing it."""
+
+    def __init__(self, headline: str, *, expected: str, seen: str, look_at: str, outcome: Outcome) -> None:
+        super().__init__(headline, expected=expected, seen=seen, look_at=look_at)
+        self.outcome = outcome
+
+
+class Skipped(Exception):
+    """The check cannot run on this machine (e.g. no FUSE for a power cut): its reason is printed and reported
+    as ``skipped``; the grading goes on and its exit code does not change."""
+
+
 class CouldNotRun(Exception):
     """The learner's program died of an exception the lesson does not explain (a bug, a typo)."""
 
@@ -90,6 +104,7 @@ class Run:
     task: str
     email: str = "ada@example.com"
     outcomes: list[Outcome] = field(default_factory=list)
+    record_db: Path | None = None  # its record, when not the harness's: on a power-cut mount (grader.power_cuts)
 
 
 class Harness:
@@ -138,7 +153,7 @@ class Harness:
         ``kill_after_commit``: SIGKILL it right after that commit; ``env``: more environment;
         ``timeout`` and ``hung`` (headline, where to look): how long it may run, and what a hang means."""
         env = {
-            "RECORD_DB": str(self.record_db),
+            "RECORD_DB": str(run.record_db or self.record_db),
             "PROVIDER_URL": self.provider_url,
             "LLM_BASE_URL": self.model.base_url,
             "LLM_MODEL": MODEL_NAME,
@@ -178,12 +193,12 @@ class Harness:
                 _kill_group(proc)
                 outcome = Outcome(shown, proc.popen.returncode, proc.output(), time.monotonic() - began)
                 headline, look_at = hung or ("", "a loop that never ends, or a wait for something that never comes")
-                raise Failed(
+                raise Hung(
                     f"`{' '.join(shown[:3])} {run.run_id}` was still running after {timeout:.0f} s (killed)"
                     + (f": {headline}" if headline else ""),
                     expected="the process to finish, or to be killed at its crash point, well within that time",
                     seen=f"it was still running; its last lines: {outcome.last_lines()}",
-                    look_at=look_at) from None
+                    look_at=look_at, outcome=outcome) from None
         finally:
             _kill_group(proc)
             with self._live_lock:
@@ -200,6 +215,11 @@ class Harness:
             futures = [pool.submit(probe) for probe in probes]
         return [future.result() for future in futures]
 
+    @property
+    def stopping(self) -> bool:
+        """The grading is being stopped (``stop_all``): a probe starts nothing more, a mount included."""
+        return self._stopping
+
     def stop_all(self) -> None:
         with self._live_lock:
             self._stopping = True
@@ -210,7 +230,7 @@ class Harness:
     # -- evidence -----------------------------------------------------------------
 
     def record(self, run: Run) -> Record:
-        return read_record(self.record_db, run.run_id)
+        return read_record(run.record_db or self.record_db, run.run_id)
 
     def witnesses(self, run: Run) -> Witnesses:
         return Witnesses(len(self.model.calls(run.task)), tuple(effects(self.provider_url, run.run_id)))
@@ -264,10 +284,6 @@ class Harness:
         except (ValueError, IndexError):
             raise CouldNotRun("the long exchange could not run", output[-3000:]) from None
 
-    def file(self) -> str:
-        """How failure messages name the learner's file."""
-        return f"{self.impl.name}/flow.py"
-
     # -- outcomes ---------------------------------------------------------------
 
     def could_not_run(self, outcome: Outcome) -> CouldNotRun | None:
@@ -276,6 +292,12 @@ class Harness:
             return None
         return CouldNotRun(f"`{' '.join(outcome.argv)}` exited {outcome.code} with an exception",
                            trim_traceback(outcome.output, self.impl))
+
+    def raise_could_not_run(self, outcome: Outcome) -> None:
+        """Raise ``CouldNotRun`` if the process died of its own exception; return if it did not."""
+        crashed = self.could_not_run(outcome)
+        if crashed is not None:
+            raise crashed
 
 
 def _kill_group(proc: Proc) -> None:

@@ -6,8 +6,10 @@ It runs ``flow.py`` as ``__main__`` (``runpy``), exactly as ``python
 flow.py ARGS...`` would, with one addition: every ``sqlite3`` connection the
 program opens counts the commits that wrote something, and with
 ``GRADER_KILL_AFTER_COMMIT=k`` the process sends itself SIGKILL as soon as
-the k-th such commit has returned. That is how the grader lands a kill
-between any two of the learner's transactions, which the crash points inside
+the k-th such commit has returned (saying, on stderr, the committing
+connection's ``synchronous`` and ``journal_mode``: a power cut's failure names
+them). That is how the grader lands a kill between any two of the learner's
+transactions, which the crash points inside
 the step functions (``steps.crashpoints``) cannot reach. With
 ``GRADER_COMMITS_FILE=PATH``, a process that ends by itself writes there how
 many commits it made, so the grader knows how many kills to land; it only
@@ -45,9 +47,24 @@ def _seen(conn: sqlite3.Connection, state: list[int]) -> None:
     state[0] = conn.total_changes
     _commits += 1
     if _commits == _KILL_AFTER:
-        sys.stderr.write(f"GRADER_KILL_AFTER_COMMIT={_KILL_AFTER}: killing process {os.getpid()} with SIGKILL\n")
+        sys.stderr.write(f"GRADER_KILL_AFTER_COMMIT={_KILL_AFTER}: killing process {os.getpid()} with SIGKILL "
+                         f"({_settings(conn)})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def _settings(conn: sqlite3.Connection) -> str:
+    """What the committing connection's commits wait for, so a power cut's failure can name the setting
+    (``grader.power_cuts``); a hint for the message, never evidence: the cut judges."""
+    try:
+        level = sqlite3.Connection.execute(conn, "PRAGMA synchronous").fetchone()[0]
+        journal = sqlite3.Connection.execute(conn, "PRAGMA journal_mode").fetchone()[0]
+    except sqlite3.Error as err:
+        return f"settings unreadable: {err}"
+    return f"synchronous={_LEVELS.get(level, level)}, journal_mode={journal}"
 
 
 class _Cursor(sqlite3.Cursor):

@@ -14,7 +14,12 @@ The exchange (seeded): a pinned system message, then thousands of user
 messages, replies and tool rounds (an assistant message with one to three
 calls, then each result), one user message larger than the whole budget, one
 round pushed over the budget by a result, and ids appended a second time,
-kept and evicted ones alike.
+kept and evicted ones alike. A quarter of the rounds get their last result
+late, blocks afterwards, often after the round was evicted (it must go on
+arrival). A larger system message replaces the first (the rest is evicted
+down to the budget), and a later one that would leave no room beside it is
+refused (``ValueError``, the window as it was): the lab's rule for pinned
+messages (``memory.window``, ``pin``).
 
 The lab's own ``memory`` package is imported before the learner's module,
 so ``memory.messages`` and ``memory.tokens`` import as usual; the learner's
@@ -111,36 +116,79 @@ def words(rng: random.Random, low: int, high: int) -> str:
                                 "the", "a", "of", "status", "thanks")) for _ in range(n))
 
 
-def exchange(rng: random.Random, appends: int, budget: int) -> list[tuple[Message, int]]:
-    """(message, block number) in append order; the system message's block is 0."""
-    out: list[tuple[Message, int]] = [(Message(id="sys", role="system", content="You are a support agent. "
-                                               + words(rng, 5, 15), pinned=True), 0)]
+@dataclass(frozen=True)
+class Step:
+    """One append of the exchange: the message, the block it belongs to (0: a system message), and whether it
+    is a repeat of an id appended before."""
+
+    message: Message
+    block: int
+    repeat: bool = False
+
+
+def sized(id: str, text: str, tokens: int) -> Message:
+    """A pinned system message of exactly ``tokens`` (the lab's counter): padded one character at a time."""
+    message = Message(id=id, role="system", content=text, pinned=True)
+    while approx_tokens(message) < tokens:
+        message = Message(id=id, role="system", content=message.content + "!", pinned=True)
+    return message
+
+
+def exchange(rng: random.Random, appends: int, budget: int) -> list[Step]:
+    """The appends, in order. Beside the everyday messages: a larger system message replacing the first one, a
+    later one that would leave no room (``refused_system``), and some tool results held back until blocks
+    later, often after their round was evicted."""
+    out = [Step(Message(id="sys", role="system", content="You are a support agent. " + words(rng, 5, 15),
+                        pinned=True), 0)]
     block = 0
     oversize_at, push_over_at = appends // 2, (appends * 2) // 3
+    replace_at, refuse_at = appends // 4, (appends * 3) // 4
+    held: list[tuple[int, Step]] = []  # (the block after which it arrives, the late result)
     while len(out) < appends:
         block += 1
+        for due in [h for h in held if h[0] <= block]:
+            held.remove(due)
+            out.append(due[1])
         kind = rng.random()
-        if len(out) >= oversize_at and oversize_at:  # one user message larger than the whole budget
-            out.append((Message(id=f"m{block}-huge", role="user", content=words(rng, budget, budget + 50)), block))
+        if len(out) >= replace_at and replace_at:  # a larger system message replaces the first
+            for i in range(40):  # short messages first: the window then sits within one of them of the budget
+                out.append(Step(Message(id=f"m{block}-short{i}", role="user", content=words(rng, 3, 5)), block))
+                block += 1
+            out.append(Step(Message(id="sys-2", role="system", content="You are a support agent. "
+                                    + words(rng, 40, 60), pinned=True), 0))
+            replace_at = 0
+        elif len(out) >= refuse_at and refuse_at:  # one that would leave no room: refused
+            out.append(Step(sized("sys-too-large", "You are a support agent. " + words(rng, 5, 15), budget), 0))
+            refuse_at = 0
+        elif len(out) >= oversize_at and oversize_at:  # one user message larger than the whole budget
+            out.append(Step(Message(id=f"m{block}-huge", role="user", content=words(rng, budget, budget + 50)),
+                            block))
             oversize_at = 0
         elif kind < 0.35:
-            out.append((Message(id=f"m{block}-user", role="user", content=words(rng, 3, 60)), block))
+            out.append(Step(Message(id=f"m{block}-user", role="user", content=words(rng, 3, 60)), block))
         elif kind < 0.6:
-            out.append((Message(id=f"m{block}-reply", role="assistant", content=words(rng, 3, 80)), block))
+            out.append(Step(Message(id=f"m{block}-reply", role="assistant", content=words(rng, 3, 80)), block))
         else:
             calls = tuple(ToolCall(id=f"c{block}-{i}", name=rng.choice(("lookup_order", "refund", "search")),
                                    arguments=json.dumps({"q": words(rng, 1, 8)})) for i in range(rng.randint(1, 3)))
-            out.append((Message(id=f"m{block}-call", role="assistant", content="", tool_calls=calls), block))
+            out.append(Step(Message(id=f"m{block}-call", role="assistant", content="", tool_calls=calls), block))
+            late = rng.random() < 0.25  # its last result arrives blocks later, its round often evicted by then
             for i, call in enumerate(calls):
                 push = len(out) >= push_over_at and push_over_at and i == len(calls) - 1
                 size = (budget, budget + 20) if push else (2, 50)
-                out.append((Message(id=f"m{block}-result{i}", role="tool", content=words(rng, *size),
-                                    tool_call_id=call.id), block))
+                result = Step(Message(id=f"m{block}-result{i}", role="tool", content=words(rng, *size),
+                                      tool_call_id=call.id), block)
+                if late and not push and i == len(calls) - 1:
+                    held.append((block + rng.randint(1, 25), result))
+                else:
+                    out.append(result)
                 if push:
                     push_over_at = 0
         if rng.random() < 0.01 and len(out) > 10:  # an id appended a second time
-            again, number = out[rng.randrange(1, len(out) - 1)]
-            out.append((again, -number))  # negative: a repeat, not a new message of that block
+            again = out[rng.randrange(1, len(out) - 1)]
+            if not again.message.pinned:
+                out.append(Step(again.message, again.block, repeat=True))
+    out += [h[1] for h in held]  # every late result arrives
     return out
 
 
@@ -152,6 +200,30 @@ def describe(window: list[Message]) -> str:
     return f"{len(ids)} message(s): {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}"
 
 
+def refuse_pinned(mem: Any, message: Message, before: list[Message], where: str, budget: int) -> None:
+    """A pinned message that would leave no room under the budget (the lab's rule, ``memory.window``'s ``pin``):
+    refused with ValueError, the window left as it was."""
+    tokens = approx_tokens(message)
+    try:
+        mem.append(message)
+    except ValueError:
+        pass
+    except Exception as err:  # noqa: BLE001 - the learner's code raised something else: say what
+        raise Breach("pinned-refused", f"after {where}, a pinned message of {tokens} tokens under a budget of "
+                     f"{budget}, append raised {type(err).__name__}: {err}", expected="a pinned message that would "
+                     "leave no room for anything else refused with ValueError, the window left as it was",
+                     seen=f"{type(err).__name__}: {err}", todo=7) from None
+    else:
+        raise Breach("pinned-refused", f"after {where}, a pinned message of {tokens} tokens, which leaves no room "
+                     f"under the budget of {budget}, was accepted", expected="refused with ValueError, the window "
+                     "left as it was (memory/window.py refuses such a pin)", seen=describe(list(mem.window())),
+                     todo=7)
+    window = list(mem.window())
+    if [m.id for m in window] != [m.id for m in before]:
+        raise Breach("pinned-refused", f"after {where}, a pinned message was refused (ValueError) but the window "
+                     "changed", expected=f"the window as it was: {describe(before)}", seen=describe(window), todo=7)
+
+
 def play(memory_cls: Any, budget: int, appends: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     stream = exchange(rng, appends, budget)
@@ -159,30 +231,60 @@ def play(memory_cls: Any, budget: int, appends: int, seed: int) -> dict[str, Any
     blocks: dict[int, Block] = {}
     gone: set[str] = set()  # ids that were in the window and left it
     before: list[Message] = []
-    system = stream[0][0]
+    system = stream[0].message
     room = budget - approx_tokens(system)
-    counts = {"appends": 0, "tool rounds": 0, "evicted": 0}
-    for index, (message, number) in enumerate(stream, start=1):
-        repeat = number < 0
+    counts = {"appends": 0, "tool rounds": 0, "late results": 0, "evicted": 0}
+    for index, step in enumerate(stream, start=1):
+        message, number, repeat = step.message, step.block, step.repeat
         where = f"append #{index} ({message.role} {message.id}{', appended a second time' if repeat else ''})"
+        if message.pinned and not repeat and approx_tokens(message) >= budget:
+            refuse_pinned(mem, message, before, where, budget)
+            counts["appends"] += 1
+            continue
+        late_of = None  # a tool result arriving after its round left the window
         if not repeat and number > 0:
             block = blocks.setdefault(number, Block(number))
+            if message.role == "tool" and (block.refused or any(m.id in gone for m in block.messages)):
+                late_of = block
+                counts["late results"] += 1
             block.messages.append(message)
             if block.tokens() > room:
                 block.refused = True
             counts["tool rounds"] += bool(message.tool_calls)
-        returned = mem.append(message)
+        replaced = system if message.pinned and not repeat and message.id != system.id else None
+        if replaced is not None:
+            system, room = message, budget - approx_tokens(message)
+        try:
+            returned = mem.append(message)
+        except Exception as err:
+            if late_of is None:
+                raise
+            raise Breach("late", f"after {where}, a result of call {message.tool_call_id} whose round "
+                         f"({late_of.messages[0].id}) had already been evicted, append raised {type(err).__name__}: "
+                         f"{err}", expected="a late result of an evicted round evicted on arrival (rules 3 and 5), "
+                         "its id returned by append", seen=f"{type(err).__name__}: {err}", todo=7) from None
         window = list(mem.window())
         counts["appends"] += 1
         ids = [m.id for m in window]
         total = sum(approx_tokens(m) for m in window)
+        if late_of is not None and message.id in ids:
+            raise Breach("late", f"after {where}, the window holds {message.id}, a result of call "
+                         f"{message.tool_call_id}, whose round ({late_of.messages[0].id}) had already been evicted: "
+                         "a result kept without its call", expected="a late result of an evicted round evicted on "
+                         "arrival (rules 3 and 5), its id returned by append", seen=describe(window), todo=7)
+        if replaced is not None and total > budget:
+            raise Breach("pinned-evicts", f"after {where}, a larger system message replacing {replaced.id}, the "
+                         f"window holds {total} tokens, over the budget of {budget}: a pinned message evicts the "
+                         "rest down to the budget", expected=f"whole blocks evicted, oldest first, until the window "
+                         f"fits {budget} tokens with the new system message", seen=describe(window), todo=8)
         if total > budget:
             raise Breach("budget", f"after {where}, the window holds {total} tokens; the budget is {budget}",
                          expected=f"at most {budget} tokens (memory.tokens.approx_tokens), after every append",
                          seen=describe(window), todo=8)
         if not window or window[0].id != system.id:
-            raise Breach("pinned", f"after {where}, the pinned system message is not first in the window",
-                         expected="the system message first, never evicted", seen=describe(window), todo=8)
+            raise Breach("pinned", f"after {where}, the pinned system message ({system.id}) is not first in the "
+                         "window", expected="the newest pinned system message first, never evicted (a later one "
+                         "replaces it)", seen=describe(window), todo=7 if replaced is not None else 8)
         for m in window:
             if m.role == "tool" and not any(m.tool_call_id in {c.id for c in w.tool_calls} for w in window):
                 raise Breach("split", f"after {where}, the window holds tool result {m.id} without its call "
@@ -220,23 +322,32 @@ def play(memory_cls: Any, budget: int, appends: int, seed: int) -> dict[str, Any
                          expected="whole blocks evicted oldest first: the window keeps the newest blocks that fit",
                          seen=describe(window), todo=8)
         left = [m.id for m in before if m.id not in ids]
-        arriving = blocks.get(number) if number > 0 else None
+        arriving = blocks.get(number) if number > 0 and not repeat else None
         went = [b for b in blocks.values() if b is not arriving and any(m.id in left for m in b.messages)]
         if arriving is not None and arriving.refused and went:
             raise Breach("too-much", f"after {where}, {went[0].messages[0].id} was evicted for a block too large "
                          f"to keep ({arriving.tokens()} tokens, more than the {room} the budget leaves)",
                          expected="a block too large to keep goes alone, at once: nothing older goes for it",
                          seen=describe(window), todo=8)
-        if went and total + went[-1].tokens() <= budget:
-            raise Breach("too-much", f"after {where}, {went[-1].messages[0].id} ({went[-1].tokens()} tokens) "
+        # The last block evicted (oldest first: the newest of those that went, the arriving one's round included
+        # when it went for the budget) must have been needed: put back, it would not fit.
+        evicted_blocks = [b for b in blocks.values() if any(m.id in left for m in b.messages)
+                          or (b is arriving and late_of is None and not b.refused and message.id not in ids)]
+        last = evicted_blocks[-1] if evicted_blocks else None
+        if last is not None and total + last.tokens() <= budget:
+            raise Breach("too-much", f"after {where}, {last.messages[0].id} ({last.tokens()} tokens) "
                          f"was evicted although it fits: the window holds {total} of {budget}",
                          expected="blocks evicted only while the window is over the budget",
                          seen=describe(window), todo=8)
         said = list(returned or [])
         arrived_and_went = [] if repeat or message.id in ids else [message.id]
         if sorted(said) != sorted(left + arrived_and_went):
+            missing = sorted(set(left + arrived_and_went) - set(said))
+            extra = sorted(set(said) - set(left + arrived_and_went))
             raise Breach("returned", f"after {where}, append returned {said[:6]} but "
-                         f"{sorted(left + arrived_and_went)[:6]} left the window",
+                         f"{sorted(left + arrived_and_went)[:6]} left the window"
+                         + (f"; not returned: {missing[:6]}" if missing else "")
+                         + (f"; returned but still there (or never in): {extra[:6]}" if extra else ""),
                          expected="append returns the ids it evicted, the arriving one included if it went",
                          seen=f"returned {said[:6]}", todo=8)
         gone.update(left + arrived_and_went)

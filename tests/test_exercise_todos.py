@@ -29,13 +29,14 @@ def normalised(text: str) -> str:
 
 
 def todo_comments(path: Path) -> dict[int, str]:
-    """Each TODO block's comment text, markers and ``#`` removed, whitespace-normalised."""
+    """Each TODO's comment text, markers and ``#`` removed, whitespace-normalised; a TODO of several blocks
+    (TODO 1: what a COMMIT promises, in open_record, and the run's row, in start) is read whole."""
     comments: dict[int, str] = {}
     number: int | None = None
     for line in path.read_text().splitlines():
         if (start := TODO.match(line)) is not None:
             number = int(start.group(1))
-            comments[number] = line.split(":", 1)[1]
+            comments[number] = (comments.get(number, "") + " " + line.split(":", 1)[1]).strip()
             continue
         if END.match(line):
             number = None
@@ -113,3 +114,19 @@ def test_the_check_catches_a_todo_that_dictates(tmp_path):
     lines = added_lines(solution, practice)
     assert lines == ["await run_steps(conn, inputs, start_at=current)"]
     assert dictated(lines[0], todo_comments(practice)[1]) is not None
+
+
+def test_every_block_of_a_todo_is_read(tmp_path):
+    """A TODO of two blocks: the second block's comment is checked as the first one's is."""
+    (tmp_path / "practice").mkdir()
+    (tmp_path / "solution").mkdir()
+    (tmp_path / "practice" / "flow.py").write_text(
+        "def f():\n    # TODO 1 (exercise 1): part 1 of 2, say what must hold\n    # END TODO 1\n    pass\n\n\n"
+        "def g():\n    # TODO 1 (exercise 1): part 2 of 2, `conn.execute(\"PRAGMA foo=1\")`\n    # END TODO 1\n"
+        "    pass\n")
+    (tmp_path / "solution" / "flow.py").write_text(
+        "def f():\n    pass\n\n\ndef g():\n    conn.execute(\"PRAGMA foo=1\")\n    pass\n")
+    practice, solution = tmp_path / "practice" / "flow.py", tmp_path / "solution" / "flow.py"
+    comment = todo_comments(practice)[1]
+    assert comment.startswith("part 1 of 2, say what must hold") and "part 2 of 2" in comment, comment
+    assert dictated(added_lines(solution, practice)[0], comment) is not None

@@ -102,6 +102,7 @@ class WrongAnswer:
     message: tuple[str, ...]  # what the grader must say
     file: str = "flow.py"
     also: tuple[str, str] | None = None  # a second (old, new) of the same change, when it moves code
+    exit: int = 1  # 3: the program died of its own exception, and the grader names the lesson's mistake above it
 
 
 ADVANCE = '''        with transaction(conn):
@@ -140,6 +141,20 @@ WRONG_ANSWERS = [
         message=("the run advanced before the step's result was recorded", "killed right after the program's commit",
                  "TODO 2 (exercise 1)")),
     WrongAnswer(
+        "the run's row written with its first result", 1, 1,
+        old="            with transaction(conn):\n"
+            '                conn.execute("INSERT INTO runs (run_id, task, email, status, current_step) "\n'
+            "                             \"VALUES (?, ?, ?, 'running', ?)\", (run_id, task, email, NAMES[0]))\n",
+        new='            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():\n'
+            "                raise sqlite3.IntegrityError(run_id)  # the run's row comes with its first result\n",
+        also=('            conn.execute("INSERT INTO steps VALUES (?, ?, ?)"',
+              '            conn.execute("INSERT OR IGNORE INTO runs (run_id, task, email, status, current_step) "\n'
+              "                         \"VALUES (?, ?, ?, 'running', ?)\",\n"
+              "                         (inputs.run_id, inputs.task, inputs.email, name))\n"
+              '            conn.execute("INSERT INTO steps VALUES (?, ?, ?)"'),
+        message=("(killed as draft began, no result yet recorded before)", "create the run's row",
+                 "TODO 1 (exercise 1)")),
+    WrongAnswer(
         "records the intent after sending, not before", 2, 2,
         old=INTENT + '        say(f"step {name} started: run {inputs.run_id}")\n' + CALL,
         new='        say(f"step {name} started: run {inputs.run_id}")\n' + CALL
@@ -165,11 +180,32 @@ WRONG_ANSWERS = [
             "    try:\n        await run_steps(",
         message=("resume sent a request not built from the record", "is not the recorded draft's",
                  "TODO 5 (exercise 3)")),
+    WrongAnswer(
+        "resume starts over at draft, the recorded results overwritten", 3, 3,
+        old="        await run_steps(conn, inputs, results, deps, start_at=current_step)\n",
+        new="        await run_steps(conn, inputs, results, deps)\n",
+        also=('"INSERT INTO steps VALUES', '"INSERT OR REPLACE INTO steps VALUES'),
+        message=("the model wrote 2 drafts for run", "which needed one: the resume ran draft again",
+                 "(Draft 2 of the grader", "(Draft 1 of the grader", "TODO 6 (exercise 3)")),
+    WrongAnswer(
+        "resume continues one step past the recorded one", 3, 3, exit=3,
+        old="        await run_steps(conn, inputs, results, deps, start_at=current_step)\n",
+        new="        after = NAMES[min(NAMES.index(current_step) + 1, len(NAMES) - 1)]  # the step after the last one\n"
+            "        await run_steps(conn, inputs, results, deps, start_at=after)\n",
+        message=("died looking up the result of draft (KeyError: 'draft'): resume did not start at current_step",
+                 "TODO 6 (exercise 3)", "Traceback (most recent call last)")),
+    WrongAnswer(
+        "resume runs a completed run again", 3, 3,
+        old='    if status != "running":\n'
+            '        say(f"run {run_id} is {status}: nothing to resume")\n        return 0\n',
+        new="",
+        also=("start_at=current_step)", 'start_at=current_step or "draft")'),
+        message=("already completed, ran it again", "a completed run has no current step", "TODO 5 (exercise 3)")),
     # exercise 4: the memory's rule, and its place in the flow
     WrongAnswer(
         "a tool result is a block of its own (a round split)", 4, 4, file="bounded_memory.py",
-        old='        if message.role == "tool":\n            if message.tool_call_id in self.dropped_calls:',
-        new="        if False:\n            if message.tool_call_id in self.dropped_calls:",
+        old='        elif message.role == "tool":\n            if message.tool_call_id in self.dropped_calls:',
+        new="        elif False:\n            if message.tool_call_id in self.dropped_calls:",
         message=("a tool call and its results were split", "TODO 7 (exercise 4) in bounded_memory.py")),
     WrongAnswer(
         "evicts everything older for a message too large to keep", 4, 4, file="bounded_memory.py",
@@ -182,6 +218,27 @@ WRONG_ANSWERS = [
         old="            oldest = self.blocks.pop(0)\n", new="            oldest = self.blocks.pop()\n",
         message=("but a newer block went", "whole blocks evicted oldest first",
                  "TODO 8 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "a late result of an evicted round kept on its own", 4, 4, file="bounded_memory.py",
+        old="            if message.tool_call_id in self.dropped_calls:\n                return [message.id]\n",
+        new="            if message.tool_call_id in self.dropped_calls:\n"
+            "                self.blocks.append([message])  # its call is gone: it stands alone\n"
+            "                return []\n",
+        message=("had already been evicted: a result kept without its call", "evicted on arrival",
+                 "TODO 7 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "a larger system message replaces the first and evicts nothing", 4, 4, file="bounded_memory.py",
+        old="            self.system = message\n"
+            "            block: list[Message] = []  # in no block: it is never evicted\n",
+        new="            self.system = message\n            return evicted\n",
+        message=("a larger system message replacing sys", "a pinned message evicts the rest down to the budget",
+                 "TODO 8 (exercise 4) in bounded_memory.py")),
+    WrongAnswer(
+        "a pinned message as large as the budget accepted", 4, 4, file="bounded_memory.py",
+        old="        if message.pinned and self.count(message) >= self.max_tokens:",
+        new="        if message.pinned and self.count(message) > self.max_tokens:",
+        message=("which leaves no room under the budget of 300, was accepted", "refused with ValueError",
+                 "TODO 7 (exercise 4) in bounded_memory.py")),
     WrongAnswer(
         "builds on the lab's finished window", 4, 4, file="bounded_memory.py",
         old="from memory.messages import Message\n",
@@ -233,8 +290,49 @@ WRONG_ANSWERS = [
         new="        try:\n            if name in EFFECTS and attempts >= 3:  # three tries are enough\n"
             '                raise PermanentError(f"gave up after {attempts} attempts")\n'
             "            results[name] = asdict(await call_step(",
-        message=("killed 3 times in a row with no error anywhere, did not complete: it is failed",
+        message=("killed right after the provider took its email three times in a row, resumed after each kill",
+                 "resume 3, the one left to finish, exited 1", "the run is failed, not completed",
                  "a crash spends no retry budget", "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "counts a crash as an error (two attempts at most)", 5, 5,
+        old="        try:\n            results[name] = asdict(await call_step(",
+        new="        try:\n            if name in EFFECTS and attempts >= 2:  # a second failure ends it\n"
+            '                raise PermanentError(f"gave up after {attempts} attempts")\n'
+            "            results[name] = asdict(await call_step(",
+        message=("killed right after the provider took its email 2 time(s) of the check's three",
+                 "resume 2 (where kill 3 was armed) exited 1 before the email went out again",
+                 "the run is failed, not completed", "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "five tries half a second apart, failing with 'retry budget of 2 s spent'", 5, 5,
+        old="            if time.monotonic() - began + delay > budget:\n"
+            '                raise PermanentError(f"retry budget of {budget:g} s spent; last error: {err}") from None\n'
+            '            say(f"step {name}: {err}; trying again in {delay:.1f} s")\n'
+            "            await asyncio.sleep(delay)\n",
+        new="            if delay > 1.6:  # five tries: two seconds\n"
+            '                raise PermanentError(f"retry budget of 2 s spent; last error: {err}") from None\n'
+            '            say(f"step {name}: {err}; trying again in 0.5 s")\n'
+            "            await asyncio.sleep(0.5)\n",
+        message=("s after its first request, well within its 7 s budget", "the budget is time, not a number of tries",
+                 "requests for at least 3.25 s", "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "the spent budget's error names another budget", 5, 5,
+        old='raise PermanentError(f"retry budget of {budget:g} s spent; last error: {err}")',
+        new='raise PermanentError(f"retry budget of 900 s spent; last error: {err}")',
+        message=("spent a retry budget of 2 s, but its error does not give those seconds",
+                 "retry budget of 900 s spent",
+                 "TODO 12 (exercise 5)")),
+    WrongAnswer(
+        "the failed state recorded, the run stopped quietly (exit 0)", 5, 5,
+        old='            raise RunFailed(f"run {inputs.run_id} failed at step {name}: {err}") from None\n',
+        new="            return  # the run is over: failed, recorded\n",
+        message=("was recorded failed after a hard bounce, but the process exited 0",
+                 "exit 1: a run that ended failed says so", "TODO 11 (exercise 5)")),
+    WrongAnswer(
+        "the failed run's current step cleared", 5, 5,
+        old="\"UPDATE runs SET status = 'failed', error = ? WHERE run_id = ?\"",
+        new="\"UPDATE runs SET status = 'failed', error = ?, current_step = NULL WHERE run_id = ?\"",
+        message=("names send_confirmation, but its record says it is at step None",
+                 "a failed run stays at the step that failed", "TODO 11 (exercise 5)")),
     # exercise 6: the activities
     WrongAnswer(
         "a new key on every attempt of the activity", 6, 6, file="agent_activities.py",
@@ -250,6 +348,11 @@ WRONG_ANSWERS = [
         old='    @activity.defn(name="send_confirmation")\n', new='    @activity.defn(name="send_email")\n',
         message=("the workflow runs an activity named send_confirmation, and the worker has none by that name",
                  "TODO 14 (exercise 6) in agent_activities.py")),
+    WrongAnswer(
+        "a ten-minute start-to-close timeout: the killed attempt waits", 6, 6, file="agent_workflow.py",
+        old="STEP_TIMEOUT = timedelta(seconds=5)\n", new="STEP_TIMEOUT = timedelta(minutes=10)  # plenty\n",
+        message=("it is waiting for the timeout of activity", "start-to-close timeout of 600 s",
+                 "TODO 13 (exercise 6) in agent_workflow.py")),
     WrongAnswer(
         "no retries: a killed worker's attempt is never tried again", 6, 6, file="agent_workflow.py",
         old="                      maximum_attempts=10,", new="                      maximum_attempts=1,",
@@ -279,6 +382,12 @@ WRONG_ANSWERS = [
               '        if not conn.execute("SELECT 1 FROM turns WHERE run_id = ? AND turn = ?", (inputs.run_id, n))'
               ".fetchone():\n"
               "            record_turn(conn, inputs.run_id, turns[n])  # the turn, once its calls are done\n")),
+    WrongAnswer(
+        "a key from the run and the call, without the turn", 7, 7, file="agent_loop.py",
+        old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
+        new='    return f"{KEY_PREFIX}/{run_id}/call-{index}-{digest}"  # the run and the call\n',
+        message=("turn 1's call 0 (lookup_order) and turn 2's call 0 (issue_refund)", "were sent under one key",
+                 "TODO 17 (exercise 7) in agent_loop.py")),
     WrongAnswer(
         "the model's call id trusted raw in the key", 7, 7, file="agent_loop.py",
         old='    return f"{KEY_PREFIX}/{run_id}/turn-{turn}/call-{index}-{digest}"\n',
@@ -319,9 +428,31 @@ def test_a_wrong_answer_fails_with_its_own_message(wrong, tmp_path):
         changed = changed.replace(*wrong.also)
     (tmp_path / wrong.file).write_text(changed)
     done = grade(wrong.exercise, tmp_path, "--only", str(wrong.check))
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == wrong.exit, done.stdout
     for needle in wrong.message:
         assert needle in done.stdout, f"{wrong.name}: expected {needle!r} in:\n{done.stdout}"
+
+
+# A right answer written another way passes: the grader holds the README's contract, not the solution's code.
+RIGHT_ANSWERS = [
+    WrongAnswer(  # the README's schedule: pauses from about 0.2 s (at most 0.5 s), doubling
+        "a doubling that starts at 0.3 s", 5, 5,
+        old="    began, delay = time.monotonic(), 0.2\n", new="    began, delay = time.monotonic(), 0.3\n",
+        message=("every check passed",)),
+]
+
+
+@pytest.mark.parametrize("right", RIGHT_ANSWERS, ids=[r.name for r in RIGHT_ANSWERS])
+def test_a_right_answer_written_otherwise_passes(right, tmp_path):
+    for path in (FOLDERS[right.exercise] / "solution").glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    solution = (tmp_path / right.file).read_text()
+    assert solution.count(right.old) == 1, f"{right.name}: the solution no longer has the code this answer changes"
+    (tmp_path / right.file).write_text(solution.replace(right.old, right.new))
+    done = grade(right.exercise, tmp_path, "--only", str(right.check))
+    assert done.returncode == 0, done.stdout
+    for needle in right.message:
+        assert needle in done.stdout, f"{right.name}: expected {needle!r} in:\n{done.stdout}"
 
 
 # ---------------------------------------------------------------- the track holds together
@@ -376,7 +507,11 @@ def test_each_practice_is_the_previous_solution_plus_its_todos():
         for path in sorted(practice.glob("*.py")):
             _, blocks = code_lines(path)
             assert {exercise for _, exercise, _, _ in blocks} <= {n}, f"{path}: a TODO names another exercise"
-            todos += [number for number, _, _, _ in blocks]
+            # A TODO may take several blocks of one file (TODO 1: what a COMMIT promises, in open_record, and the
+            # run's row, in start): its number counts once, and its blocks stay in that file.
+            numbers = sorted({number for number, _, _, _ in blocks})
+            assert not set(numbers) & set(todos), f"{path}: a TODO's blocks are spread over files"
+            todos += numbers
             # The solution answers exactly the TODOs: outside them, it is the practice.
             assert differences_outside_todos(solution / path.name, path) == [], path
             assert "# TODO" not in (solution / path.name).read_text(), solution / path.name

@@ -7,7 +7,8 @@ This is the lesson's "before" (lesson/in_memory.py): the lab's three step
 functions (steps/flow.py) run in order against the provider, and which steps
 are done lives only in ``results``, a dict that dies with the process. Make
 the run record in SQLite (``SCHEMA``, at the path in ``RECORD_DB``) hold it:
-the run, its current step, and each completed step's result (TODO 1, TODO 2).
+the run, its current step, and each completed step's result, each commit on the
+disk when it returns (TODO 1, TODO 2).
 
 Check: ``python -m grader.grade 1`` (exercises/01-run-record/README.md).
 """
@@ -72,7 +73,14 @@ def open_record() -> sqlite3.Connection:
     os.makedirs(os.path.dirname(RECORD_DB) or ".", exist_ok=True)
     conn = sqlite3.connect(RECORD_DB, isolation_level=None)  # no hidden transactions: you write them
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")  # COMMIT returns once the write is on disk
+    # TODO 1 (exercise 1): part 1 of 2, what a COMMIT of this record promises. Once a commit returns,
+    #   the program goes on as if what it wrote were safe: it runs the next step, the next step sends an
+    #   email. So a commit must be on the disk when it returns, and survive a power cut, not only a kill:
+    #   a killed process leaves its writes in the kernel's page cache, which reaches the disk anyway,
+    #   while a machine that loses power loses every write that was never synced. SQLite lets each
+    #   connection choose how long a COMMIT waits for the disk, and its default depends on how it was
+    #   built: choose, for every connection this program opens, and say why in a comment.
+    # END TODO 1
     conn.executescript(SCHEMA)
     return conn
 
@@ -134,9 +142,9 @@ async def start(run_id: str, task: str, email: str) -> int:
     conn, deps = open_record(), make_deps()
     inputs = RunInputs(run_id=run_id, task=task, email=email, conversation_id=email)  # a customer's conversation
     try:
-        # TODO 1 (exercise 1): the run must exist in the record, durably, before its first step can
-        #   do anything: a kill during the first step must leave a run that resume can find, at that
-        #   step. A run id already in the record is left untouched: say so, and exit 2.
+        # TODO 1 (exercise 1): part 2 of 2, the run must exist in the record, durably, before its first
+        #   step can do anything: a kill during the first step must leave a run that resume can find, at
+        #   that step. A run id already in the record is left untouched: say so, and exit 2.
         # END TODO 1
         await run_steps(conn, inputs, {}, deps)
         say(f"run {run_id}: completed")

@@ -69,7 +69,7 @@ def open_record() -> sqlite3.Connection:
     os.makedirs(os.path.dirname(RECORD_DB) or ".", exist_ok=True)
     conn = sqlite3.connect(RECORD_DB, isolation_level=None)  # no hidden transactions: you write them
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")  # COMMIT returns once the write is on disk
+    conn.execute("PRAGMA synchronous=FULL")  # a COMMIT returns once its write is on the disk: a power cut keeps it
     conn.executescript(SCHEMA)
     return conn
 

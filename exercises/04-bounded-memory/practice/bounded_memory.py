@@ -6,10 +6,14 @@ grader checks it after every append), in ``append`` (TODO 7, TODO 8):
 
 1. the window (the pinned system message and every kept message) counts at
    most ``max_tokens``, each message counted by ``memory.tokens.approx_tokens``;
-2. a pinned system message stays first and is never evicted;
+2. a pinned system message stays first and is never evicted; a later one
+   replaces it (the old one leaves, its id returned), evicting blocks as
+   rule 4 says; one that would leave no room for anything else is refused
+   (``ValueError``), the memory left as it was;
 3. a tool call and the results that answer it are one block, kept or evicted
    whole; every other message is a block of its own;
 4. to get back within the budget, whole blocks go, oldest first; nothing else;
+   a result arriving after its round went goes on arrival;
 5. a block too large to keep on its own goes at once (also when a result
    pushes its round over), and nothing older goes for it; results of its
    calls that arrive later go on arrival;
@@ -49,21 +53,22 @@ class BoundedMemory:
         """Add ``message``; return the ids this append evicted (the message itself when it cannot stay)."""
         if message.id in self.seen:
             return []
+        # TODO 7 (exercise 4): where the message goes (rules 2 and 3). A pinned system message is the
+        #   window's first message and never leaves; a later one replaces it (the old one leaves the window
+        #   and counts as evicted), and one that would leave no room under the budget for anything else is
+        #   refused with a ValueError, the memory left as it was (the lab's rule: memory/window.py, `pin`).
+        #   A tool result belongs to the block of the message that holds its call, and a result whose call
+        #   was already evicted never enters the window (it counts as evicted at once). Every other message
+        #   starts a block of its own. Every id that gets in is remembered, for rule 6.
         self.seen.add(message.id)
-        if message.pinned:
-            self.system = message
-            return []
-        # TODO 7 (exercise 4): a tool call and its results live and die together (rule 3): a tool
-        #   result belongs to the block of the message that holds its call, and a result whose call was
-        #   already evicted never enters the window (it counts as evicted at once). Every other message
-        #   starts a block of its own.
         block = [message]
         self.blocks.append(block)
         # END TODO 7
         # TODO 8 (exercise 4): after every append the window fits its token budget, and what leaves
         #   is whole blocks, oldest first (rule 4), their ids returned. The system message counts and
-        #   stays. A block that could not fit even alone leaves at once, and nothing older leaves for
-        #   it. A departing block's calls are remembered, so that their late results leave too.
+        #   stays: a larger one arriving makes older blocks leave. A block that could not fit even alone
+        #   leaves at once, and nothing older leaves for it. A departing block's calls are remembered, so
+        #   that their late results leave too.
         return []
         # END TODO 8
 

@@ -4,10 +4,14 @@ The rule (README.md states it; the grader checks it after every append):
 
 1. the window (the pinned system message and every kept message) counts at
    most ``max_tokens``, each message counted by ``memory.tokens.approx_tokens``;
-2. a pinned system message stays first and is never evicted;
+2. a pinned system message stays first and is never evicted; a later one
+   replaces it (the old one leaves, its id returned), evicting blocks as
+   rule 4 says; one that would leave no room for anything else is refused
+   (``ValueError``), the memory left as it was;
 3. a tool call and the results that answer it are one block, kept or evicted
    whole; every other message is a block of its own;
 4. to get back within the budget, whole blocks go, oldest first; nothing else;
+   a result arriving after its round went goes on arrival;
 5. a block too large to keep on its own goes at once (also when a result
    pushes its round over), and nothing older goes for it; results of its
    calls that arrive later go on arrival;
@@ -46,11 +50,17 @@ class BoundedMemory:
         """Add ``message``; return the ids this append evicted (the message itself when it cannot stay)."""
         if message.id in self.seen:
             return []
+        if message.pinned and self.count(message) >= self.max_tokens:  # no room left: refused, nothing changed
+            raise ValueError(f"pinned message {message.id!r} counts {self.count(message)} tokens and would leave no "
+                             f"room under the budget of {self.max_tokens}: shorten it or raise the budget")
         self.seen.add(message.id)
+        evicted: list[str] = []
         if message.pinned:
+            if self.system is not None:  # replaced: the old one leaves the window
+                evicted.append(self.system.id)
             self.system = message
-            return []
-        if message.role == "tool":
+            block: list[Message] = []  # in no block: it is never evicted
+        elif message.role == "tool":
             if message.tool_call_id in self.dropped_calls:
                 return [message.id]
             blocks = [b for b in self.blocks if message.tool_call_id in {c.id for c in b[0].tool_calls}]
@@ -66,7 +76,6 @@ class BoundedMemory:
             self.blocks.remove(block)
             self.dropped_calls.update(c.id for c in block[0].tool_calls)
             return [m.id for m in block]
-        evicted: list[str] = []
         while self.tokens() > self.max_tokens:
             oldest = self.blocks.pop(0)
             self.dropped_calls.update(c.id for c in oldest[0].tool_calls)
