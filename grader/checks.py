@@ -104,7 +104,7 @@ def expect_position(record: Record, run: Run, done: tuple[str, ...], why: str) -
             raise Failed(f"the recorded result of {step} for run {run.run_id} is not a JSON object",
                          expected=f"`steps.result` of {step}: the step's result as JSON, e.g. json.dumps(result)",
                          seen=f"{record.steps[step][:200]!r}",
-                         look_at=todo(2, "store json.dumps(results[name])"))
+                         look_at=todo(2, "the row keeps the result the step returned, readable back as it was"))
 
 
 def expect_results_true(h: Harness, run: Run, record: Record) -> None:
@@ -273,7 +273,7 @@ def expect_intent(run: Run, record: Record, step: str, applied: list) -> None:
             f"the intent recorded for {step} of run {run.run_id} is not the request the provider applied",
             expected=f"`intents.request`: the request as JSON, with {', '.join(fields)} as sent",
             seen=f"{str(sent['request'])[:200]!r}",
-            look_at=todo(4, "record json.dumps(asdict(request)), the request the step sends"))
+            look_at=todo(4, "the intent keeps the whole request the step sends, its key included"))
     if step in record.steps:
         raise Failed(f"the record holds a result for {step} although the process died before the step returned",
                      expected="no result until the step returned", seen=record.describe(),
@@ -382,7 +382,7 @@ def resume_and_judge(h: Harness, run: Run, killed_at: str, next_kill: str | None
             f"{'its' if len(again) == 1 else 'their'} result",
             expected=f"resume to start at the recorded step, {step}, and run nothing before it",
             seen=_executions(before, after),
-            look_at=todo(6, "continue at current_step (start_at=current_step), with the recorded results"))
+            look_at=todo(6, "go on at the step the record says is next, with the recorded results"))
     expected_ran = [s for s in reached(next_kill) if s not in done_before]
     skipped = [s for s in expected_ran if s not in ran]
     if skipped:
@@ -391,7 +391,7 @@ def resume_and_judge(h: Harness, run: Run, killed_at: str, next_kill: str | None
             f"resume did not run {', '.join(skipped)} for run {run.run_id} ({context}); it exited {outcome.code}",
             expected=f"resume to continue at the recorded step, {step}",
             seen=f"{_executions(before, after)}; its last lines: {outcome.last_lines()}",
-            look_at=todo(5, "read the run back") + "; " + todo(6, "continue at current_step"))
+            look_at=todo(5, "read the run back") + "; " + todo(6, "go on at the step the record says is next"))
     if next_kill is None:
         expect_completed(h, outcome, "`python flow.py resume`")
     else:
@@ -492,7 +492,7 @@ def expect_done(h: Harness, run: Run) -> None:
                          look_at=todo(3, "one key per step of a run"))
     if seen.drafts != 1:
         raise Failed(f"the model drafted {seen.drafts} times for run {run.run_id}", expected="once",
-                     seen=f"{seen.drafts} draft calls", look_at=todo(6, "continue at current_step"))
+                     seen=f"{seen.drafts} draft calls", look_at=todo(6, "go on at the step the record says is next"))
 
 
 # ---------------------------------------------------------------- check 4
@@ -543,7 +543,8 @@ def memory_in_the_flow(h: Harness) -> str:
                      expected=f"messages {first.run_id}/task and {first.run_id}/reply in MEMORY_FILE, conversation "
                               f"{customer}", seen=f"ids there: {sorted(kept) or 'none'}",
                      look_at=todo(10, "remember the exchange once the run is complete") + "; and "
-                             + todo(9, "deps.remember must be bounded_memory.remember, or it goes nowhere"))
+                             + todo(9, "what a run appends must reach the memory you wrote, or the next draft sees "
+                                     "nothing of it"))
     expect_killed(h, h.start(second, crash_at="record_outcome:before"), "as step record_outcome began")
     prompt = h.model.calls(second.task)[0].messages if h.model.calls(second.task) else []
     said = " ".join(str(m.get("content") or "") for m in prompt)
@@ -552,7 +553,7 @@ def memory_in_the_flow(h: Harness) -> str:
         raise Failed(f"the draft of run {second.run_id} was not given the customer's earlier exchange",
                      expected=f"run {first.run_id}'s task and reply among the draft prompt's messages",
                      seen=f"the model got {len(prompt)} message(s): {[m.get('role') for m in prompt]}",
-                     look_at=todo(9, "point deps.context at bounded_memory.context"))
+                     look_at=todo(9, "the draft's prompt must be fed from the memory you wrote"))
     h.wipe_memory()
     resume_and_judge(h, second, "record_outcome:before", None)
     expect_done(h, second)
@@ -598,7 +599,8 @@ def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons:
             seen=f"{record.describe()}; the process exited {outcome.code}"
                  + (f" with an exception: {died.traceback.splitlines()[-1]}" if died else
                     f"; its last lines: {outcome.last_lines()}"),
-            look_at=todo(11, "catch the step's error, record the run failed, raise RunFailed"))
+            look_at=todo(11, "a step that fails for good ends the run: failed, recorded, naming the step "
+                                 "and the reason"))
     # An idempotency key (agentlab/<run>/<step>) inside the step's own error text does not name the step.
     if step not in re.sub(rf"\S*/{re.escape(run.run_id)}/\S*", "<key>", error):
         raise Failed(f"the failed run {run.run_id} does not say which step failed",
@@ -640,7 +642,8 @@ def check_terminal(h: Harness) -> list[str]:
             raise Failed(f"the provider got {requests} requests for run {run.run_id}'s email, a hard bounce (422 "
                          "recipient_rejected): a permanent error was retried",
                          expected="one request: retrying the same request cannot help", seen=f"{requests} requests",
-                         look_at=todo(12, "retry only a TransientError; a PermanentError ends the step at once"))
+                         look_at=todo(12, "only a transient failure is tried again; a permanent one fails the step at "
+                                          "once"))
         error = expect_failed(h, run, outcome, "send_confirmation", reasons=("rejected",), why="a hard bounce")
         return f"a hard bounce: one request, the run failed at once: {error[:90]}..."
 
@@ -655,7 +658,7 @@ def check_terminal(h: Harness) -> list[str]:
                          expected="the step retried: three requests, one email, the run completed",
                          seen=f"{h.witnesses(run).requests('send_confirmation')} request(s); "
                               f"{h.record(run).describe()}",
-                         look_at=todo(12, "a TransientError is retried within the budget"))
+                         look_at=todo(12, "a transient failure is tried again within the budget"))
         return (f"two 503s, then the provider back: {h.witnesses(run).requests('send_confirmation')} requests, "
                 "one email, completed")
 
@@ -675,7 +678,7 @@ def check_terminal(h: Harness) -> list[str]:
         if requests < 2:
             raise Failed(f"run {run.run_id} gave up on a 503 without retrying it",
                          expected="several requests within the budget", seen=f"{requests} request(s); error {error!r}",
-                         look_at=todo(12, "retry a TransientError within the budget"))
+                         look_at=todo(12, "a transient failure is tried again within the budget"))
         # The provider's clock, not the learner's: from the first request to the last. The README's schedule
         # (pauses doubling from about 0.2 s, none that would end past the budget) spans 1.4 s of a 2 s budget and
         # 6.2 s of a 7 s one. Accepted: [earliest_give_up(b), b + LATE_SECONDS], i.e. [0.75, 2.5] s and
@@ -699,7 +702,8 @@ def check_terminal(h: Harness) -> list[str]:
         if "budget" not in error or "503" not in error:
             raise Failed(f"run {run.run_id} gave up when its budget was spent, but its error does not say so",
                          expected="an error naming the budget and the last error (the 503)", seen=f"error {error!r}",
-                         look_at=todo(12, "give up with a PermanentError naming the budget and the last error"))
+                         look_at=todo(12, "once the budget is spent, the step fails for good, saying the budget and "
+                                          "the last error"))
         if not states_seconds(error, budget, run.run_id):
             raise Failed(f"run {run.run_id} spent a retry budget of {budget:g} s, but its error does not give those "
                          "seconds", expected=f"`runs.error` stating the budget that was spent, {budget:g} s (the "

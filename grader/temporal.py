@@ -237,13 +237,13 @@ async def _check(h: Harness) -> list[str]:
                      f"{status.name.lower()}",
                      expected="the killed attempts retried by a new worker, the run completed",
                      seen=summary + (f"; task failure: {task_failure(events)}" if task_failure(events) else ""),
-                     look_at=todo(13, "a retry policy that retries a killed worker's attempt (RETRIES)"))
+                     look_at=todo(13, "a retry policy under which a killed worker's attempt is tried again"))
     again = [s for s in STEPS if scheduled[s] != 1 or completed[s] != 1]
     if again or seen.drafts != 1:
         raise Failed(f"a completed step of run {run.run_id} was executed again",
                      expected="each activity scheduled once and completed once; one draft at the model",
                      seen=f"{summary}; drafts at the model: {seen.drafts}",
-                     look_at=todo(13, "one execute_activity per step"))
+                     look_at=todo(13, "each step scheduled once as an activity, its result read back from the history"))
     if any(len(seen.applied(s)) != 1 for s in ("send_confirmation", "record_outcome")):
         raise Failed(f"run {run.run_id} completed without each effect applied once", expected="one email, one ticket",
                      seen=summary, look_at=todo(14, "both effects as activities"))
