@@ -170,13 +170,10 @@ def db_url(db: Path | SystemDb) -> str:
 
 def synchronous_from(env: Mapping[str, str] | None = None) -> str:
     """The system database's ``synchronous`` level: ``DBOSFLOW_SYNCHRONOUS``, EXTRA when unset."""
-    env = os.environ if env is None else env
-    raw = env.get(SYNCHRONOUS_ENV) or DEFAULT_SYNCHRONOUS
     try:
-        return sqlite.check_synchronous(raw)
-    except ValueError:
-        raise InputError(f"{SYNCHRONOUS_ENV}={raw!r} is not a synchronous level: use EXTRA (the default), or "
-                         "OFF, NORMAL or FULL to measure what the level changes") from None
+        return sqlite.synchronous_setting(os.environ if env is None else env, SYNCHRONOUS_ENV, DEFAULT_SYNCHRONOUS)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def sqlite_engine_kwargs(path: Path, synchronous: str) -> dict[str, Any]:

@@ -374,13 +374,10 @@ def db_path_from(flag: str | None, env: Mapping[str, str] | None = None) -> Path
 
 def synchronous_from_env(env: Mapping[str, str] | None = None) -> str:
     """The record's ``synchronous`` level: ``RUNRECORD_SYNCHRONOUS``, FULL when unset."""
-    env = os.environ if env is None else env
-    raw = env.get(SYNCHRONOUS_ENV) or DEFAULT_SYNCHRONOUS
     try:
-        return sqlite.check_synchronous(raw)
-    except ValueError:
-        raise SettingError(f"{SYNCHRONOUS_ENV}={raw!r} is not a synchronous level: use FULL (the default), "
-                          "or OFF, NORMAL or EXTRA to measure what the level changes") from None
+        return sqlite.synchronous_setting(os.environ if env is None else env, SYNCHRONOUS_ENV, DEFAULT_SYNCHRONOUS)
+    except ValueError as err:
+        raise SettingError(str(err)) from None
 
 
 def connect(path: str | os.PathLike, synchronous: str | None = None) -> sqlite3.Connection:

@@ -49,6 +49,7 @@ __all__ = [
     "SYNCHRONOUS_LEVELS",
     "Step",
     "check_synchronous",
+    "synchronous_setting",
     "configure",
     "connect",
     "migrate",
@@ -69,6 +70,18 @@ def check_synchronous(level: str) -> str:
     if level.upper() not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {level!r}")
     return level.upper()
+
+
+def synchronous_setting(env: Mapping[str, str], name: str, default: str) -> str:
+    """The ``synchronous`` level the environment variable ``name`` asks for (``default`` when unset), checked:
+    a ValueError saying what to give otherwise, which each caller raises as its own kind of bad setting."""
+    raw = env.get(name) or default
+    try:
+        return check_synchronous(raw)
+    except ValueError:
+        others = [level for level in ("OFF", "NORMAL", "FULL", "EXTRA") if level != default.upper()]
+        raise ValueError(f"{name}={raw!r} is not a synchronous level: use {default.upper()} (the default), or "
+                         f"{', '.join(others[:-1])} or {others[-1]} to measure what the level changes") from None
 
 
 def connect(

@@ -27,7 +27,7 @@ from typing import Any
 from memory import MemoryPolicy, Message, Store, append_or_warn, open_store, read_context
 from steps.limits import InputError
 from steps.ports import MemoryContext, MemoryWriter, Remembered
-from storage.sqlite import check_synchronous
+from storage.sqlite import synchronous_setting
 
 log = logging.getLogger("steps")
 
@@ -38,12 +38,10 @@ DEFAULT_MEMORY_SYNCHRONOUS = "FULL"
 
 
 def _synchronous(env: Mapping[str, str]) -> str:
-    raw = env.get("MEMORY_SYNCHRONOUS") or DEFAULT_MEMORY_SYNCHRONOUS
     try:
-        return check_synchronous(raw)
-    except ValueError:
-        raise InputError(f"MEMORY_SYNCHRONOUS={raw!r} is not a synchronous level: use FULL (the default), or "
-                         "OFF, NORMAL or EXTRA to measure what the level changes") from None
+        return synchronous_setting(env, "MEMORY_SYNCHRONOUS", DEFAULT_MEMORY_SYNCHRONOUS)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
