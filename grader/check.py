@@ -1,8 +1,9 @@
 """What a check is, to the grader: its number (the exercise it grades), what it shows, how to run it, how
 long it may take, and the learner's file that marks the exercise's folder.
 
-The checks of exercises 1-6 live in ``grader.checks`` (``grader.temporal`` for 6); from exercise 7 on, each
-exercise's check is a module of its own, ``grader/check_<name>.py``, that defines ``CHECK``.
+Each exercise's check is a module of its own, ``grader/check_<name>.py``, that defines ``CHECK``
+(``check_record`` 1, ``check_intents`` 2, ``check_resume`` 3, ``check_memory`` 4, ``check_terminal`` 5,
+``check_temporal`` 6, ``check_loop`` 7); what the record-track checks expect alike is ``grader.expect``.
 ``grader.registry`` finds them all.
 """
 

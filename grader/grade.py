@@ -14,7 +14,7 @@ check K alone.
 It starts its own provider (``python -m provider``) and model stand-in, runs
 the learner's program as real processes, kills them with SIGKILL at the
 lab's crash points and between its commits, and judges by what the provider
-and the model saw and what the record file holds (``grader.checks``). It
+and the model saw and what the record file holds (``grader/check_*.py``). It
 writes only into a work folder of its own (removed afterwards unless
 ``--keep``) and leaves nothing running.
 

@@ -5,7 +5,7 @@ in a process of its own, with the rule checked after every append.
 
 Prints one JSON object: ``{"ok": true, ...}`` with what was played, or
 ``{"ok": false, "rule": ..., "headline": ..., "expected": ..., "seen": ...,
-"todo": ...}`` for the first breach. The grader (``grader.checks``) turns it
+"todo": ...}`` for the first breach. The grader (``grader.check_memory``) turns it
 into its report. The learner's object is only called (``append``,
 ``window``); every judgement is made here from what those calls return,
 counted with the lab's counter (``memory.tokens.approx_tokens``).
