@@ -87,7 +87,7 @@ pictures: $(STAMP) $(CHROMIUM)
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser)
 test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT) postgresql
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 ## powercut: power cuts on every engine (DBOS on PostgreSQL too), placement, cut point, directory rule and sync level (~30 min); one table
 powercut: $(STAMP) $(FUSERMOUNT) postgresql

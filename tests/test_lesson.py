@@ -72,7 +72,7 @@ def test_lab_md_marks_enough_commands_and_follows_the_lesson_order():
     question = "A four-step job crashes after step two"
     assert question in text and question in (REPO / "exercises" / "03-resume" / "README.md").read_text()
     assert "must **not** send the email again" not in text
-    assert "it must not send the email again" in (REPO / "grader" / "grade.py").read_text()
+    assert "it must not send the email again" in (REPO / "grader" / "quick_check.py").read_text()
     for n in range(1, 7):  # every lab step points at its exercise and its check
         assert f"make grade N={n}" in text, n
 
