@@ -108,7 +108,7 @@ from lab.engines import (
     started_steps,
 )
 from lab.model_standin import start_model_standin
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import EffectRecord, ProviderClient, fetch_effects
 from steps.controls import printable
@@ -849,19 +849,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _on_postgres(config: LoopChaosConfig) -> int:
     """The session with DBOS's databases on PostgreSQL: a server of this command's own (``lab.postgres``, a
-    fresh data directory under .state/, removed at the end), a database per run, as the SQLite files are."""
+    fresh data directory from ``scratch_dir``, removed at the end), a database per run, as the SQLite files
+    are."""
     import dataclasses
     import shutil
 
-    from lab.postgres import Postgres, database_name
+    from lab.postgres import Postgres, database_name, scratch_dir
 
-    data = REPO / ".state" / f"loop-chaos-postgres-{os.getpid()}"
+    scratch = scratch_dir("loop-chaos-postgres-")
     try:
-        with Postgres(data) as server:
+        with Postgres(scratch / "data") as server:
             config = dataclasses.replace(config, dbos_database=lambda run_id: server.url(database_name("lc", run_id)))
             reports = asyncio.run(run_loop_chaos(config))
     finally:
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     print(summary(reports), flush=True)
     return 0 if all(r.ok for r in reports) else 1
 

@@ -2,8 +2,10 @@
 
 ``Postgres`` runs one cluster of its own:
 
-- **Its own data directory** (``.state/postgres`` unless told; the tests and the power cut give their own,
-  under ``.state/`` too), made by ``initdb`` on first start and reused afterwards. Trust authentication,
+- **Its own data directory** (``.state/postgres`` unless told; the tests, the loop's chaos and the power
+  cut give their own, throwaway, from ``scratch_dir``: outside the checkout, since the server's user must
+  reach it and a checkout may sit under a private folder), made by ``initdb`` on first start and reused
+  afterwards. Trust authentication,
   no locale (C), UTF-8.
 - **Its own port**: a free loopback port (``listen_addresses=127.0.0.1``), and its Unix socket in the data
   directory (``socket_dir`` elsewhere: a FUSE mount cannot hold a socket).
@@ -42,6 +44,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,6 +125,25 @@ def own(path: Path) -> None:
     uid, gid = _server_ids()
     os.chown(path, uid, gid)
     path.chmod(0o700)
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new, empty directory for a throwaway cluster (a test's, a chaos session's, the power-cut matrix's),
+    which the server's user can reach wherever the checkout is: made in the system's temporary directory
+    (``/tmp``, sticky and open to all; ``TMPDIR`` if that lets the user through), mode 0755, owned by the
+    caller. A checkout under a private parent (``mktemp -d`` makes 0700 folders; so is root's home on Debian)
+    cannot hold one: ``check_reachable`` refuses it. The caller removes it (``shutil.rmtree``) when done."""
+    for root in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/var/tmp")):
+        try:
+            check_reachable(Path(root) / "probe")
+        except PostgresUnavailable:
+            continue
+        made = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        made.chmod(0o755)
+        return made
+    raise PostgresUnavailable(
+        f"no temporary directory lets the {SERVER_USER} user through (tried {tempfile.gettempdir()}, /tmp and "
+        "/var/tmp): give others the right to pass (chmod o+x), or set TMPDIR to a directory that does")
 
 
 def initdb(data: Path, *, sync: bool = False) -> None:

@@ -201,24 +201,24 @@ def powercut_dir(tmp_path):
 
 @pytest.fixture(scope="session")
 def postgres():
-    """Debian's PostgreSQL as the project runs it (``lab.postgres.Postgres``): its own data directory under
-    .state/ (the ``postgres`` user must reach it, so not in pytest's private temporary directory), its own
-    port, stopped and removed after the session. A test gives DBOS a database of its own on it
+    """Debian's PostgreSQL as the project runs it (``lab.postgres.Postgres``): its own data directory from
+    ``lab.postgres.scratch_dir`` (the ``postgres`` user must reach it, so neither in pytest's private temporary
+    directory nor in a checkout that may sit under a private folder), its own port, stopped and removed after
+    the session. A test gives DBOS a database of its own on it
     (``postgres.url(name)``: DBOS creates it). Fails, saying what to install, where the server is missing
     (``make test`` installs Debian's postgresql)."""
     import shutil
 
-    from lab.postgres import Postgres
+    from lab.postgres import Postgres, scratch_dir
     from lab.postgres import unavailable as postgres_unavailable
-    from lab.processes import REPO
 
     why = postgres_unavailable()
     if why:
         pytest.fail(f"the PostgreSQL tests need Debian's postgresql: {why}")
-    data = REPO / ".state" / f"pytest-postgres-{uuid.uuid4().hex[:8]}"
-    server = Postgres(data)
+    scratch = scratch_dir("pytest-postgres-")
+    server = Postgres(scratch / "data")
     try:
         yield server.start()
     finally:
         server.stop()
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,9 +1,10 @@
 """PostgreSQL as the project runs it (``lab.postgres``), and DBOS's system database on it under a power cut.
 
-- The server the project starts runs as the ``postgres`` user from a data directory of its own (under
-  .state/, owned by that user, mode 0700), on its own port with its socket in the data directory;
-  ``kill()`` (what a power cut does) leaves none of its processes running, backends included, though each
-  is a session of its own, and so does ``stop()``; a start on the same directory keeps what was committed.
+- The server the project starts runs as the ``postgres`` user from a data directory of its own (from
+  ``lab.postgres.scratch_dir``, outside the checkout, which may sit under a private folder: owned by that
+  user, mode 0700), on its own port with its socket in the data directory; ``kill()`` (what a power cut
+  does) leaves none of its processes running, backends included, though each is a session of its own, and
+  so does ``stop()``; a start on the same directory keeps what was committed.
 - DBOS on PostgreSQL, cut by ``lab.powercut_matrix`` at the lab's defaults (``fsync=on``,
   ``synchronous_commit=on``), everything on one laptop, strict directory rule, right after step 2's output
   was recorded: nothing acknowledged is lost, and the run completes with each effect once. (The crash
@@ -14,11 +15,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 
 import pytest
 
-from lab.postgres import SERVER_USER, Postgres, alive, children_of, unavailable
+from lab.postgres import (
+    SERVER_USER,
+    Postgres,
+    PostgresUnavailable,
+    alive,
+    check_reachable,
+    children_of,
+    scratch_dir,
+    unavailable,
+)
 from lab.powercut import unmount_all_under
 from lab.processes import REPO
 
@@ -27,13 +36,13 @@ pytest.importorskip("dbos", reason="the dbos extra: pip install -e '.[dev]'")
 
 @pytest.fixture
 def state_dir():
-    """A directory under .state/ (the ``postgres`` user must reach it: pytest's own temporary directory is
-    private to root), unmounted and removed after the test."""
+    """A directory the ``postgres`` user can reach wherever the checkout is (``lab.postgres.scratch_dir``:
+    pytest's own temporary directory is private to root, and so may the checkout's parent be), unmounted and
+    removed after the test."""
     why = unavailable()
     if why:
         pytest.fail(f"the PostgreSQL tests need Debian's postgresql: {why}")
-    work = REPO / ".state" / f"pytest-pg-{uuid.uuid4().hex[:8]}"
-    work.mkdir(parents=True)
+    work = scratch_dir("pytest-pg-")
     try:
         yield work
     finally:
@@ -91,3 +100,20 @@ async def test_dbos_on_postgres_keeps_what_it_acknowledged_through_a_cut(state_d
     assert outcome.executed_again == [], outcome
     assert outcome.completed and outcome.effects_once(), outcome
     assert outcome.broken() == [], outcome.broken()
+
+
+def test_a_throwaway_cluster_is_made_where_the_server_user_can_reach_it(tmp_path):
+    """A checkout under a private folder (``mktemp -d`` makes 0700 ones, as root's home is) cannot hold the
+    tests' clusters: ``check_reachable`` refuses a path below it, and ``scratch_dir`` puts them elsewhere."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    if os.geteuid() == 0:  # as another user the server runs as that user, who owns the folder
+        with pytest.raises(PostgresUnavailable, match=r"chmod o\+x"):
+            check_reachable(private / "checkout" / ".state" / "data")
+    made = scratch_dir("pytest-pg-probe-")
+    try:
+        assert not made.is_relative_to(REPO) and not made.is_relative_to(tmp_path), made
+        assert made.stat().st_mode & 0o777 == 0o755 and list(made.iterdir()) == []
+        check_reachable(made / "data")
+    finally:
+        shutil.rmtree(made)
