@@ -85,9 +85,18 @@ ui-check: $(STAMP) $(CHROMIUM)
 pictures: $(STAMP) $(CHROMIUM)
 	$(PY) -m lesson.pictures
 
-## test: the whole suite against real processes (dev server, provider, workers, a browser)
+# The suite's budgets (tests/tiers.py prints the wall time and warns past them; a warning, not a failure).
+TEST_BUDGET ?= 1080
+FAST_BUDGET ?= 180
+
+## test: the whole suite against real processes (dev server, provider, workers, a browser), every tier
 test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT) postgresql
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --time-budget $(TEST_BUDGET)
+
+## test-fast: the tests that start nothing (no process, mount, database or browser), in under 3 minutes
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 --time-budget $(FAST_BUDGET) -m fast
 
 ## powercut: power cuts on every engine (DBOS on PostgreSQL too), placement, cut point, directory rule and sync level (~30 min); one table
 powercut: $(STAMP) $(FUSERMOUNT) postgresql

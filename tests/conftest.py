@@ -19,6 +19,9 @@ from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
 
+# The tiers (process, fuse, postgres, browser, soak, fast), the guard that holds them and the time budget.
+pytest_plugins = ("tests.tiers",)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_state_in_the_repo(tmp_path_factory):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import re
 
+import pytest
+
 from lab.import_graph import cycles, describe_cycle, edges, module_edges, units
 from lab.processes import REPO
 
@@ -64,6 +66,7 @@ def test_the_module_graph_sees_every_kind_of_import(tmp_path):
 TEMPORAL_SIDE = ("temporalio", "flowclient", "workflows", "activities")
 
 
+@pytest.mark.process
 def test_the_run_record_imports_nothing_of_temporal():
     """The engine that shows life without Temporal: no module of ``runrecord/`` imports the SDK or the
     project's Temporal side, at the top or inside a function (``compare`` hands over to ``lesson.compare``
@@ -163,6 +166,7 @@ def _assigned(path, name: str) -> bool:
     return False
 
 
+@pytest.mark.process
 def test_the_worker_shutdown_type_is_written_once_where_a_history_reader_can_import_it():
     """The failure type of an attempt its worker's shutdown cut short: one definition, in ``steps.errors``,
     which imports nothing, so ``flowclient.status`` reads histories without importing the activities;

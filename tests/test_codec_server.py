@@ -39,6 +39,8 @@ from lab.processes import (
 from payloadcodec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from tests.support import poll_until, wait_closed
 
+pytestmark = pytest.mark.process
+
 KEY = base64.b64encode(bytes(range(7, 39))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(50, 82))).decode()
 ENV = {"LAB_CODEC_KEY": KEY, "LAB_CODEC_KEY_ID": "ui-key"}
@@ -220,6 +222,7 @@ class Browser:
         return await poll_until(check, timeout=120, interval=0.5, what=f"{needle!r} in the DOM of {url}")
 
 
+@pytest.mark.browser
 async def test_the_ui_shows_encrypted_payloads_decrypted_through_the_codec_server(tmp_path, provider, task_queue,
                                                                                   run_id):
     browser = Browser()

@@ -258,6 +258,7 @@ def _compose_cli() -> list[str] | None:
     return None
 
 
+@pytest.mark.process
 def test_docker_compose_config_accepts_the_file():
     cli = _compose_cli()
     if cli is None:

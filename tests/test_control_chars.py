@@ -47,6 +47,7 @@ from steps.errors import PermanentError
 from steps.models import DraftRequest, RecordRequest, SendRequest
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import EMAIL, TASK, wait_closed
+from tests.tiers import starts
 from workflows.agent_flow import WORKFLOW_NAME, AgentFlow, FlowInput
 
 # What must never reach a terminal: C0 (newline aside), DEL, C1, bidi overrides and isolates.
@@ -355,6 +356,7 @@ def test_the_run_record_escapes_what_it_recorded_before_the_rule(tmp_path, provi
 
 
 @pytest.fixture(scope="module")
+@starts("process")
 def provider_url(tmp_path_factory):
     with ProviderProcess(tmp_path_factory.mktemp("ctl-provider") / "provider.db") as provider:
         yield provider.url

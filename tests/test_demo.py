@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from lab.processes import REPO
+
+pytestmark = pytest.mark.process
 
 
 def test_demo_kills_and_resumes_and_passes_its_checks(tmp_path):

@@ -345,6 +345,7 @@ async def test_repr_hides_credentials_in_the_url():
         await m.aclose()
 
 
+@pytest.mark.process
 def test_openai_is_imported_at_the_first_request_not_at_start():
     """Half a second of every process's start, for a client most processes never use (docs/benchmarks.md,
     bench_grader): building the model leaves ``openai`` unimported; the first request imports it."""

@@ -46,6 +46,7 @@ def test_the_exercises_literal_started_lines_read_as_the_engines_do():
             assert parse_started(line) == Started("draft", "lab-1", None), (path, line)
 
 
+@pytest.mark.process
 def test_proc_wait_gives_the_exit_code_with_every_line_read_and_a_timeout_names_what_it_printed_last():
     talker = Proc("talker", [sys.executable, "-c", "print('\\n'.join(map(str, range(500)))); raise SystemExit(3)"])
     assert talker.wait(30) == 3

@@ -24,6 +24,8 @@ from steps.retry import RetryRule
 from steps.settle import settle
 from tests.support import BAD_INPUT_CASES, EMAIL, TASK, effects_by_key, executions, poll_until, wait_closed, wait_exit
 
+pytestmark = pytest.mark.process
+
 
 async def start(client, run_id, task_queue, email=EMAIL, task=TASK, rule=None):
     created, _ = await start_run(client, run_id, task, email, queue=task_queue, rule=rule)

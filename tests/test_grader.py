@@ -24,6 +24,8 @@ import pytest
 
 from lab.processes import REPO
 
+pytestmark = pytest.mark.process
+
 EXERCISES = REPO / "exercises"
 FOLDERS = {int(p.name[:2]): p for p in sorted(EXERCISES.glob("[0-9][0-9]-*"))}
 RECORD_TRACK = (1, 2, 3, 4, 5)  # each builds on the last; grade N runs checks 1..N

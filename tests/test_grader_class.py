@@ -16,9 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from grader.classroom import MAX_JOBS
 from lab.processes import REPO
 from tests.test_grader import FOLDERS, INTENT, processes_of
+
+pytestmark = pytest.mark.process
 
 SOLUTION = FOLDERS[2] / "solution"
 README = (REPO / "exercises" / "README.md").read_text()

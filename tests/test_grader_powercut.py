@@ -18,6 +18,8 @@ import pytest
 from lab.powercut import unavailable
 from tests.test_grader import FOLDERS, grade
 
+pytestmark = [pytest.mark.process, pytest.mark.fuse]
+
 SOLUTION_1 = FOLDERS[1] / "solution" / "flow.py"
 PRAGMA = 'conn.execute("PRAGMA synchronous=FULL")'
 

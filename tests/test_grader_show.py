@@ -9,7 +9,11 @@ import subprocess
 import sys
 from contextlib import closing
 
+import pytest
+
 from lab.processes import REPO
+
+pytestmark = pytest.mark.process
 
 SCHEMA_FROM = REPO / "exercises" / "07-agent-loop" / "practice" / "agent_loop.py"
 

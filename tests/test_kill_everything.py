@@ -21,6 +21,8 @@ from __future__ import annotations
 import sys
 import uuid
 
+import pytest
+
 from flowclient.connect import connect
 from flowclient.runs import start_run
 from lab.processes import DevServer, Proc, start_worker
@@ -38,6 +40,8 @@ from tests.support import (
     wait_exit,
     wait_lease_expired,
 )
+
+pytestmark = pytest.mark.process
 
 # Slow enough that "mid-run" lasts: the kill lands after the email, before the ticket.
 PACE = {"LAB_STEP_SECONDS": "1.0"}

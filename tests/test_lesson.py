@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from lab.processes import REPO
 from lesson.scenario import EXPECTED, HAVE_DBOS, Observed
 from steps.plan import STEP_NAMES
@@ -150,6 +152,7 @@ def test_observed_table_is_compared_with_the_expected_one():
     assert not twice.ok
 
 
+@pytest.mark.process
 def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
     page = tmp_path / "page" / "scenario.html"
     done = subprocess.run([sys.executable, "-m", "lesson.scenario", "--json", "--state-dir", str(tmp_path),
@@ -191,6 +194,7 @@ def test_scenario_restarts_every_engine_between_step_2_and_3(tmp_path):
     assert leftovers.stdout == "", leftovers.stdout
 
 
+@pytest.mark.process
 def test_scenario_deploy_on_every_engine(tmp_path):
     """The restart that is a deploy (lesson/deploy.py): the record refuses a changed
     flow, Temporal parks an unversioned change to the recorded past, takes a

@@ -33,6 +33,7 @@ from providerclient import EffectRecord
 from steps.loop import tool_key
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("engine", ENGINES)
 async def test_small_loop_chaos_duplicates_loses_and_asks_again_nothing(engine, request, tmp_path):
     if engine == "dbos" and importlib.util.find_spec("dbos") is None:

@@ -301,6 +301,7 @@ async def test_the_temporal_driver_reads_a_loop_run_that_continued_as_new(client
 # ---------------------------------------------------------------- make loop-demo
 
 
+@pytest.mark.process
 def test_make_loop_demo_passes_its_checks_and_leaves_nothing_running(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lab.loop_demo", "--port", "0", "--state-dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=240)

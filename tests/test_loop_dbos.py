@@ -168,6 +168,7 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, r
     assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
 
 
+@pytest.mark.process
 def test_bad_loop_input_is_refused_with_nothing_recorded(tmp_path):
     db = tmp_path / "dbosflow.db"
     env = {**os.environ, "DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "CRASH_AT": ""}

@@ -315,6 +315,7 @@ def test_parse_answer_reads_what_servers_send_and_refuses_what_cannot_run():
 # ---------------------------------------------------------------- the stand-in as its own process
 
 
+@pytest.mark.process
 async def test_the_process_form_prints_its_line_answers_counts_and_stops_on_sigterm():
     proc, url = start_model_standin()
     try:

@@ -32,6 +32,8 @@ from lesson.loop_scenario import HAVE_DBOS, LABELS, MODEL_DELAY, LoopScenario
 from providerclient import fetch_effects
 from tests.support import Node, parse_page
 
+pytestmark = [pytest.mark.process, pytest.mark.browser]
+
 ENGINES = ["temporal", "runrecord"] + (["dbos"] if HAVE_DBOS else [])
 TURN_ROW = re.compile(r"turn-\d+")
 KILLED_CALL = "turn-2/call-0"  # the first refund: CRASH_AT=tool:issue_refund:after_effect

@@ -141,6 +141,7 @@ def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_ru
 # ---------------------------------------------------------------- the command's edges
 
 
+@pytest.mark.process
 def test_bad_loop_input_is_refused_with_nothing_recorded(db):
     env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
     for extra, expected in BAD_LOOP_INPUT:

@@ -18,6 +18,8 @@ import pytest
 
 from lab.processes import REPO, port_is_free, wait_for_port
 
+pytestmark = pytest.mark.process
+
 FIXED_PORTS = (7233, 8233, 8780)  # the dev server, its UI, the provider: the manual path uses the defaults
 PAGE = REPO / "docs" / "commands.md"
 

@@ -40,6 +40,7 @@ def run_python(code: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.process
 def test_window_survives_a_process_restart(tmp_path):
     db = tmp_path / "state" / "memory.db"  # the directory does not exist yet: the writer creates it
     run_python(

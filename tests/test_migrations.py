@@ -12,6 +12,7 @@ import time
 from contextlib import closing
 
 import httpx
+import pytest
 
 from lab.processes import REPO, Proc
 from lab.provider_process import ProviderProcess
@@ -119,6 +120,7 @@ def test_a_version_1_memory_file_is_upgraded_and_its_messages_count_as_old(tmp_p
     assert [m["content"] for m in cut] == ["written by the previous main"]
 
 
+@pytest.mark.process
 def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_keeps_every_row(tmp_path):
     """The bookkeeping's CHECK (kind IN ('email', 'ticket')) is rebuilt from provider.kinds (SQLite cannot
     alter a CHECK): every key keeps its counts, every effect its ids, a replay its stored answer; a refund is
@@ -164,6 +166,7 @@ def test_a_schema_2_provider_store_made_by_the_previous_code_gains_refunds_and_k
             raise AssertionError("the rebuilt bookkeeping took a kind provider.kinds does not have")
 
 
+@pytest.mark.process
 def test_a_schema_3_provider_store_gains_orders_and_keeps_every_row(tmp_path):
     """Version 4 adds the orders and their lookups beside the other tables: every key, effect and stored answer
     is kept as it was; a refund applied before orders existed replays before its order is seeded (the key

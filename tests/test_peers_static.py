@@ -17,6 +17,7 @@ import re
 import tomllib
 
 import httpx
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -33,6 +34,7 @@ def pins(lock: str) -> dict[str, str]:
     return {canonicalize_name(n): v for n, v in PIN.findall((REPO / "requirements" / lock).read_text())}
 
 
+@pytest.mark.process
 def test_the_peers_never_move_a_lab_pin():
     dev, peers = pins("dev.lock"), pins("peers.lock")
     moved = {name: (dev[name], peers[name]) for name in dev.keys() & peers.keys() if dev[name] != peers[name]}

@@ -27,6 +27,8 @@ from lab.provider_process import start_provider
 from lesson.scenario import HAVE_DBOS
 from tests.support import Node, parse_page
 
+pytestmark = [pytest.mark.process, pytest.mark.browser]
+
 # Markup that would run if a page put it in as markup: each sets an attribute on the root element.
 SCRIPT = '<script>document.documentElement.setAttribute("data-pwned", "script")</script>'
 IMAGE = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned', 'img')\">"

@@ -30,11 +30,13 @@ from lab.postgres import (
 )
 from lab.powercut import unmount_all_under
 from lab.processes import REPO
+from tests.tiers import starts
 
 pytest.importorskip("dbos", reason="the dbos extra: pip install -e '.[dev]'")
 
 
 @pytest.fixture
+@starts("postgres", "process")
 def state_dir():
     """A directory the ``postgres`` user can reach wherever the checkout is (``lab.postgres.scratch_dir``:
     pytest's own temporary directory is private to root, and so may the checkout's parent be), unmounted and

@@ -37,6 +37,7 @@ from provider.validation import (
 from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
 from steps.errors import IdempotencyConflict, PermanentError, TransientError
 from tests.support import Node, parse_page, poll_until_sync
+from tests.tiers import starts
 
 # -- fixtures and helpers --------------------------------------------------------
 
@@ -52,6 +53,7 @@ def _close_http() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
+@starts("process")
 def shared_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProviderProcess]:
     with ProviderProcess(tmp_path_factory.mktemp("provider") / "provider.db") as proc:
         yield proc
@@ -691,6 +693,7 @@ def test_provider_url_from_env() -> None:
 # -- the process -----------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_effects_and_counts_survive_sigkill_and_restart(tmp_path: Path) -> None:
     with ProviderProcess(tmp_path / "provider.db") as proc:
         url, key = proc.url, new_key()
@@ -712,6 +715,7 @@ def test_effects_and_counts_survive_sigkill_and_restart(tmp_path: Path) -> None:
         assert proc.stop() == 0  # SIGTERM is a clean exit
 
 
+@pytest.mark.process
 def test_sigterm_during_an_injected_hang_exits_promptly(tmp_path: Path) -> None:
     with ProviderProcess(tmp_path / "provider.db") as proc:
         HTTP.post(f"{proc.url}/admin/faults", json={"hang_next": 1, "hang_seconds": 60}).raise_for_status()
@@ -732,6 +736,7 @@ def test_sigterm_during_an_injected_hang_exits_promptly(tmp_path: Path) -> None:
         assert outcome and outcome[0].status_code == 503 and outcome[0].json()["error"] == "shutting_down"
 
 
+@pytest.mark.process
 def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "provider.db"
     env = {k: v for k, v in os.environ.items() if k != "PROVIDER_ALLOW_REMOTE"}
@@ -749,11 +754,13 @@ def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
     assert result.stdout == "" and not db.exists()
 
 
+@pytest.mark.process
 def test_non_loopback_host_is_allowed_with_the_container_opt_in(tmp_path: Path) -> None:
     with ProviderProcess(tmp_path / "provider.db", host="0.0.0.0", env={"PROVIDER_ALLOW_REMOTE": "1"}) as proc:
         assert HTTP.get(f"{proc.url}/healthz").json() == {"ok": True}
 
 
+@pytest.mark.process
 def test_a_failed_start_reports_the_providers_stderr(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

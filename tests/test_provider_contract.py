@@ -29,12 +29,14 @@ from tests.support import (
     Limit,
     contract_limits,
 )
+from tests.tiers import starts
 
 LIMITS = contract_limits()
 HTTP = httpx.Client(verify=False, timeout=20)  # plain http to loopback: nothing to verify
 
 
 @pytest.fixture(scope="module")
+@starts("process")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with ProviderProcess(tmp_path_factory.mktemp("contract") / "provider.db") as provider:
         yield provider.url

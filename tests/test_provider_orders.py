@@ -21,11 +21,13 @@ from provider.validation import MAX_ORDER_TOTAL
 from providerclient import OrderInfo, ProviderClient, error_from_response, lookup_counts, seed_orders
 from steps import ports
 from steps.errors import IdempotencyConflict, PermanentError, Refused, TransientError
+from tests.tiers import starts
 
 HTTP = httpx.Client(timeout=20)
 
 
 @pytest.fixture(scope="module")
+@starts("process")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with ProviderProcess(tmp_path_factory.mktemp("orders") / "provider.db") as provider:
         yield provider.url

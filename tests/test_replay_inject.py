@@ -25,6 +25,7 @@ def lesson_replay(inject: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.process
 def test_a_wall_clock_read_as_a_learner_writes_it_is_refused_by_the_sandbox():
     done = lesson_replay("time.time()")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -41,6 +42,7 @@ async def test_each_natural_name_reaches_the_sandbox(code: str):
     assert line.startswith("REFUSED by the sandbox") and f"Cannot access {called}" in line, line
 
 
+@pytest.mark.process
 def test_a_line_that_fails_on_its_own_says_so_and_names_what_it_may_use():
     done = lesson_replay("numpy.random.rand()")
     assert done.returncode == 1, done.stdout + done.stderr

@@ -6,7 +6,11 @@ request adopts what its run had applied instead of failing on the 409."""
 
 from __future__ import annotations
 
+import pytest
+
 from lab.resets import matrix, ok
+
+pytestmark = pytest.mark.process
 
 
 async def test_every_reset_completes_with_each_effect_once():

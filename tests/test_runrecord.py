@@ -72,6 +72,7 @@ def test_happy_path_status_shape_and_start_twice(runrecord, provider, db, run_id
     assert counts(provider.url, run_id, "send_confirmation") == (1, 1)
 
 
+@pytest.mark.process
 def test_bad_input_is_refused_with_the_starters_words(db):
     cases = [
         *BAD_INPUT_CASES,
@@ -339,6 +340,7 @@ async def test_crash_after_the_last_commit_resume_only_remembers_the_exchange(ru
     assert counts(provider.url, run_id, "record_outcome") == (1, 1)
 
 
+@pytest.mark.process
 def test_the_sync_level_is_full_unless_set_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     """RUNRECORD_SYNCHRONOUS (for tests and benchmarks) sets the connection's level; FULL when unset."""
     def level() -> int:

@@ -65,6 +65,7 @@ def test_stat_line_is_parsed_from_the_last_parenthesis():
     assert parse_stat(b"garbage") is None
 
 
+@pytest.mark.process
 def test_start_time_is_read_for_a_process_whose_name_has_spaces_and_parentheses():
     # The child reads its own start time while its name is plain, renames itself, and waits.
     script = ("import sys; t = open('/proc/self/stat').read().split()[21]; "
@@ -85,6 +86,7 @@ def test_start_time_is_read_for_a_process_whose_name_has_spaces_and_parentheses(
     assert check_holder(holder).dead  # exited and reaped
 
 
+@pytest.mark.process
 def test_who_counts_as_dead():
     me = new_holder_id()
     host, pid, start, _ = me.split(":")

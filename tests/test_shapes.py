@@ -46,6 +46,7 @@ def test_a_misspelt_status_is_refused_with_the_words_there_are() -> None:
         run_state("done")
 
 
+@pytest.mark.process
 def test_mypy_catches_a_misspelt_status_where_it_is_written(tmp_path):
     (tmp_path / "caller.py").write_text(
         "from steps.runstate import run_entry, step_entry\n"
@@ -104,6 +105,7 @@ def test_a_verdict_is_composed_from_parts_and_one_part_replaced():
     assert str(Verdict.of("failed", [])) == "failed" and str(Verdict()) == ""
 
 
+@pytest.mark.process
 def test_mypy_allows_no_explicit_any_in_the_shape_modules(tmp_path):
     """The per-module override is there, and works: a shape module given an ``Any`` is a mypy error."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]

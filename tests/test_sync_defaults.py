@@ -24,6 +24,7 @@ from wiring.memory import close_memory, memory_from_env
 pytest.importorskip("dbos", reason="the dbos extra: pip install -e '.[dev]'")
 
 
+@pytest.mark.process
 def test_a_dev_server_given_a_file_runs_at_extra_and_one_in_memory_gets_no_pragma(tmp_path):
     assert FILE_PRAGMAS == {"synchronous": "EXTRA"}
     on_file = DevServer(db_file=tmp_path / "temporal.db")
@@ -67,6 +68,7 @@ def _dbos_connection(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, cwd=REPO, env={**inherited, "DBOSFLOW_LOG_LEVEL": "ERROR", **env})
 
 
+@pytest.mark.process
 def test_dbos_sqlite_connections_run_at_extra_with_dbos_own_settings_kept(tmp_path):
     done = _dbos_connection(tmp_path)
     assert done.returncode == 0, done.stderr

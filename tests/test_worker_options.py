@@ -73,6 +73,7 @@ def test_a_bad_value_is_refused_naming_the_variable(name, value, says):
         read()
 
 
+@pytest.mark.process
 def test_a_bad_setting_stops_the_worker_before_it_connects():
     # Nothing listens on port 9: had the worker got as far as connecting, it would say so instead.
     env = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:9", "LAB_MAX_CONCURRENT_ACTIVITIES": "lots"}
