@@ -86,12 +86,15 @@ pictures: $(STAMP) $(CHROMIUM)
 	$(PY) -m lesson.pictures
 
 # The suite's budgets (tests/tiers.py prints the wall time and warns past them; a warning, not a failure).
+# TEST_JOBS: pytest-xdist workers for make test; most of the suite waits on processes, so more workers than
+# cores pay (docs/commands.md has the figures). 0 runs it in this process alone.
 TEST_BUDGET ?= 1080
 FAST_BUDGET ?= 180
+TEST_JOBS ?= 4
 
 ## test: the whole suite against real processes (dev server, provider, workers, a browser), every tier
 test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT) postgresql
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --time-budget $(TEST_BUDGET)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --time-budget $(TEST_BUDGET) -n $(TEST_JOBS) --dist worksteal
 
 ## test-fast: the tests that start nothing (no process, mount, database or browser), in under 3 minutes
 .PHONY: test-fast

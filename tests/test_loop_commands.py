@@ -69,8 +69,10 @@ async def ui_details(client, run_id: str) -> str:
 
 async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, dev_server, workers, provider,
                                                                         run_id, task_queue):
-    # A stand-in of this test's own, slow enough (1 s a turn) to read the UI's details while a turn is asked.
-    slow, slow_url = start_model_standin(delay=1.0)
+    # A stand-in of this test's own, slow enough to read the UI's details while a turn is asked, and to start
+    # the starter again before the run's last turn ends: 2.5 s a turn (at 1 s, a loaded machine's interpreter
+    # start-up outlasted turns 3 and 4, and the run had completed before the second starter attached).
+    slow, slow_url = start_model_standin(delay=2.5)
     try:
         workers(extra_env=model_env(slow_url))
         env = starter_env(dev_server, provider.url, task_queue)
@@ -80,7 +82,7 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
         assert f"started loop run {run_id} on task queue {task_queue!r}: at most 20 turns" in first.stdout
         assert f"/workflows/{run_id}" in first.stdout and first.stderr == ""
 
-        # The UI's details say the turn the run is at: turn 3 is being asked (counted on arrival, answered 1 s on).
+        # The UI's details say the turn the run is at: turn 3 is being asked (counted on arrival, answered 2.5 s on).
         await wait_until(lambda: "3" in turns_asked(slow_url, run_id), 60, "the stand-in to be asked turn 3",
                          interval=0.05)
         details = await ui_details(client, run_id)
