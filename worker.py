@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from typing import Any
 
@@ -49,6 +48,7 @@ from activities.loop import LoopActivities
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
+from flowclient.signals import run_until_signalled
 from flowclient.worker_options import DEFAULT_CACHE, graceful_shutdown_timeout, worker_options
 from providerclient import provider_url_from_env
 from steps import crashpoints
@@ -79,11 +79,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
         graceful_shutdown_timeout=grace,
         **options,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with worker:
+    def ready() -> None:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
         if metrics_url:
             print(f"worker metrics: {metrics_url}", flush=True)
@@ -99,8 +95,11 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
             f"shutdown grace {grace.total_seconds():g} s, identity {client.identity}",
             flush=True,
         )
-        await stop.wait()
+
+    def stopping() -> None:
         print(f"worker stopping (finishing in-flight activities, up to {grace.total_seconds():g} s)", flush=True)
+
+    await run_until_signalled(worker, ready, stopping)
     await deps.provider.aclose()
     close_memory(deps.remember)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 
 # Before the Agents SDK reads it: no trace export (its exporter would call OpenAI's servers).
@@ -29,6 +28,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
+from flowclient.signals import run_until_signalled  # noqa: E402
 from flowclient.worker_options import worker_options  # noqa: E402
 from peers.lane import READY  # noqa: E402
 from peers.openai_agents_activities import ACTIVITIES  # noqa: E402
@@ -55,15 +55,13 @@ async def run_worker(variant: str, task_queue: str) -> None:
     client = await Client.connect(address, plugins=[plugin()])
     worker = Worker(client, task_queue=task_queue, workflows=[OpenAIAgentsPeerRun], activities=list(ACTIVITIES),
                     **worker_options())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with worker:
+
+    def ready() -> None:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
         print(f"{READY}: openai-agents lane, variant {variant}, task queue {task_queue!r}, pid {os.getpid()}, "
               f"crash points {armed}", flush=True)
-        await stop.wait()
+
+    await run_until_signalled(worker, ready)
 
 
 def main(argv: list[str] | None = None) -> int:

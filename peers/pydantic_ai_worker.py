@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from flowclient.signals import run_until_signalled
 from flowclient.worker_options import CACHED_STICKY_TIMEOUT
 from peers.lane import READY
 from peers.pydantic_ai_workflow import PeerPydanticAIRun
@@ -31,14 +31,12 @@ async def serve(task_queue: str) -> None:
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"), plugins=[PydanticAIPlugin()])
     worker = Worker(client, task_queue=task_queue, workflows=[PeerPydanticAIRun],
                     sticky_queue_schedule_to_start_timeout=CACHED_STICKY_TIMEOUT)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with worker:
+
+    def ready() -> None:
         armed = ", ".join(sorted(crashpoints.armed())) or "none"
         print(f"{READY}: pydantic-ai, task queue {task_queue!r}, pid {os.getpid()}, crash points {armed}", flush=True)
-        await stop.wait()
+
+    await run_until_signalled(worker, ready)
 
 
 def main(argv: list[str] | None = None) -> int:
