@@ -238,7 +238,8 @@ class LoopWalk:
         if index is None:
             if self._broken is not None:
                 raise PermanentError(self._broken)
-            return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns)
+            return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns,
+                                    self.inputs.window_tokens)
         return loop.tool_request(self.inputs, turn, index, loop.as_call(self._turn["calls"][index]))
 
     def record(self, name: str, result: Any) -> None:

@@ -97,11 +97,26 @@ DEFAULT_WINDOW_MESSAGES = 40
 """The window's bounds a run gets unless given others (``memory.MemoryPolicy``'s ``max_tokens``,
 ``max_messages``); recorded with the run, so a resume derives its window under the same bounds."""
 MAX_CALLS_PER_TURN = 8
-"""More tool calls than this in one turn is an answer the loop refuses (``PermanentError``)."""
+"""At most this many tool calls run in a turn; a turn asking for more is refused back to the model whole
+(``recorded_calls``)."""
 MAX_CALL_ID_CHARS = 256
+MAX_TOOL_NAME_CHARS = 64
 MAX_ARGUMENTS_CHARS = 8000
 MAX_ORDER_ID_CHARS = 64
 MAX_CONTENT_CHARS = MAX_BODY_CHARS
+MAX_LOOP_BODY_CHARS = (MAX_ARGUMENTS_CHARS - 64 - 2 * MAX_SUBJECT_CHARS) // 2
+"""A loop email's body, at most 3,768 characters: derived so that every ``send_email`` call the field rule
+accepts fits ``MAX_ARGUMENTS_CHARS`` as JSON written with its short escapes (each character of the subject
+and the body at most 2: ``\\n``, ``\\"``; the keys and the punctuation under 64). A client that writes
+every non-ASCII character as ``\\uXXXX`` takes up to 6 characters for one: such a call can be refused for
+its length, back to the model, never a failure of the run."""
+WINDOW_RESERVE_TOKENS = 160
+CALL_RESERVE_TOKENS = 48
+"""The prompt window's tokens (memory's estimate, ``memory.approx_tokens``) a turn's arguments may not use:
+160 for the pinned system instructions (106) and the turn's message without its calls (its role, and
+memory's truncation marker as its text: memory cuts the text to fit), and 48 a call (41 at most: its
+framing, a 64-character window id, a 64-character name, ``{}`` as arguments). tests/test_loop_steps.py
+holds them at or above memory's count."""
 
 # The tools, as the model is told of them (chat-completions ``tools``), and the fields each accepts:
 # (name, JSON type, required, text rule: "line" single-line | "text" multi-line | None, max chars).
@@ -110,7 +125,7 @@ TOOL_FIELDS: dict[str, tuple[tuple[str, str, bool, str | None, int], ...]] = {
     "issue_refund": (("order_id", "string", True, "line", MAX_ORDER_ID_CHARS),
                      ("amount", "integer", True, None, 0)),
     "send_email": (("subject", "string", True, "line", MAX_SUBJECT_CHARS),
-                   ("body", "string", True, "text", MAX_BODY_CHARS)),
+                   ("body", "string", True, "text", MAX_LOOP_BODY_CHARS)),
     "create_ticket": (("summary", "string", True, "line", MAX_SUMMARY_CHARS),),
 }
 TOOL_DESCRIPTIONS = {
@@ -147,11 +162,13 @@ def tool_specs() -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class AskedCall:
     """One tool call as the model asked for it: ``id`` (the model's, untrusted), the tool's ``name`` and its
-    ``arguments`` as the JSON text the model wrote (parsed only when the call runs)."""
+    ``arguments`` as the JSON text the model wrote (parsed only when the call runs). ``refused``: why the
+    turn refused the call as it was recorded (``recorded_calls``; its arguments then ``{}``), or empty."""
 
     id: str
     name: str
     arguments: str = "{}"
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,6 +201,7 @@ class TurnRequest:
     turn: int
     window: list[dict[str, Any]]  # the prompt: memory's window of the run's messages, system first
     max_turns: int
+    window_tokens: int | None = None  # the run's bound: a turn's calls must fit it (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -319,7 +337,8 @@ def _get(value: Any, name: str) -> Any:
 
 
 def as_call(value: AskedCall | Mapping[str, Any]) -> AskedCall:
-    return value if isinstance(value, AskedCall) else AskedCall(value["id"], value["name"], value["arguments"])
+    return value if isinstance(value, AskedCall) else AskedCall(value["id"], value["name"], value["arguments"],
+                                                                value.get("refused") or "")
 
 
 def _turn_fields(result: TurnResult | Mapping[str, Any]) -> tuple[int, str, list[AskedCall]]:
@@ -387,7 +406,7 @@ class LoopPlan:
         turn, index = parse_step(name)
         if index is None:
             window = self.window_of(self.inputs, self.messages(results, upto=name))
-            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns)
+            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns, self.inputs.window_tokens)
         recorded = results[turn_step(turn)]
         return tool_request(self.inputs, turn, index, as_call(_get(recorded, "calls")[index]))
 
@@ -410,34 +429,36 @@ def tool_request(inputs: LoopInputs, turn: int, index: int, call: AskedCall) -> 
 
 
 async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
-    """Ask the model for turn ``req.turn`` on ``req.window``. No external effect; the answer is checked:
-    at most ``MAX_CALLS_PER_TURN`` calls, each id a non-empty string of at most ``MAX_CALL_ID_CHARS``, its
-    arguments at most ``MAX_ARGUMENTS_CHARS``, the text under the multi-line text rule. A turn at the limit
-    that still asks for tools is a ``PermanentError`` naming the limit (the run's terminal failure)."""
+    """Ask the model for turn ``req.turn`` on ``req.window``. No external effect. The answer is checked and
+    recorded as ``recorded_calls`` says: a call the model got wrong is refused back to it, nothing applied.
+
+    What fails the run instead (a ``PermanentError``, naming the turn):
+
+    - the turn limit reached with tools still asked for (the run's stated end);
+    - a call without a name or arguments as text: not the model's words but its client's parse of them
+      (``drafting.openai_compat`` gives both as text), so a bug to fix, not a mistake to tell the model;
+    - the answer's text breaking the multi-line text rule or over ``MAX_CONTENT_CHARS``: the loop gives
+      the model back only its tool results, so a text has nothing to be refused through (refusing it would
+      need a message of a new kind in every engine's record), and a model that writes terminal control
+      sequences into its answer is broken or steered by what it read: an operator should look."""
     if deps.agent is None:
         raise PermanentError("this process has no model for the agent loop (StepDeps.agent); build its "
                              "dependencies with wiring.deps_from_env")
     await pace(deps)  # LAB_STEP_SECONDS: slow enough to watch, or to kill by hand
     answer = await deps.agent.turn(req.window, tool_specs(), labels={"run": req.run_id, "turn": str(req.turn)})
     content = answer.content or ""
-    calls = [AskedCall(c.id, c.name, c.arguments) for c in answer.tool_calls]
     where = f"the model's turn {req.turn} ({deps.agent.name}) was refused"
-    if len(calls) > MAX_CALLS_PER_TURN:
-        raise PermanentError(f"{where}: it asks for {len(calls)} tool calls; at most {MAX_CALLS_PER_TURN}")
-    for call in calls:
-        if not isinstance(call.id, str) or not 1 <= len(call.id) <= MAX_CALL_ID_CHARS:
-            raise PermanentError(f"{where}: a tool call id must be 1-{MAX_CALL_ID_CHARS} characters")
-        if not isinstance(call.name, str) or not isinstance(call.arguments, str):
-            raise PermanentError(f"{where}: a tool call needs a name and its arguments as text")
-        if len(call.arguments) > MAX_ARGUMENTS_CHARS:
-            raise PermanentError(f"{where}: tool call arguments of {len(call.arguments)} characters; "
-                                 f"at most {MAX_ARGUMENTS_CHARS}")
+    for call in answer.tool_calls:
+        if not isinstance(call.id, str) or not isinstance(call.name, str) or not isinstance(call.arguments, str):
+            raise PermanentError(f"{where}: a tool call needs an id, a name and its arguments as text; the "
+                                 f"model client ({deps.agent.name}) gave another type")
     try:
         check_text("the answer", content[:MAX_CONTENT_CHARS + 1], multiline=True, what_to_do="")
     except InputError as err:
         raise PermanentError(f"{where}: {err}") from None
     if len(content) > MAX_CONTENT_CHARS:
         raise PermanentError(f"{where}: its text is {len(content)} characters; at most {MAX_CONTENT_CHARS}")
+    calls = recorded_calls([AskedCall(c.id, c.name, c.arguments) for c in answer.tool_calls], req.window_tokens)
     if calls and req.turn >= req.max_turns:
         asked = ", ".join(c.name for c in calls)
         raise PermanentError(f"{TURN_LIMIT} {req.max_turns} reached: the model still asked for tools ({asked}) "
@@ -447,6 +468,63 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
     crash_point("turn:after_answer")
     return TurnResult(turn=req.turn, content=content, calls=calls, model=deps.agent.name,
                       prompt_messages=len(req.window))
+
+
+def arguments_room(window_tokens: int, calls: int) -> int:
+    """The UTF-8 bytes the arguments of a turn of ``calls`` calls may take together in a window of
+    ``window_tokens``: what ``WINDOW_RESERVE_TOKENS`` and ``CALL_RESERVE_TOKENS`` leave. Memory's estimate
+    of a text is never above its UTF-8 bytes (at most a token a character, and half a token an extra byte:
+    ``memory.tokens``), so calls within the room always enter the window with the system instructions:
+    memory's tool-call arguments are never cut, and a turn that cannot enter the window would stop the run."""
+    return window_tokens - WINDOW_RESERVE_TOKENS - CALL_RESERVE_TOKENS * calls
+
+
+def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None) -> list[AskedCall]:
+    """The calls of a turn as the record keeps them: bounded whatever the model wrote, and those it got
+    wrong marked ``refused`` (their arguments ``{}``), to be answered ``refused`` with nothing applied
+    (``run_tool``). A mistake in a call is the model's to correct, as a bad argument is:
+
+    - more than ``MAX_CALLS_PER_TURN`` calls: the first 8 are kept, all refused (none runs: the model
+      chooses again which 8 matter), the reason giving the count;
+    - an id empty or over ``MAX_CALL_ID_CHARS``: refused, kept cut (it enters the key only as a digest);
+    - a name over ``MAX_TOOL_NAME_CHARS`` or outside letters, digits, ``_`` and ``-``: no tool has it;
+      refused and kept as ``unknown_tool`` (the reason quotes it);
+    - arguments over ``MAX_ARGUMENTS_CHARS``;
+    - with ``window_tokens`` (the run's window bound) given, arguments that with the turn's
+      earlier calls' exceed ``arguments_room``: they could not enter the prompt window, so the run could
+      not go on; refused, saying to send less."""
+    refuse_all = ""
+    if len(asked) > MAX_CALLS_PER_TURN:
+        refuse_all = (f"this turn asks for {len(asked)} tool calls; at most {MAX_CALLS_PER_TURN} run in a "
+                      f"turn, so none of this turn's calls ran: ask for at most {MAX_CALLS_PER_TURN} at a time")
+    kept = asked[:MAX_CALLS_PER_TURN]
+    room = None if window_tokens is None else arguments_room(window_tokens, len(kept))
+    used = 0
+    out = []
+    for call in kept:
+        call_id, name, size = call.id[:MAX_CALL_ID_CHARS], call.name, len(call.arguments)
+        if not (len(name) <= MAX_TOOL_NAME_CHARS and name and set(name) <= _SAFE_ID):
+            name = "unknown_tool"
+        bytes_ = len(call.arguments.encode("utf-8", "surrogatepass"))
+        if refuse_all:
+            why = refuse_all
+        elif not 1 <= len(call.id) <= MAX_CALL_ID_CHARS:
+            why = f"a tool call id must be 1-{MAX_CALL_ID_CHARS} characters; this one has {len(call.id)}"
+        elif name != call.name:
+            why = f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
+        elif size > MAX_ARGUMENTS_CHARS:
+            why = (f"the arguments of {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS} (an email's "
+                   f"body at most {MAX_LOOP_BODY_CHARS}): nothing was applied; send less")
+        elif room is not None and used + bytes_ > room:
+            why = (f"the arguments of {name} ({bytes_} bytes) do not fit this run's prompt window of "
+                   f"{window_tokens} tokens with this turn's other calls: at most {max(room, 0)} bytes of "
+                   "arguments in a turn; nothing was applied; send less, or spread it over turns")
+        else:
+            used += bytes_
+            out.append(AskedCall(call_id, name, call.arguments))
+            continue
+        out.append(AskedCall(call_id, name, "{}", why))
+    return out
 
 
 def _refused(req: ToolRequest, reason: str) -> ToolResult:
@@ -496,6 +574,8 @@ async def run_tool(req: ToolRequest, deps: StepDeps) -> ToolResult:
     a ``refused`` result, nothing applied; a transient failure raises (the engine retries with the same
     key); a key held by another request (``IdempotencyConflict``) fails the run."""
     await pace(deps)
+    if req.call.refused:
+        return _refused(req, req.call.refused)
     args = checked_arguments(req.call)
     if isinstance(args, str):
         return _refused(req, args)

@@ -11,10 +11,18 @@ from dataclasses import dataclass, field
 import pytest
 
 from drafting.scripted import ScriptedModel, orders_in
-from memory import MemoryPolicy, Message, approx_tokens, derive_window
+from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, derive_window
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
+from steps.limits import MAX_SUBJECT_CHARS
 from steps.loop import (
+    CALL_RESERVE_TOKENS,
+    DEFAULT_WINDOW_TOKENS,
+    MAX_ARGUMENTS_CHARS,
+    MAX_CALLS_PER_TURN,
+    MAX_CONTENT_CHARS,
+    MAX_LOOP_BODY_CHARS,
+    WINDOW_RESERVE_TOKENS,
     AskedCall,
     LoopInputs,
     LoopPlan,
@@ -26,9 +34,12 @@ from steps.loop import (
     checked_arguments,
     model_turn,
     parse_step,
+    recorded_calls,
     run_tool,
+    system_message,
     tool_key,
     tool_request,
+    turn_message,
     window_call_ids,
 )
 
@@ -219,20 +230,112 @@ def test_the_turn_limit_fails_naming_it_and_runs_no_tool():
     assert provider.lookups == 2  # turns 1 and 2 ran their call; turn 3 was refused before any
 
 
-@pytest.mark.parametrize(("answer", "says"), [
-    (ModelAnswer("", tuple(AskedCall(f"c{i}", "lookup_order") for i in range(9))), "at most 8"),
-    (ModelAnswer("", (AskedCall("", "lookup_order"),)), "tool call id"),
-    (ModelAnswer("done \x1b[2J"), "the answer"),
-])
-def test_an_unusable_turn_is_refused(answer, says):
+def test_an_unusable_text_fails_the_turn():
     class Model:
         name = "hostile"
 
         async def turn(self, messages, tools, *, labels=None):
-            return answer
+            return ModelAnswer("done \x1b[2J")
 
-    with pytest.raises(PermanentError, match=says):
+    with pytest.raises(PermanentError, match="the answer"):
         asyncio.run(model_turn(TurnRequest("r1", 1, [], 5), StepDeps(provider=None, llm=None, agent=Model())))
+
+
+class SequenceModel:
+    """Answers each turn with the next answer it was given, then a final text."""
+
+    name = "sequence"
+
+    def __init__(self, *answers: ModelAnswer) -> None:
+        self.answers = list(answers)
+        self.prompts: list[list[dict]] = []
+
+    async def turn(self, messages, tools, *, labels=None):
+        self.prompts.append(messages)
+        return self.answers.pop(0) if self.answers else ModelAnswer("Done.")
+
+
+def email_call(body: str, call_id: str = "c1") -> AskedCall:
+    return AskedCall(call_id, "send_email", json.dumps({"subject": "Your refund", "body": body}))
+
+
+def refused_reasons(results, turn: int = 1) -> list[str]:
+    return [json.loads(r.content)["error"] for n, r in results.items()
+            if parse_step(n)[0] == turn and "/" in n and r.status == "refused"]
+
+
+def test_a_long_email_body_is_refused_back_to_the_model_and_the_run_goes_on():
+    provider = FakeProvider()
+    model = SequenceModel(ModelAnswer("", (email_call("x" * 20_000),)), ModelAnswer("", (email_call("Refunded."),)))
+    plan, results, _ = walk(LoopInputs("r1", "Tell the customer", CUSTOMER), StepDeps(provider, None, agent=model))
+    assert refused_reasons(results) == [f"the arguments of send_email are 20038 characters; at most "
+                                        f"{MAX_ARGUMENTS_CHARS} (an email's body at most {MAX_LOOP_BODY_CHARS}): "
+                                        "nothing was applied; send less"]
+    assert results["turn-1"].calls[0].arguments == "{}"  # the record stays bounded
+    assert [b["body"] for b in provider.applied.values()] == ["Refunded."]  # turn 2's email, once
+    assert plan.final_answer(results) == "Done."
+    # The model saw its call refused: the window of turn 2 holds the refusal as the call's result.
+    assert "20038 characters" in model.prompts[1][-1]["content"]
+
+
+def test_turns_the_model_got_wrong_are_refused_call_by_call_and_nothing_applied():
+    many = tuple(AskedCall(f"c{i}", "create_ticket", '{"summary": "s"}') for i in range(9))
+    cases = [
+        (ModelAnswer("", many), ["this turn asks for 9 tool calls"] * 8),
+        (ModelAnswer("", (AskedCall("", "create_ticket", '{"summary": "s"}'),)), ["a tool call id must be 1-256"]),
+        (ModelAnswer("", (AskedCall("x" * 300, "create_ticket", '{"summary": "s"}'),)), ["this one has 300"]),
+        (ModelAnswer("", (AskedCall("c", "drop\u202e" + "x" * 90, "{}"),)), ["unknown tool 'drop"]),
+    ]
+    for answer, says in cases:
+        provider = FakeProvider()
+        _, results, _ = walk(LoopInputs("r1", "t", CUSTOMER), StepDeps(provider, None, agent=SequenceModel(answer)))
+        reasons = refused_reasons(results)
+        assert len(reasons) == len(says) and all(w in r for w, r in zip(says, reasons, strict=True)), reasons
+        assert provider.applied == {}
+        calls = results["turn-1"].calls
+        assert all(len(c.id) <= 256 and len(c.name) <= 64 and c.arguments == "{}" for c in calls)
+
+
+def test_the_field_caps_agree_with_the_arguments_cap():
+    """The longest subject and body the field rule accepts, written with the short escapes at their
+    longest (every character one), fit the arguments cap: a valid email is never refused for its length."""
+    call = AskedCall("c", "send_email", json.dumps({"subject": '"' * MAX_SUBJECT_CHARS,
+                                                     "body": "b" + "\n" * (MAX_LOOP_BODY_CHARS - 1)}))
+    assert len(call.arguments) <= MAX_ARGUMENTS_CHARS
+    assert not isinstance(checked_arguments(call), str)
+    assert recorded_calls([call], DEFAULT_WINDOW_TOKENS * 10)[0].refused == ""
+    too_long = AskedCall("c", "send_email", json.dumps({"subject": "s", "body": "b" * (MAX_LOOP_BODY_CHARS + 1)}))
+    assert "body is 3769 characters; at most 3768" in checked_arguments(too_long)
+
+
+@pytest.mark.parametrize("calls", range(1, MAX_CALLS_PER_TURN + 1))
+def test_the_reserve_holds_memorys_count_of_the_system_and_a_turns_framing(calls):
+    system = Message.from_chat(system_message()[1], id="system", pinned=True)
+    asked = [{"id": f"{i}" + "a" * 63, "type": "function", "function": {"name": "b" * 64, "arguments": "{}"}}
+             for i in range(calls)]
+    framing = Message.from_chat({"role": "assistant", "tool_calls": asked, "content": TRUNCATION_MARKER.format(
+        removed=MAX_CONTENT_CHARS, total=MAX_CONTENT_CHARS)}, id="turn-10000")
+    assert approx_tokens(system) + approx_tokens(framing) <= WINDOW_RESERVE_TOKENS + CALL_RESERVE_TOKENS * calls
+
+
+@pytest.mark.parametrize("text", ["a" * 3000, ":" * 3000, '"' * 1500, "\u00e9" * 1000, "\U0001f600" * 700])
+def test_a_turn_the_loop_records_always_enters_its_window(text):
+    """Whatever the arguments' text (dense punctuation, non-ASCII: memory's estimate is at its highest),
+    the calls ``recorded_calls`` keeps enter a window of the run's bound with the system instructions, and
+    the ones that would not are refused: the run never stops on a window it cannot build."""
+    for window_tokens in (300, 700, DEFAULT_WINDOW_TOKENS, 4000):
+        asked = [AskedCall(f"c{i}", "create_ticket", json.dumps({"summary": text}, ensure_ascii=False))
+                 for i in range(MAX_CALLS_PER_TURN)]
+        calls = recorded_calls(asked, window_tokens)
+        result = TurnResult(1, "x" * MAX_CONTENT_CHARS, calls)
+        window = derive_window(MemoryPolicy(max_tokens=window_tokens, max_messages=40),
+                               [system_message(), turn_message(result)])
+        assert window[0]["role"] == "system"
+        kept = [c for c in calls if not c.refused]
+        refused = [c for c in calls if c.refused]
+        assert all("do not fit this run's prompt window" in c.refused for c in refused)
+        if window_tokens == 4000 and text == "a" * 3000:
+            assert len(kept) == 1 and len(refused) == 7
 
 
 def test_ids_the_window_gives_are_the_models_own_unless_unusable():

@@ -121,6 +121,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 LOOP_WORKFLOW_NAME = "AgentLoop"
+TURN_WINDOW_PATCH = "loop-turn-window-bound"
+"""The marker of runs whose turns are sent the run's window bound (``steps.loop.recorded_calls`` refuses a
+call that would not fit it); runs recorded without it send none, as they did."""
 
 TURN_TIMEOUT_OF = "draft"
 TOOL_TIMEOUT_OF = "send_confirmation"
@@ -180,12 +183,15 @@ class AgentLoop:
     @workflow.run
     async def run(self, inp: LoopInput) -> LoopProgress:
         inputs, rule = self._checked(inp)
+        # A run recorded before a turn was sent the run's window bound asks without it (None: not checked), so
+        # a turn of it asked again asks exactly as recorded (tests/test_replay_inputs.py).
+        window_bound = inputs.window_tokens if workflow.patched(TURN_WINDOW_PATCH) else None
         window = self._window = self._first_window(inputs, inp)
         while True:
             turn = self._turn
             state = TurnState(turn)
             self._turns.append(state)
-            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
