@@ -87,6 +87,7 @@ from workflows.loop_state import (
     LoopInput,
     derived_window,
     shown,
+    start_tokens_of,
 )
 
 MAX_CHAIN_RUNS = 10_000
@@ -112,7 +113,8 @@ async def start_loop(
     environment unless given (``steps.retry.rule_from_env``)."""
     check_run_id(run_id)
     task, email = check_task(task), check_email(email)
-    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages)
+    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages,
+                                                                  start_tokens_of(task))
     if isinstance(history_bound, bool) or not isinstance(history_bound, int) or \
             not MIN_HISTORY_BOUND <= history_bound <= MAX_HISTORY_BOUND:
         raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memory import chat_tokens
 from runrecord.lease import new_holder_id
 from runrecord.plans import FLOW_WORDS, LOOP_NUMBERS, PlannedStep, RunPlan, flow_inputs, plan_for
 from runrecord.status import attempts_text, why_in_doubt
@@ -317,8 +318,9 @@ class Runner:
         ``InputError`` and nothing is recorded."""
         run_id = check_run_id(run_id)
         task, email = check_task(task), check_email(email)
-        numbers = dict(zip(LOOP_NUMBERS, loop.check_loop_inputs(max_turns, window_tokens, window_messages),
-                           strict=True))
+        checked = loop.check_loop_inputs(max_turns, window_tokens, window_messages,
+                                         loop.start_tokens(task, chat_tokens))
+        numbers = dict(zip(LOOP_NUMBERS, checked, strict=True))
         rule = self.rule or rule_from_env()
         # The model's first turn has no effect: no intent; its request (the window) is built when it runs.
         self.record.create_run(

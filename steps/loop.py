@@ -311,6 +311,12 @@ def task_message(inputs: LoopInputs) -> tuple[str, Chat]:
     return "task", {"role": "user", "content": inputs.task}
 
 
+def start_tokens(task: str, count: Callable[[Chat], int]) -> int:
+    """What a run's window holds before its first turn (the system instructions and the task), counted by
+    ``count`` (the engine's: ``memory.chat_tokens``); ``check_loop_inputs``'s ``start_tokens``."""
+    return count(system_message()[1]) + count({"role": "user", "content": task})
+
+
 def turn_message(result: TurnResult | Mapping[str, Any]) -> tuple[str, Chat]:
     """A recorded turn as the window's assistant message (id ``turn-<n>``)."""
     turn, content, calls = _turn_fields(result)
@@ -532,6 +538,25 @@ def _refused(req: ToolRequest, reason: str) -> ToolResult:
                       json.dumps({"error": reason}, ensure_ascii=False))
 
 
+class _RepeatedKey(Exception):
+    """A JSON object of the model's arguments names a key twice (its first argument: the key)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice: JSON parsers disagree on which one
+    wins (Python's and pydantic's take the last), and the status shows the arguments cut to 200
+    characters, so the one that counted could lie past the cut."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
+
+
 def checked_arguments(call: AskedCall) -> dict[str, Any] | str:
     """The call's arguments, parsed and held to ``TOOL_FIELDS``; or the reason they are refused, said so
     the model can correct it (and safe to print: the model's text is quoted through ``repr``)."""
@@ -539,7 +564,10 @@ def checked_arguments(call: AskedCall) -> dict[str, Any] | str:
     if fields is None:
         return f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
     try:
-        args = json.loads(call.arguments) if call.arguments.strip() else {}
+        args = json.loads(call.arguments, object_pairs_hook=_once) if call.arguments.strip() else {}
+    except _RepeatedKey as err:
+        return (f"the arguments of {call.name} give {str(err)[:40]!r} more than once; give each field once "
+                "(which one was meant cannot be told)")
     except ValueError:
         return f"the arguments of {call.name} are not JSON; give a JSON object"
     if not isinstance(args, dict):
@@ -626,12 +654,28 @@ def reached_turn_limit(error: str | None) -> bool:
     return bool(error) and TURN_LIMIT in str(error)
 
 
+ONE_ROUND_TOKENS = 200
+"""Memory's estimate of one round at the least a run needs: a turn of one ``lookup_order`` call (its
+framing with a 64-character id and name, a 64-character order id, the truncation marker as its text) and
+the lookup's result (147 at most; tests/test_loop_steps.py holds it to memory's count)."""
+
+
 def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS,
-                      window_messages: Any = DEFAULT_WINDOW_MESSAGES) -> tuple[int, int, int]:
-    """The loop's numbers, checked (``InputError`` saying what to give otherwise)."""
+                      window_messages: Any = DEFAULT_WINDOW_MESSAGES,
+                      start_tokens: int | None = None) -> tuple[int, int, int]:
+    """The loop's numbers, checked (``InputError`` saying what to give otherwise). ``start_tokens``: memory's
+    count of the system instructions and the task (``system_message``, ``task_message``; the caller counts,
+    ``steps`` imports nothing of memory). Given, the window must hold them and one round
+    (``ONE_ROUND_TOKENS``): memory pins only the system instructions, so a window that cannot would evict
+    the task before the model's first tool result, and a model that needs it would fail on every attempt."""
     for name, value, low, high in (("max turns", max_turns, 1, MAX_TURNS_LIMIT),
                                    ("window tokens", window_tokens, 200, 1_000_000),
                                    ("window messages", window_messages, 4, 100_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    if start_tokens is not None and start_tokens + ONE_ROUND_TOKENS > window_tokens:
+        need = start_tokens + ONE_ROUND_TOKENS
+        raise InputError(f"window tokens of {window_tokens} cannot hold the system instructions and the task "
+                         f"({start_tokens} tokens) and one round of a tool call and its result "
+                         f"({ONE_ROUND_TOKENS}): give at least {need} window tokens, or a shorter task")
     return max_turns, window_tokens, window_messages

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from drafting.scripted import ScriptedModel, orders_in
-from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, derive_window
+from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat_tokens, derive_window
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
-from steps.limits import MAX_SUBJECT_CHARS
+from steps.limits import MAX_SUBJECT_CHARS, InputError
 from steps.loop import (
     CALL_RESERVE_TOKENS,
     DEFAULT_WINDOW_TOKENS,
@@ -22,6 +22,7 @@ from steps.loop import (
     MAX_CALLS_PER_TURN,
     MAX_CONTENT_CHARS,
     MAX_LOOP_BODY_CHARS,
+    ONE_ROUND_TOKENS,
     WINDOW_RESERVE_TOKENS,
     AskedCall,
     LoopInputs,
@@ -31,11 +32,13 @@ from steps.loop import (
     TurnRequest,
     TurnResult,
     call_step,
+    check_loop_inputs,
     checked_arguments,
     model_turn,
     parse_step,
     recorded_calls,
     run_tool,
+    start_tokens,
     system_message,
     tool_key,
     tool_request,
@@ -187,6 +190,8 @@ def test_a_request_is_built_from_the_recorded_turn_only():
     ("send_email", '{"subject": "Hi\\r\\nBcc: x@evil", "body": "b"}', "subject"),
     ("send_email", '{"subject": "Hi \\u202e", "body": "b"}', "subject"),
     ("lookup_order", "not json", "not JSON"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": 5, "amount": 999}', "give 'amount' more than once"),
+    ("issue_refund", '{"order_id": "A-1001", "order_id": "A-1002", "amount": 5}', "give 'order_id' more than"),
     ("lookup_order", "[1]", "must be a JSON object"),
 ])
 def test_bad_arguments_are_answered_and_nothing_is_applied(name, arguments, says):
@@ -370,3 +375,24 @@ def test_a_resume_derives_the_same_window_as_the_run_that_was_not_interrupted():
     _, resumed, prompts2 = walk(inputs, deps2, results=recorded)
     assert prompts2 == prompts[4:]
     assert len(resumed) == len(whole)
+
+
+def test_a_window_that_cannot_hold_the_start_and_one_round_is_refused_naming_what_it_needs():
+    task = "Refund order A-1001: " + "it arrived broken. " * 150
+    start = start_tokens(task, chat_tokens)
+    need = start + ONE_ROUND_TOKENS
+    with pytest.raises(InputError, match=f"window tokens of {need - 1} cannot hold .* give at least {need} "):
+        check_loop_inputs(20, need - 1, 40, start)
+    assert check_loop_inputs(20, need, 40, start) == (20, need, 40)
+    assert check_loop_inputs(20, DEFAULT_WINDOW_TOKENS, 40, start_tokens("Refund A-1001", chat_tokens))
+
+
+def test_one_round_holds_memorys_count_of_a_lookup_and_its_result():
+    call = {"id": "c" * 64, "type": "function", "function": {"name": "n" * 64,
+                                                             "arguments": json.dumps({"order_id": "O" * 64})}}
+    turn = {"role": "assistant", "tool_calls": [call], "content": TRUNCATION_MARKER.format(
+        removed=MAX_CONTENT_CHARS, total=MAX_CONTENT_CHARS)}
+    result = {"role": "tool", "tool_call_id": "c" * 64, "content": json.dumps(
+        {"order_id": "O" * 64, "total": 10**12, "refunded": 10**12, "currency": "EUR"})}
+    assert chat_tokens(turn) + chat_tokens(result) <= ONE_ROUND_TOKENS
+

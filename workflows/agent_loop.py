@@ -82,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.loop import MODEL_TURN as MODEL_TURN
     from activities.loop import TOOL_CALL as TOOL_CALL
     from activities.loop import LoopActivities
-    from memory.derived import DerivedWindow
+    from memory.derived import DerivedWindow, chat_tokens
     from memory.errors import MemoryInputError
     from steps.crashpoints import crash_point
     from steps.limits import InputError, check_email, check_run_id, check_task
@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         call_step,
         check_loop_inputs,
         result_message,
+        start_tokens,
         system_message,
         task_message,
         tool_request,
@@ -101,7 +102,7 @@ with workflow.unsafe.imports_passed_through():
         turn_step,
     )
     from steps.models import to_jsonable
-    from steps.retry import RULE_VERSION, RetryRule, StepLedger
+    from steps.retry import RULE_VERSION, SAME_ERROR_LIMIT, RetryRule, StepLedger
     from steps.runstate import RunStateName, iso
     from workflows.attempts import ONE_ATTEMPT, Ending, ending_of
     from workflows.loop_state import (
@@ -121,9 +122,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 LOOP_WORKFLOW_NAME = "AgentLoop"
-TURN_WINDOW_PATCH = "loop-turn-window-bound"
-"""The marker of runs whose turns are sent the run's window bound (``steps.loop.recorded_calls`` refuses a
-call that would not fit it); runs recorded without it send none, as they did."""
+LOOP_BOUNDS_PATCH = "loop-bounds"
+"""The marker of runs under the loop's bounds: a turn is sent the run's window bound
+(``steps.loop.recorded_calls`` refuses a call that would not fit it); the first run of a chain refuses a
+window that cannot hold the system instructions, the task and one round; a turn gives up on the same error
+``steps.retry.SAME_ERROR_LIMIT`` times in a row. Runs recorded without it keep deciding as they did."""
 
 TURN_TIMEOUT_OF = "draft"
 TOOL_TIMEOUT_OF = "send_confirmation"
@@ -151,6 +154,7 @@ class AgentLoop:
         self._turns: list[TurnState] = []  # this run's
         self._run_in_chain = carried.runs + 1 if carried else 1
         self._window: DerivedWindow | None = None
+        self._bounded = False  # under LOOP_BOUNDS_PATCH (run)
         # The step being attempted: a reset starts its budget again (_on_reset). Earlier steps are done.
         self._ledger: StepLedger | None = None
         workflow.register_random_seed_callback(self._on_reset)
@@ -182,10 +186,11 @@ class AgentLoop:
 
     @workflow.run
     async def run(self, inp: LoopInput) -> LoopProgress:
+        # First, before the input checks, which it decides: a run recorded without it asks and decides as it
+        # did (a turn asked again asks exactly as recorded: tests/test_replay_inputs.py).
+        self._bounded = workflow.patched(LOOP_BOUNDS_PATCH)
         inputs, rule = self._checked(inp)
-        # A run recorded before a turn was sent the run's window bound asks without it (None: not checked), so
-        # a turn of it asked again asks exactly as recorded (tests/test_replay_inputs.py).
-        window_bound = inputs.window_tokens if workflow.patched(TURN_WINDOW_PATCH) else None
+        window_bound = inputs.window_tokens if self._bounded else None
         window = self._window = self._first_window(inputs, inp)
         while True:
             turn = self._turn
@@ -242,8 +247,11 @@ class AgentLoop:
                 raise InputError(f"run id {inp.run_id!r} differs from the workflow id {info.workflow_id!r}; "
                                  "start loop runs with flowclient.loop.start_loop")
             task, email = check_task(inp.task), check_email(inp.email)
+            # The chain's first run checks that its window can hold the start; the runs it continues as go on
+            # under the bounds it was started with.
+            start = start_tokens(task, chat_tokens) if self._bounded and inp.carried is None else None
             max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
-                                                                          inp.window_messages)
+                                                                          inp.window_messages, start)
             bound = inp.history_bound
             if isinstance(bound, bool) or not isinstance(bound, int) or \
                     not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
@@ -318,7 +326,10 @@ class AgentLoop:
     async def _attempts(self, step: str, activity: LoopActivity[RequestT, ResultT], request: RequestT,
                         rule: RetryRule, state: TurnState | CallState, *, effect: bool, timeout_of: str) -> ResultT:
         """Attempts of one step (a turn or a call) until it succeeds or the rules give up (``steps.retry``)."""
-        ledger = self._ledger = StepLedger(step, rule, effect=effect)
+        # A turn asks with the same window on every attempt: an error it gets word for word again and again is
+        # the answer to that window, not an outage (StepLedger.after_error).
+        repeats = SAME_ERROR_LIMIT if self._bounded and isinstance(request, TurnRequest) else None
+        ledger = self._ledger = StepLedger(step, rule, effect=effect, same_error_limit=repeats)
         attempt_timeout = timedelta(seconds=rule.attempt_timeout_for(timeout_of))
         heartbeat_timeout = timedelta(seconds=rule.heartbeat_timeout_seconds())
         # An effect's attempt is waited for when the run is cancelled: the run learns whether it went out.
@@ -366,7 +377,7 @@ class AgentLoop:
         # A failure with no duration of its own is charged its backoff only (steps.retry, version 2).
         seconds = ending.seconds if ending.seconds is not None else 0.0
         delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
-                                   in_doubt=ending.in_doubt, u=workflow.random().random())
+                                   in_doubt=ending.in_doubt, u=workflow.random().random(), outage=ending.outage)
         if delay is None:
             return False
         state.status = "retrying"

@@ -31,11 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.derived import derive_window
+from memory.derived import chat_tokens, derive_window
 from memory.policy import MemoryPolicy
 
 # At run time, not only for mypy: the SDK reads these annotations to decode an input or a result.
-from steps.loop import DEFAULT_MAX_TURNS, DEFAULT_WINDOW_MESSAGES, DEFAULT_WINDOW_TOKENS
+from steps.loop import DEFAULT_MAX_TURNS, DEFAULT_WINDOW_MESSAGES, DEFAULT_WINDOW_TOKENS, start_tokens
 from steps.runstate import RunStateName, StepStateName
 
 DEFAULT_HISTORY_BOUND = 1000
@@ -205,3 +205,9 @@ def details_text(progress: LoopProgress, shown_turns: int = 3) -> str:
         lines.append(f"turn-{turn.turn}: {turn.status}{more}{when}")
         lines.extend(f"  {_call_line(call)}" for call in turn.calls)
     return "\n".join(lines)
+
+
+def start_tokens_of(task: str) -> int:
+    """Memory's count of what a run's window holds before its first turn (``steps.loop.start_tokens``), for
+    the loop's clients, which import no memory of their own."""
+    return start_tokens(task, chat_tokens)
