@@ -378,6 +378,12 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
             recorded = run.turns.get(number)
             entry = {"turn": number, **_entry(turn_step(number), run, place, effect=False, closed=ended),
                      "answer": shown(recorded["content"]) if recorded else None, "calls": []}
+            if turns and turns[-1]["turn"] == number:
+                # The run before continued as new within this turn's retries: one turn, its attempts in both.
+                before = turns.pop()
+                entry["attempts"] += before["attempts"]
+                entry["crashes"] += before["crashes"]
+                entry["last_error"] = entry["last_error"] or before["last_error"]
             if recorded is not None:
                 counts["turns"] += 1
             for index, call in enumerate((recorded or {}).get("calls") or ()):

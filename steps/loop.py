@@ -118,6 +118,43 @@ memory's truncation marker as its text: memory cuts the text to fit), and 48 a c
 framing, a 64-character window id, a 64-character name, ``{}`` as arguments). tests/test_loop_steps.py
 holds them at or above memory's count."""
 
+# ---------------------------------------------------------------- what a payload may hold
+#
+# Temporal refuses a payload over 2 MiB (the server's blob size limit; the worker's SDK refuses the command
+# first: PayloadLimitViolation, and the workflow task fails for good, the run parked). Every payload the loop
+# makes is bounded here, in the bytes the SDK's JSON writes (``ensure_ascii``: a character outside ASCII is
+# ``\\uXXXX``, 6 bytes, 12 for one beyond the BMP; ``"`` and ``\\`` are 2):
+#
+# - the margin: 1/8 of the limit (262,144 bytes) for the payload codec (AES-GCM's nonce and tag, 28 bytes;
+#   the sealed payload's own metadata and the key and workflow ids, under 1 KB) and whatever the SDK and the
+#   server count beside the JSON: ``PAYLOAD_BUDGET_BYTES`` = 1,835,008;
+# - a prompt window of T tokens (memory's estimate, which the window never exceeds) is at most
+#   ``WINDOW_BYTES_PER_TOKEN`` x T bytes: 8.02 at worst measured (backslashes, newlines, accented letters, a
+#   message of one character; tests/test_loop_steps.py), 10 with room;
+# - the largest payload is what continue-as-new carries (``workflows.loop_state.LoopCarried``): the window,
+#   ``KEPT_TURNS`` turn summaries of at most ``TURN_SUMMARY_BYTES`` (their texts cut to 200 characters; 8
+#   calls; measured in the tests) and the rest (the task, 4,000 characters: 24,000 bytes at 6 a character;
+#   the address, the rule, the counts: under 6,000): ``CARRIED_REST_BYTES``; so the window may hold
+#   (1,835,008 - 30,000 - 20 x 40,000) / 10 = 100,500 tokens: ``MAX_WINDOW_TOKENS``, 100,000;
+# - a turn's request is that window and a few numbers; a turn's answer at most 20,000 characters of text
+#   (240,000 bytes) and 8 calls of at most 8,000 characters of arguments, a 256-character id and a 64-character
+#   name (8 x 99,840 bytes): 1,038,720 bytes; a tool's result a JSON text of its call's fields, a refusal's
+#   reason cut to ``MAX_REASON_CHARS``: under 20,000 bytes; the run's result and its ``progress`` query the
+#   newest ``KEPT_TURNS`` summaries and the answer: under 1,100,000 bytes. All within the budget.
+
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024
+PAYLOAD_BUDGET_BYTES = PAYLOAD_LIMIT_BYTES - PAYLOAD_LIMIT_BYTES // 8
+WINDOW_BYTES_PER_TOKEN = 10
+KEPT_TURNS = 20
+"""How many turn summaries a run carries to the next and shows in its status (the newest): bounded."""
+TURN_SUMMARY_BYTES = 40_000
+CARRIED_REST_BYTES = 30_000
+MAX_WINDOW_TOKENS = (PAYLOAD_BUDGET_BYTES - CARRIED_REST_BYTES - KEPT_TURNS * TURN_SUMMARY_BYTES) \
+    // WINDOW_BYTES_PER_TOKEN // 1000 * 1000
+MAX_REASON_CHARS = 1000
+WINDOW_TOKENS_BEFORE_CAP = 1_000_000
+"""The most window tokens a run was accepted with before ``MAX_WINDOW_TOKENS``: such a run replays."""
+
 # The tools, as the model is told of them (chat-completions ``tools``), and the fields each accepts:
 # (name, JSON type, required, text rule: "line" single-line | "text" multi-line | None, max chars).
 TOOL_FIELDS: dict[str, tuple[tuple[str, str, bool, str | None, int], ...]] = {
@@ -485,6 +522,14 @@ def arguments_room(window_tokens: int, calls: int) -> int:
     return window_tokens - WINDOW_RESERVE_TOKENS - CALL_RESERVE_TOKENS * calls
 
 
+def _json_text(text: str) -> bool:
+    """No character in ``text`` that a JSON text may not hold raw: a control character other than tab, line
+    feed and carriage return, or a lone surrogate."""
+    if text.isascii() and text.isprintable():
+        return True
+    return not any((ord(c) < 0x20 and c not in "\t\n\r") or 0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
 def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None) -> list[AskedCall]:
     """The calls of a turn as the record keeps them: bounded whatever the model wrote, and those it got
     wrong marked ``refused`` (their arguments ``{}``), to be answered ``refused`` with nothing applied
@@ -518,6 +563,9 @@ def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None)
             why = f"a tool call id must be 1-{MAX_CALL_ID_CHARS} characters; this one has {len(call.id)}"
         elif name != call.name:
             why = f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
+        elif not _json_text(call.arguments):
+            # No call's arguments; and such a character costs a payload more than memory counts of it.
+            why = f"the arguments of {name} are not JSON (a control character or a lone surrogate); give a JSON object"
         elif size > MAX_ARGUMENTS_CHARS:
             why = (f"the arguments of {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS} (an email's "
                    f"body at most {MAX_LOOP_BODY_CHARS}): nothing was applied; send less")
@@ -535,7 +583,7 @@ def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None)
 
 def _refused(req: ToolRequest, reason: str) -> ToolResult:
     return ToolResult(req.turn, req.index, req.call.name[:64], "refused",
-                      json.dumps({"error": reason}, ensure_ascii=False))
+                      json.dumps({"error": reason[:MAX_REASON_CHARS]}, ensure_ascii=False))
 
 
 class _RepeatedKey(Exception):
@@ -662,14 +710,17 @@ the lookup's result (147 at most; tests/test_loop_steps.py holds it to memory's 
 
 def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS,
                       window_messages: Any = DEFAULT_WINDOW_MESSAGES,
-                      start_tokens: int | None = None) -> tuple[int, int, int]:
+                      start_tokens: int | None = None,
+                      max_window_tokens: int = MAX_WINDOW_TOKENS) -> tuple[int, int, int]:
     """The loop's numbers, checked (``InputError`` saying what to give otherwise). ``start_tokens``: memory's
     count of the system instructions and the task (``system_message``, ``task_message``; the caller counts,
     ``steps`` imports nothing of memory). Given, the window must hold them and one round
     (``ONE_ROUND_TOKENS``): memory pins only the system instructions, so a window that cannot would evict
-    the task before the model's first tool result, and a model that needs it would fail on every attempt."""
+    the task before the model's first tool result, and a model that needs it would fail on every attempt.
+    ``max_window_tokens``: ``MAX_WINDOW_TOKENS`` (what a payload holds); a run recorded before that cap
+    replays under the one it started with, ``WINDOW_TOKENS_BEFORE_CAP``."""
     for name, value, low, high in (("max turns", max_turns, 1, MAX_TURNS_LIMIT),
-                                   ("window tokens", window_tokens, 200, 1_000_000),
+                                   ("window tokens", window_tokens, 200, max_window_tokens),
                                    ("window messages", window_messages, 4, 100_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")

@@ -140,3 +140,22 @@ async def test_a_window_too_small_for_the_start_is_refused_by_the_workflow(clien
     assert f"and one round of a tool call and its result ({ONE_ROUND_TOKENS}): give at least" in failure.message
     assert stand_ins.turns == 0  # refused before the model was asked
 
+
+async def test_the_history_bound_holds_within_a_turns_retries(client, task_queue):
+    """A turn retried past the history bound continues as new before its next attempt: the turn is asked
+    in the next run, its spending carried (the attempt numbers go on), and it is one turn in the status."""
+    stand_ins = StandIns([("HTTP 503: busy", True)] * 3 + [("HTTP 500: boom", False)] * 2)
+    inp = loop_input(history_bound=10)
+    result = await run_loop(client, task_queue, stand_ins, inp)
+    assert result["status"] == "completed" and result["answer"] == "Done.", result
+    assert stand_ins.turns == 6
+    status = await loop_status(client, inp.run_id)
+    assert len(status["runs"]) >= 3, status["runs"]  # continued as new within the turn's retries
+    assert [(t["turn"], t["status"], t["attempts"]) for t in status["turns"]] == [(1, "completed", 6)], status
+    # The ledger went with the turn: the attempts kept their numbers across the runs of the chain.
+    ids = []
+    for temporal_run in status["runs"]:
+        history = await client.get_workflow_handle(inp.run_id, run_id=temporal_run).fetch_history()
+        ids += [e.activity_task_scheduled_event_attributes.activity_id for e in history.events
+                if e.HasField("activity_task_scheduled_event_attributes")]
+    assert ids == [f"turn-1/{n}" for n in range(1, 7)], ids

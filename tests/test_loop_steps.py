@@ -12,17 +12,25 @@ import pytest
 
 from drafting.scripted import ScriptedModel, orders_in
 from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat_tokens, derive_window
+from payloadcodec import data_converter_from_env
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
-from steps.limits import MAX_SUBJECT_CHARS, InputError
+from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError
 from steps.loop import (
     CALL_RESERVE_TOKENS,
     DEFAULT_WINDOW_TOKENS,
+    KEPT_TURNS,
     MAX_ARGUMENTS_CHARS,
+    MAX_CALL_ID_CHARS,
     MAX_CALLS_PER_TURN,
     MAX_CONTENT_CHARS,
     MAX_LOOP_BODY_CHARS,
+    MAX_TURNS_LIMIT,
+    MAX_WINDOW_TOKENS,
     ONE_ROUND_TOKENS,
+    PAYLOAD_LIMIT_BYTES,
+    TURN_SUMMARY_BYTES,
+    WINDOW_BYTES_PER_TOKEN,
     WINDOW_RESERVE_TOKENS,
     AskedCall,
     LoopInputs,
@@ -45,6 +53,10 @@ from steps.loop import (
     turn_message,
     window_call_ids,
 )
+from steps.models import to_jsonable
+from steps.retry import RetryRule
+from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+from workflows import loop_state as state
 
 CUSTOMER = "customer@example.com"
 
@@ -396,3 +408,74 @@ def test_one_round_holds_memorys_count_of_a_lookup_and_its_result():
         {"order_id": "O" * 64, "total": 10**12, "refunded": 10**12, "currency": "EUR"})}
     assert chat_tokens(turn) + chat_tokens(result) <= ONE_ROUND_TOKENS
 
+
+
+# ---------------------------------------------------------------- payloads within Temporal's limit
+
+def _worst_turn(number: int) -> state.TurnState:
+    text = "\u00e9" * state.SHOWN_CHARS  # 6 bytes a character in the SDK's JSON
+    calls = [state.CallState(i, "\u00e9" * 64, "agentlab/" + "r" * 64 + f"/turn-{number}/call-{i}-" + "f" * 16,
+                       "retrying", 50, 9, "refused", "\u00e9" * 64, True, text, "2026-12-02T06:00:00.000Z", text)
+             for i in range(MAX_CALLS_PER_TURN)]
+    return state.TurnState(number, "completed", 50, 9, text, calls, text, "2026-12-02T06:00:00.000Z", text)
+
+
+def _encoded(value) -> int:
+    """The bytes of ``value`` as the worker sends it: the SDK's JSON, sealed by the payload codec."""
+    converter = data_converter_from_env({"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID})
+    payloads = converter.payload_converter.to_payloads([value])
+    sealed = asyncio.run(converter.payload_codec.encode(payloads))
+    return sum(p.ByteSize() for p in sealed)
+
+
+def _fullest_window(text: str) -> list[dict]:
+    """A window at ``MAX_WINDOW_TOKENS``, of messages of ``text`` (the costliest characters per token)."""
+    messages = [system_message()] + [(f"m{i}", {"role": "user", "content": text}) for i in range(2000)]
+    return derive_window(MemoryPolicy(max_tokens=MAX_WINDOW_TOKENS, max_messages=100_000), messages)
+
+
+def test_a_turn_summary_is_within_its_share():
+    assert len(json.dumps(to_jsonable(_worst_turn(10_000)), separators=(",", ":"))) <= TURN_SUMMARY_BYTES
+
+
+@pytest.mark.parametrize("text", ["\\" * 900, "\n" * 900, "\u00e9" * 900, "x", "\U0001f600" * 300])
+def test_a_window_costs_at_most_its_bytes_per_token(text):
+    window = _fullest_window(text)
+    tokens = sum(chat_tokens(m) for m in window)
+    assert tokens <= MAX_WINDOW_TOKENS
+    assert len(json.dumps(window, separators=(",", ":"))) <= WINDOW_BYTES_PER_TOKEN * tokens
+
+
+def test_no_payload_the_loop_can_make_is_over_temporals_limit():
+    """The largest of each kind, at every cap at once: what continue-as-new carries, a turn's request, a
+    turn's answer, the run's result. Sealed by the codec, each under the 2 MiB Temporal refuses."""
+    window = _fullest_window("\\" * 900)
+    turns = [_worst_turn(n) for n in range(1, KEPT_TURNS + 1)]
+    messages = [state.CarriedMessage(f"turn-{i}", m) for i, m in enumerate(window)]
+    carried = state.LoopInput("r" * 64, "\u00e9" * MAX_TASK_CHARS, "a" * 240 + "@example.com", MAX_TURNS_LIMIT,
+                              MAX_WINDOW_TOKENS, 100_000, RetryRule().to_dict(), state.MAX_HISTORY_BOUND,
+                              state.LoopCarried(MAX_TURNS_LIMIT, messages, "s" * 64, state.LoopCounts(), turns,
+                                                10_000))
+    asked = [AskedCall("\U0001f600" * MAX_CALL_ID_CHARS, "send_email", "\U0001f600" * MAX_ARGUMENTS_CHARS)
+             for _ in range(MAX_CALLS_PER_TURN)]
+    answer = TurnResult(MAX_TURNS_LIMIT, "\U0001f600" * MAX_CONTENT_CHARS, recorded_calls(asked), "m" * 64, 100_000)
+    assert all(not c.refused for c in answer.calls)  # kept whole: the largest answer the loop records
+    result = state.LoopProgress("r" * 64, "completed", MAX_TURNS_LIMIT, MAX_TURNS_LIMIT, state.LoopCounts(), turns,
+                          answer="\U0001f600" * MAX_CONTENT_CHARS, error="\U0001f600" * state.SHOWN_CHARS)
+    sizes = {"carried": _encoded(carried), "request": _encoded(TurnRequest("r" * 64, 1, window, 20, 100_000)),
+             "answer": _encoded(answer), "result": _encoded(result)}
+    assert all(size <= PAYLOAD_LIMIT_BYTES for size in sizes.values()), sizes
+    assert sizes["carried"] > PAYLOAD_LIMIT_BYTES // 2, sizes  # the budget is used, not wasted
+
+
+def test_a_window_over_what_a_payload_holds_is_refused():
+    with pytest.raises(InputError, match=f"window tokens must be a whole number from 200 to {MAX_WINDOW_TOKENS}"):
+        check_loop_inputs(20, 1_000_000, 40)
+
+
+def test_arguments_json_cannot_hold_are_refused_at_the_turn():
+    calls = recorded_calls([AskedCall("c", "create_ticket", '{"summary": "a\x00b"}'),
+                            AskedCall("d", "create_ticket", '{"summary": "\ud800"}'),
+                            AskedCall("e", "create_ticket", '{\n\t"summary": "fine"\r\n}')])
+    assert [bool(c.refused) for c in calls] == [True, True, False]
+    assert "not JSON" in calls[0].refused and calls[0].arguments == "{}"

@@ -88,6 +88,8 @@ with workflow.unsafe.imports_passed_through():
     from steps.limits import InputError, check_email, check_run_id, check_task
     from steps.loop import (
         EFFECT_OF_TOOL,
+        MAX_WINDOW_TOKENS,
+        WINDOW_TOKENS_BEFORE_CAP,
         Chat,
         LoopInputs,
         TurnRequest,
@@ -106,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.runstate import RunStateName, iso
     from workflows.attempts import ONE_ATTEMPT, Ending, ending_of
     from workflows.loop_state import (
+        HISTORY_BYTES_BOUND,
         KEPT_TURNS,
         MAX_HISTORY_BOUND,
         MIN_HISTORY_BOUND,
@@ -155,6 +158,9 @@ class AgentLoop:
         self._run_in_chain = carried.runs + 1 if carried else 1
         self._window: DerivedWindow | None = None
         self._bounded = False  # under LOOP_BOUNDS_PATCH (run)
+        self._input = inp
+        self._inputs: LoopInputs | None = None
+        self._carried_step = carried.step if carried else None
         # The step being attempted: a reset starts its budget again (_on_reset). Earlier steps are done.
         self._ledger: StepLedger | None = None
         workflow.register_random_seed_callback(self._on_reset)
@@ -171,6 +177,8 @@ class AgentLoop:
 
     def _snapshot(self) -> LoopProgress:
         turns = self._kept + self._turns
+        if self._bounded:  # the newest only: a run's result and its query stay within a payload
+            turns = turns[-KEPT_TURNS:]
         stats = self._window.stats() if self._window is not None else None
         return LoopProgress(
             run_id=self._run_id, status=self._status, turn=self._turn, max_turns=self._max_turns,
@@ -190,6 +198,7 @@ class AgentLoop:
         # did (a turn asked again asks exactly as recorded: tests/test_replay_inputs.py).
         self._bounded = workflow.patched(LOOP_BOUNDS_PATCH)
         inputs, rule = self._checked(inp)
+        self._inputs = inputs
         window_bound = inputs.window_tokens if self._bounded else None
         window = self._window = self._first_window(inputs, inp)
         while True:
@@ -228,8 +237,7 @@ class AgentLoop:
                     self._crash_point("temporal:loop:between_calls")
             self._crash_point("temporal:loop:after_turn")
             self._turn = turn + 1
-            info = workflow.info()
-            if info.get_current_history_length() > inp.history_bound or info.is_continue_as_new_suggested():
+            if self._past_bound(inp):
                 self._crash_point("temporal:loop:continue_as_new")
                 workflow.continue_as_new(dataclasses.replace(inp, carried=self._carried(inputs, window)))
 
@@ -250,8 +258,9 @@ class AgentLoop:
             # The chain's first run checks that its window can hold the start; the runs it continues as go on
             # under the bounds it was started with.
             start = start_tokens(task, chat_tokens) if self._bounded and inp.carried is None else None
+            most = MAX_WINDOW_TOKENS if self._bounded else WINDOW_TOKENS_BEFORE_CAP
             max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
-                                                                          inp.window_messages, start)
+                                                                          inp.window_messages, start, most)
             bound = inp.history_bound
             if isinstance(bound, bool) or not isinstance(bound, int) or \
                     not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
@@ -267,7 +276,8 @@ class AgentLoop:
                 raise InputError(f"the agent loop runs under a version {RULE_VERSION} retry rule, not version "
                                  f"{rule.version}")
             carried = inp.carried
-            if carried is not None and (carried.next_turn < 2 or not carried.messages
+            # A run continued as new within a turn's retries may carry turn 1, still to be recorded.
+            if carried is not None and (carried.next_turn < (1 if carried.step else 2) or not carried.messages
                                         or carried.messages[0].id != system_message()[0]):
                 raise InputError("the carried state is unusable: it needs the next turn (2 or more) and the "
                                  "window's messages, the system instructions first")
@@ -308,11 +318,24 @@ class AgentLoop:
             raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="WindowRefused",
                                    non_retryable=True) from None
 
-    def _carried(self, inputs: LoopInputs, window: DerivedWindow) -> LoopCarried:
+    def _past_bound(self, inp: LoopInput) -> bool:
+        """Whether the history is past its bound (events; under LOOP_BOUNDS_PATCH, bytes too) or the server
+        suggests continuing as new."""
+        info = workflow.info()
+        return (info.get_current_history_length() > inp.history_bound or info.is_continue_as_new_suggested()
+                or (self._bounded and info.get_current_history_size() > HISTORY_BYTES_BOUND))
+
+    def _carried(self, inputs: LoopInputs, window: DerivedWindow, step: StepLedger | None = None,
+                 unfinished: TurnState | None = None) -> LoopCarried:
+        """What the next run of the chain starts from; ``step``/``unfinished``: the turn whose retries it
+        continues (its summary is the next run's to show, its spent counts carried)."""
         messages = [CarriedMessage(i, chat) for i, chat in zip(window.ids(), window.prompt(), strict=True)]
+        turns = [t for t in self._kept + self._turns if t is not unfinished][-KEPT_TURNS:]
+        spent = None
+        if step is not None:
+            spent = {f.name: getattr(step, f.name) for f in dataclasses.fields(step) if f.name != "rule"}
         return LoopCarried(next_turn=self._turn, messages=messages, start_id=inputs.start_id,
-                           counts=dataclasses.replace(self._counts), turns=(self._kept + self._turns)[-KEPT_TURNS:],
-                           runs=self._run_in_chain)
+                           counts=dataclasses.replace(self._counts), turns=turns, runs=self._run_in_chain, step=spent)
 
     @staticmethod
     def _crash_point(name: str) -> None:
@@ -330,6 +353,12 @@ class AgentLoop:
         # the answer to that window, not an outage (StepLedger.after_error).
         repeats = SAME_ERROR_LIMIT if self._bounded and isinstance(request, TurnRequest) else None
         ledger = self._ledger = StepLedger(step, rule, effect=effect, same_error_limit=repeats)
+        spent = self._carried_step
+        if spent is not None and spent.get("name") == step:  # continued as new within this turn's retries
+            self._carried_step = None
+            for name, value in spent.items():
+                if name not in ("name", "rule", "same_error_limit") and hasattr(ledger, name):
+                    setattr(ledger, name, value)
         attempt_timeout = timedelta(seconds=rule.attempt_timeout_for(timeout_of))
         heartbeat_timeout = timedelta(seconds=rule.heartbeat_timeout_seconds())
         # An effect's attempt is waited for when the run is cancelled: the run learns whether it went out.
@@ -355,6 +384,13 @@ class AgentLoop:
                 if workflow.cancellation_reason() is not None:
                     self._cancelled(step, state, ledger, ending)
                 if await self._try_again(step, state, ledger, ending):
+                    if self._bounded and isinstance(state, TurnState) and self._past_bound(self._input):
+                        # Each attempt records the whole window: the history bound holds within a turn's
+                        # retries too. The turn is not recorded; the next run asks it, its spending carried.
+                        assert self._window is not None and self._inputs is not None
+                        self._crash_point("temporal:loop:continue_as_new")
+                        workflow.continue_as_new(dataclasses.replace(
+                            self._input, carried=self._carried(self._inputs, self._window, ledger, state)))
                     continue
                 self._fail(state, ledger, err)
             state.status = "completed"
@@ -366,7 +402,7 @@ class AgentLoop:
     async def _try_again(self, step: str, state: TurnState | CallState, ledger: StepLedger, ending: Ending) -> bool:
         """After a failed attempt: True once the step may be tried again (any backoff waited out on a
         durable timer); False when the rules give up (``ledger.failure`` says why)."""
-        state.last_error = ending.message
+        state.last_error = shown(ending.message) if self._bounded else ending.message
         if ending.kind in ("crash", "shutdown"):
             again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
             state.crashes = ledger.crashes

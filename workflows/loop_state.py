@@ -36,6 +36,7 @@ from memory.policy import MemoryPolicy
 
 # At run time, not only for mypy: the SDK reads these annotations to decode an input or a result.
 from steps.loop import DEFAULT_MAX_TURNS, DEFAULT_WINDOW_MESSAGES, DEFAULT_WINDOW_TOKENS, start_tokens
+from steps.loop import KEPT_TURNS as KEPT_TURNS  # re-exported: the status and the carried state are bounded by it
 from steps.runstate import RunStateName, StepStateName
 
 DEFAULT_HISTORY_BOUND = 1000
@@ -48,8 +49,11 @@ MAX_HISTORY_BOUND = 20_000
 """A run checks its bound only between turns, and one turn of 8 calls, each with up to 50 attempts and
 their backoff timers, can add some 4,000 events: the ceiling leaves that room below the 51,200 events at
 which Temporal terminates a run."""
-KEPT_TURNS = 20
-"""How many turn summaries a run carries to the next (the newest): the status a chain carries stays bounded."""
+HISTORY_BYTES_BOUND = 10 * 1024 * 1024
+"""Bytes: past this in a run's history, the run continues as new, between turns and, before another
+attempt, within a turn's retries (each attempt records its request, the whole window: up to a megabyte,
+``steps.loop``'s payload budget). Temporal warns at 10 MB and terminates a run at 50 MB; one attempt adds at
+most its request and its answer (about 2 MB), so the history stays far below the end."""
 SHOWN_CHARS = 200
 """A turn's text and a refused call's reason are cut to this in the status (the history keeps them whole)."""
 
@@ -119,6 +123,10 @@ class LoopCarried:
     counts: LoopCounts = field(default_factory=LoopCounts)
     turns: list[TurnState] = field(default_factory=list)
     runs: int = 1
+    step: dict[str, Any] | None = None
+    """Continued as new within a turn's retries (the history past its bound): what the turn's attempts have
+    spent (``steps.retry.StepLedger``'s counts), so the next run goes on with them, the turn still unasked
+    for good; None between turns."""
 
 
 @dataclass
