@@ -71,7 +71,6 @@ ran (never while it walks recorded outputs):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -95,6 +94,8 @@ from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError
 from steps.limits import InputError
+from steps.loop import loop_changed as loop_changed  # re-exported: dbosflow.status and the CLI read it here
+from steps.loop import loop_digest, loop_signature
 from steps.retry import MOST_WORKER_DEATHS, RetryRule
 
 LOOP_WORKFLOW_NAME = "agent_loop"
@@ -116,28 +117,10 @@ someone ran, so nothing recovers forever."""
 # ------------------------------------------------------------------ the loop's shape and version
 
 
-def loop_signature() -> tuple[str, ...]:
-    """What identifies the loop's shape to a run in flight, computed from ``steps.loop`` itself: the steps
-    a turn with two calls then a final turn decide (how steps are named and follow one another), a call's
-    key for fixed values (how keys derive), and each tool with its effect kind and fields. Not the system
-    prompt nor the text rules: a change there asks the next turn otherwise, and replays what is recorded."""
-    two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
-    names = loop.LoopPlan(loop.LoopInputs("run", "task", "a@example.com"), no_window).names(
-        {loop.turn_step(1): two_calls, loop.turn_step(2): {"calls": []}})
-    tools = [f"tool {name}:{loop.EFFECT_OF_TOOL.get(name) or ''}:"
-             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
-             for name, fields in loop.TOOL_FIELDS.items()]
-    return ("steps " + " ".join(names), "key " + loop.tool_key("run", 1, 0, "call"), *tools)
-
-
 def no_window(inputs: loop.LoopInputs, messages: Any) -> list[loop.Chat]:
     """A ``steps.loop.WindowOf`` for a plan asked only which steps it decides (``LoopPlan.names``), never a
     turn's request."""
     return []
-
-
-def loop_digest(signature: tuple[str, ...] | None = None) -> str:
-    return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
 
 
 def loop_version_of(signature: tuple[str, ...] | None = None) -> str:
@@ -154,15 +137,6 @@ def loop_app_version(env: Mapping[str, str] | None = None) -> str:
     ``LOOP_APP_VERSION``."""
     env = os.environ if env is None else env
     return (env.get(LOOP_VERSION_ENV) or "").strip() or LOOP_APP_VERSION
-
-
-def loop_changed(recorded: Any) -> str | None:
-    """Why this code cannot run a loop run whose inputs recorded the signature ``recorded``, or None."""
-    code = list(loop_signature())
-    if recorded is None or list(recorded) == code:
-        return None
-    return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
-            f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")
 
 
 def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: RetryRule, *, max_turns: int,

@@ -68,16 +68,19 @@ from steps.loop import (
     DEFAULT_WINDOW_MESSAGES,
     DEFAULT_WINDOW_TOKENS,
     EFFECT_OF_TOOL,
+    LOOP_SYSTEM_PROMPT,
     MAX_CALLS_PER_TURN,
     Chat,
     LoopInputs,
     call_step,
     check_loop_inputs,
+    loop_signature,
     reached_turn_limit,
     result_message,
     system_message,
     task_message,
     tool_key,
+    tool_specs,
     turn_message,
     turn_step,
 )
@@ -89,6 +92,7 @@ from workflows.loop_state import (
     MAX_HISTORY_BOUND,
     MIN_HISTORY_BOUND,
     LoopInput,
+    LoopInstructions,
     derived_window,
     shown,
     start_tokens_of,
@@ -128,7 +132,8 @@ async def start_loop(
         await client.start_workflow(
             LOOP_WORKFLOW_NAME,
             LoopInput(run_id=run_id, task=task, email=email, max_turns=max_turns, window_tokens=window_tokens,
-                      window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound),
+                      window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound,
+                      loop=list(loop_signature()), instructions=LoopInstructions(LOOP_SYSTEM_PROMPT, tool_specs())),
             id=run_id,
             task_queue=task_queue or default_task_queue(),
             task_timeout=task_timeout or workflow_task_timeout(),
@@ -218,7 +223,9 @@ class LoopChain:
         """The run's messages in order (``steps.loop``): the system instructions, the task, then every
         recorded turn before ``upto_turn`` (None: all) and its tool results."""
         first = self.first_input
-        out = [system_message(), task_message(LoopInputs(self.run_id, first.get("task", ""), first.get("email", "")))]
+        prompt = (first.get("instructions") or {}).get("prompt") or LOOP_SYSTEM_PROMPT  # the run's, if recorded
+        inputs = LoopInputs(self.run_id, first.get("task", ""), first.get("email", ""))
+        out = [system_message(prompt), task_message(inputs)]
         for turn, results in self.turns():
             if upto_turn is not None and turn["turn"] >= upto_turn:
                 break

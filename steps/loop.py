@@ -134,8 +134,9 @@ holds them at or above memory's count."""
 # - the largest payload is what continue-as-new carries (``workflows.loop_state.LoopCarried``): the window,
 #   ``KEPT_TURNS`` turn summaries of at most ``TURN_SUMMARY_BYTES`` (their texts cut to 200 characters; 8
 #   calls; measured in the tests) and the rest (the task, 4,000 characters: 24,000 bytes at 6 a character;
-#   the address, the rule, the counts: under 6,000): ``CARRIED_REST_BYTES``; so the window may hold
-#   (1,835,008 - 30,000 - 20 x 40,000) / 10 = 100,500 tokens: ``MAX_WINDOW_TOKENS``, 100,000;
+#   the run's instructions, its prompt and tools, ``MAX_INSTRUCTIONS_CHARS`` characters of JSON: 24,000; the
+#   address, the rule, the signature, the counts: under 4,000): ``CARRIED_REST_BYTES``, 52,000; so the
+#   window may hold (1,835,008 - 52,000 - 20 x 40,000) / 10 = 98,300 tokens: ``MAX_WINDOW_TOKENS``, 98,000;
 # - a turn's request is that window and a few numbers; a turn's answer at most 20,000 characters of text
 #   (240,000 bytes) and 8 calls of at most 8,000 characters of arguments, a 256-character id and a 64-character
 #   name (8 x 99,840 bytes): 1,038,720 bytes; a tool's result a JSON text of its call's fields, a refusal's
@@ -148,10 +149,12 @@ WINDOW_BYTES_PER_TOKEN = 10
 KEPT_TURNS = 20
 """How many turn summaries a run carries to the next and shows in its status (the newest): bounded."""
 TURN_SUMMARY_BYTES = 40_000
-CARRIED_REST_BYTES = 30_000
+CARRIED_REST_BYTES = 52_000
 MAX_WINDOW_TOKENS = (PAYLOAD_BUDGET_BYTES - CARRIED_REST_BYTES - KEPT_TURNS * TURN_SUMMARY_BYTES) \
     // WINDOW_BYTES_PER_TOKEN // 1000 * 1000
 MAX_REASON_CHARS = 1000
+MAX_INSTRUCTIONS_CHARS = 4000
+"""A run's recorded system prompt and tools (their JSON) together, at most (``workflows.loop_state``)."""
 WINDOW_TOKENS_BEFORE_CAP = 1_000_000
 """The most window tokens a run was accepted with before ``MAX_WINDOW_TOKENS``: such a run replays."""
 
@@ -239,6 +242,7 @@ class TurnRequest:
     window: list[dict[str, Any]]  # the prompt: memory's window of the run's messages, system first
     max_turns: int
     window_tokens: int | None = None  # the run's bound: a turn's calls must fit it (None: not checked)
+    tools: list[dict[str, Any]] | None = None  # the tools as the run recorded them (None: this code's)
 
 
 @dataclass(frozen=True)
@@ -340,18 +344,20 @@ WindowOf = Callable[["LoopInputs", Sequence[tuple[str, Chat]]], list[Chat]]
 instructions), the prompt memory's window gives under the run's bounds. The engine supplies it."""
 
 
-def system_message() -> tuple[str, Chat]:
-    return "system", {"role": "system", "content": LOOP_SYSTEM_PROMPT}
+def system_message(prompt: str = LOOP_SYSTEM_PROMPT) -> tuple[str, Chat]:
+    """The window's first message, pinned: the run's system instructions (this code's unless the run
+    recorded its own)."""
+    return "system", {"role": "system", "content": prompt}
 
 
 def task_message(inputs: LoopInputs) -> tuple[str, Chat]:
     return "task", {"role": "user", "content": inputs.task}
 
 
-def start_tokens(task: str, count: Callable[[Chat], int]) -> int:
+def start_tokens(task: str, count: Callable[[Chat], int], prompt: str = LOOP_SYSTEM_PROMPT) -> int:
     """What a run's window holds before its first turn (the system instructions and the task), counted by
     ``count`` (the engine's: ``memory.chat_tokens``); ``check_loop_inputs``'s ``start_tokens``."""
-    return count(system_message()[1]) + count({"role": "user", "content": task})
+    return count(system_message(prompt)[1]) + count({"role": "user", "content": task})
 
 
 def turn_message(result: TurnResult | Mapping[str, Any]) -> tuple[str, Chat]:
@@ -488,7 +494,8 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
         raise PermanentError("this process has no model for the agent loop (StepDeps.agent); build its "
                              "dependencies with wiring.deps_from_env")
     await pace(deps)  # LAB_STEP_SECONDS: slow enough to watch, or to kill by hand
-    answer = await deps.agent.turn(req.window, tool_specs(), labels={"run": req.run_id, "turn": str(req.turn)})
+    tools = req.tools if req.tools is not None else tool_specs()
+    answer = await deps.agent.turn(req.window, tools, labels={"run": req.run_id, "turn": str(req.turn)})
     content = answer.content or ""
     where = f"the model's turn {req.turn} ({deps.agent.name}) was refused"
     for call in answer.tool_calls:
@@ -730,3 +737,40 @@ def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS
                          f"({start_tokens} tokens) and one round of a tool call and its result "
                          f"({ONE_ROUND_TOKENS}): give at least {need} window tokens, or a shorter task")
     return max_turns, window_tokens, window_messages
+
+
+# ---------------------------------------------------------------- what decides a run, recorded with it
+
+def loop_signature() -> tuple[str, ...]:
+    """What identifies the loop's shape to a run in flight, computed from this module itself: the steps a
+    turn with two calls then a final turn decide (how steps are named and follow one another), a call's key
+    for fixed values (how keys derive), and each tool with its effect kind and fields. Every engine records
+    it when a run starts (DBOS in its inputs, Temporal in ``LoopInput.loop``) and a run whose recorded
+    signature is not this code's does not go on under it (``loop_changed``): DBOS refuses to resume it,
+    Temporal parks it, the message naming both signatures, until code of its signature runs it.
+
+    Not the system prompt, nor the tools' descriptions, nor the text rules: they change the words the model
+    is asked with, not what a recorded turn means, so a run keeps them instead where its engine can record
+    them (Temporal records the prompt and the tools as the model is told of them, ``LoopInput.instructions``,
+    and asks every turn of the run with those); a change there is a new agent for new runs only."""
+    two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
+    names = LoopPlan(LoopInputs("run", "task", "a@example.com"), lambda inputs, messages: []).names(
+        {turn_step(1): two_calls, turn_step(2): {"calls": []}})
+    tools = [f"tool {name}:{EFFECT_OF_TOOL.get(name) or ''}:"
+             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
+             for name, fields in TOOL_FIELDS.items()]
+    return ("steps " + " ".join(names), "key " + tool_key("run", 1, 0, "call"), *tools)
+
+
+def loop_digest(signature: tuple[str, ...] | None = None) -> str:
+    return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
+
+
+def loop_changed(recorded: Any) -> str | None:
+    """Why this code cannot run a loop run whose inputs recorded the signature ``recorded``, or None (None
+    too for a run recorded before signatures: it runs as it did)."""
+    code = list(loop_signature())
+    if recorded is None or list(recorded) == code:
+        return None
+    return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
+            f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")

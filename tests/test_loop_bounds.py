@@ -9,7 +9,10 @@ attempt).
 - a window that cannot hold the system instructions, the task and one round is refused at the start,
   by the workflow itself, naming what the task needs;
 - a turn whose model answers the same error to the same window again and again stops the run within
-  ``SAME_ERROR_LIMIT`` attempts, naming the turn; an outage in between is waited out.
+  ``SAME_ERROR_LIMIT`` attempts, naming the turn; an outage in between is waited out;
+- the history bound holds within a turn's retries: the run continues as new, the turn's spending carried;
+- a run started under another loop (its recorded ``loop_signature``) is parked, naming both; every turn
+  is asked with the prompt and tools the run recorded, whatever this code's are.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from temporalio.worker import Worker
 from flowclient.loop import loop_status, start_loop
 from flowclient.worker_options import worker_options
 from lab.processes import REPO
-from steps.loop import ONE_ROUND_TOKENS, ToolRequest, ToolResult, TurnRequest, TurnResult
+from steps.loop import ONE_ROUND_TOKENS, ToolRequest, ToolResult, TurnRequest, TurnResult, loop_signature, tool_specs
 from steps.retry import SAME_ERROR_LIMIT, RetryRule
 from tests.support import EMAIL, poll_until
 from workflows.agent_loop import LOOP_WORKFLOW_NAME, AgentLoop
-from workflows.loop_state import LoopInput
+from workflows.loop_state import LoopInput, LoopInstructions
 
 pytestmark = pytest.mark.process
 
@@ -83,10 +86,12 @@ class StandIns:
     def __init__(self, errors: list[tuple[str, bool]]) -> None:
         self.errors = list(errors)
         self.turns = 0
+        self.asked: list[TurnRequest] = []
 
     @activity.defn(name="model_turn")
     async def model_turn(self, req: TurnRequest) -> TurnResult:
         self.turns += 1
+        self.asked.append(req)
         if self.errors:
             message, outage = self.errors.pop(0)
             raise ApplicationError(message, {"seconds": 0.01, "outage": outage}, type="TransientError")
@@ -159,3 +164,34 @@ async def test_the_history_bound_holds_within_a_turns_retries(client, task_queue
         ids += [e.activity_task_scheduled_event_attributes.activity_id for e in history.events
                 if e.HasField("activity_task_scheduled_event_attributes")]
     assert ids == [f"turn-1/{n}" for n in range(1, 7)], ids
+
+
+async def test_a_run_under_another_loop_is_parked_naming_the_change(client, task_queue):
+    """A deploy that removed a tool: the run recorded the loop it started under, and this code's differs.
+    It is not run by a loop it was not started under: parked, the detail naming both signatures."""
+    started_under = [line for line in loop_signature() if not line.startswith("tool create_ticket:")]
+    inp = loop_input(loop=started_under)
+    stand_ins = StandIns([])
+    async with Worker(client, task_queue=task_queue, workflows=[AgentLoop],
+                      activities=[stand_ins.model_turn, stand_ins.tool_call],
+                      **{k: v for k, v in worker_options().items() if k == "workflow_runner"}):
+        await client.start_workflow(LOOP_WORKFLOW_NAME, inp, id=inp.run_id, task_queue=task_queue)
+
+        async def parked():
+            status = await loop_status(client, inp.run_id)
+            return status if status["status"] == "parked" else None
+
+        status = await poll_until(parked, timeout=30, what="the run under another loop to be parked")
+    assert "was started by an agent loop of signature" in status["detail"], status["detail"]
+    assert "Deploy code of the run's own loop" in status["detail"], status["detail"]
+    assert stand_ins.turns == 0  # no turn asked by a loop the run did not start under
+    await client.get_workflow_handle(inp.run_id).terminate("test over")
+
+
+async def test_every_turn_is_asked_with_the_instructions_the_run_recorded(client, task_queue):
+    """A deploy that changed the prompt and the tools does not change a run in flight: it asks with its own."""
+    told = LoopInstructions("You are the run's own agent: answer in one word.", tool_specs()[:1])
+    stand_ins = StandIns([("HTTP 500: once", False)])
+    result = await run_loop(client, task_queue, stand_ins, loop_input(loop=list(loop_signature()), instructions=told))
+    assert result["status"] == "completed", result
+    assert [(r.window[0]["content"], r.tools) for r in stand_ins.asked] == [(told.prompt, told.tools)] * 2

@@ -24,6 +24,7 @@ from steps.loop import (
     MAX_CALL_ID_CHARS,
     MAX_CALLS_PER_TURN,
     MAX_CONTENT_CHARS,
+    MAX_INSTRUCTIONS_CHARS,
     MAX_LOOP_BODY_CHARS,
     MAX_TURNS_LIMIT,
     MAX_WINDOW_TOKENS,
@@ -42,6 +43,8 @@ from steps.loop import (
     call_step,
     check_loop_inputs,
     checked_arguments,
+    loop_changed,
+    loop_signature,
     model_turn,
     parse_step,
     recorded_calls,
@@ -455,7 +458,9 @@ def test_no_payload_the_loop_can_make_is_over_temporals_limit():
     carried = state.LoopInput("r" * 64, "\u00e9" * MAX_TASK_CHARS, "a" * 240 + "@example.com", MAX_TURNS_LIMIT,
                               MAX_WINDOW_TOKENS, 100_000, RetryRule().to_dict(), state.MAX_HISTORY_BOUND,
                               state.LoopCarried(MAX_TURNS_LIMIT, messages, "s" * 64, state.LoopCounts(), turns,
-                                                10_000))
+                                                10_000),
+                              list(loop_signature()),
+                              state.LoopInstructions("\u00e9" * (MAX_INSTRUCTIONS_CHARS - 2), []))
     asked = [AskedCall("\U0001f600" * MAX_CALL_ID_CHARS, "send_email", "\U0001f600" * MAX_ARGUMENTS_CHARS)
              for _ in range(MAX_CALLS_PER_TURN)]
     answer = TurnResult(MAX_TURNS_LIMIT, "\U0001f600" * MAX_CONTENT_CHARS, recorded_calls(asked), "m" * 64, 100_000)
@@ -479,3 +484,12 @@ def test_arguments_json_cannot_hold_are_refused_at_the_turn():
                             AskedCall("e", "create_ticket", '{\n\t"summary": "fine"\r\n}')])
     assert [bool(c.refused) for c in calls] == [True, True, False]
     assert "not JSON" in calls[0].refused and calls[0].arguments == "{}"
+
+
+def test_a_run_recorded_under_another_loop_is_told_apart_naming_both():
+    code = list(loop_signature())
+    assert loop_changed(None) is None and loop_changed(code) is None  # before signatures; the same loop
+    without_tickets = [line for line in code if not line.startswith("tool create_ticket:")]
+    why = loop_changed(without_tickets)
+    assert why is not None and "was started by an agent loop of signature" in why
+    assert "tool create_ticket:ticket:summary=string" in why  # this code's loop, named, has what the run's lacks

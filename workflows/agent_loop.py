@@ -88,6 +88,8 @@ with workflow.unsafe.imports_passed_through():
     from steps.limits import InputError, check_email, check_run_id, check_task
     from steps.loop import (
         EFFECT_OF_TOOL,
+        LOOP_SYSTEM_PROMPT,
+        MAX_INSTRUCTIONS_CHARS,
         MAX_WINDOW_TOKENS,
         WINDOW_TOKENS_BEFORE_CAP,
         Chat,
@@ -95,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         TurnRequest,
         call_step,
         check_loop_inputs,
+        loop_changed,
         result_message,
         start_tokens,
         system_message,
@@ -125,6 +128,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 LOOP_WORKFLOW_NAME = "AgentLoop"
+
+
+class LoopChanged(RuntimeError):
+    """This code's loop is not the one a run started under (``steps.loop.loop_changed``): raised in workflow
+    code, so the workflow task fails and the run is parked, visibly, instead of run by another loop."""
+
 LOOP_BOUNDS_PATCH = "loop-bounds"
 """The marker of runs under the loop's bounds: a turn is sent the run's window bound
 (``steps.loop.recorded_calls`` refuses a call that would not fit it); the first run of a chain refuses a
@@ -197,15 +206,23 @@ class AgentLoop:
         # First, before the input checks, which it decides: a run recorded without it asks and decides as it
         # did (a turn asked again asks exactly as recorded: tests/test_replay_inputs.py).
         self._bounded = workflow.patched(LOOP_BOUNDS_PATCH)
+        changed = loop_changed(inp.loop) if self._bounded else None
+        if changed is not None:
+            # Not a failure of the run: this code is not the loop it started under. The workflow task fails,
+            # again at each try, and the run waits, parked, for code of its own loop.
+            raise LoopChanged(f"{changed}. Deploy code of the run's own loop (or roll back): the run resumes "
+                              "by itself; or terminate it and start a new run under this code")
         inputs, rule = self._checked(inp)
         self._inputs = inputs
         window_bound = inputs.window_tokens if self._bounded else None
+        told = inp.instructions if self._bounded else None
+        tools = told.tools if told is not None else None
         window = self._window = self._first_window(inputs, inp)
         while True:
             turn = self._turn
             state = TurnState(turn)
             self._turns.append(state)
-            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, tools)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
@@ -257,7 +274,15 @@ class AgentLoop:
             task, email = check_task(inp.task), check_email(inp.email)
             # The chain's first run checks that its window can hold the start; the runs it continues as go on
             # under the bounds it was started with.
-            start = start_tokens(task, chat_tokens) if self._bounded and inp.carried is None else None
+            told = inp.instructions if self._bounded else None
+            if told is not None and (not isinstance(told.prompt, str) or not told.prompt.strip()
+                                     or not isinstance(told.tools, list)
+                                     or len(told.prompt) + len(str(told.tools)) > MAX_INSTRUCTIONS_CHARS):
+                raise InputError(f"the run's instructions must be a prompt and a list of tools of at most "
+                                 f"{MAX_INSTRUCTIONS_CHARS} characters; start loop runs with "
+                                 "flowclient.loop.start_loop")
+            prompt = told.prompt if told is not None else LOOP_SYSTEM_PROMPT
+            start = start_tokens(task, chat_tokens, prompt) if self._bounded and inp.carried is None else None
             most = MAX_WINDOW_TOKENS if self._bounded else WINDOW_TOKENS_BEFORE_CAP
             max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
                                                                           inp.window_messages, start, most)
@@ -294,8 +319,9 @@ class AgentLoop:
         way the window the previous run held: a prefix of a window is within its bounds, so nothing is
         evicted while it is rebuilt, and what comes next is evicted as it would have been there."""
         window = DerivedWindow(window_policy(inputs.window_tokens, inputs.window_messages))
+        prompt = inp.instructions.prompt if self._bounded and inp.instructions else LOOP_SYSTEM_PROMPT
         messages: list[tuple[str, Chat]] = ([(m.id, m.chat) for m in inp.carried.messages] if inp.carried
-                                            else [system_message(), task_message(inputs)])
+                                            else [system_message(prompt), task_message(inputs)])
         for place, message in enumerate(messages):
             self._add(window, message, None, pin=place == 0)
         self._show()

@@ -15,6 +15,8 @@ and functions of them, no clock, no I/O (``details_text`` runs in workflow code)
   run, the counts so far, and the summaries of the last ``KEPT_TURNS`` turns
   (the status of a long chain stays bounded; ``flowclient.loop`` reads every
   turn back from the chain's histories).
+- ``LoopInstructions``: the prompt and the tools a run recorded at its start,
+  which its turns are asked with.
 - ``window_policy`` / ``derived_window``: the memory policy the window is
   derived under, one definition for the workflow and its readers.
 - ``LoopProgress``: the ``progress`` query's answer and the run's result: the
@@ -130,6 +132,14 @@ class LoopCarried:
 
 
 @dataclass
+class LoopInstructions:
+    """What the model is told of its job: the system prompt and the tools (``steps.loop.tool_specs``)."""
+
+    prompt: str
+    tools: list[dict[str, Any]]
+
+
+@dataclass
 class LoopInput:
     """A loop run's input. ``run_id`` must be the workflow id (the keys derive from it); ``retry`` is the
     run's ``steps.retry.RetryRule.to_dict()`` (``flowclient.loop.start_loop`` fills it); ``history_bound``
@@ -144,6 +154,12 @@ class LoopInput:
     retry: dict[str, Any] | None = None
     history_bound: int = DEFAULT_HISTORY_BOUND
     carried: LoopCarried | None = None
+    loop: list[str] | None = None
+    """The loop's shape the run started under (``steps.loop.loop_signature``): code of another shape parks
+    the run rather than run it (``steps.loop.loop_changed`` names both). None: a run started before it."""
+    instructions: LoopInstructions | None = None
+    """The system prompt and the tools as the model is told of them, recorded at the start: every turn of
+    the run (and of its chain) is asked with these, whatever a later deploy's are. None: this code's."""
 
 
 @dataclass
