@@ -146,13 +146,14 @@ def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: Ret
     return {"run_id": run_id, "task": task, "email": email, "start_id": start_id,
             "created_at": time.time() if created_at is None else created_at, "retry_rule": rule.to_dict(),
             "max_turns": max_turns, "window_tokens": window_tokens, "window_messages": window_messages,
-            "loop": list(loop_signature())}
+            "loop": list(loop_signature()), "instructions": loop.instructions()}
 
 
 def loop_inputs(raw: Mapping[str, Any]) -> loop.LoopInputs:
     """The ``steps.loop.LoopInputs`` of a loop run's recorded inputs."""
-    return loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
-                           int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+    inputs = loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
+                             int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+    return loop.with_instructions(inputs, raw.get("instructions"))  # what the model is told: the run's own
 
 
 # ------------------------------------------------------------------ the walk
@@ -183,7 +184,7 @@ class LoopWalk:
                                                   max_messages=inputs.window_messages))
         self._broken: str | None = None
         self._turn: Any = None  # the newest recorded turn's output
-        self._add(loop.system_message(), pin=True)
+        self._add(loop.system_message(inputs.prompt), pin=True)
         self._add(loop.task_message(inputs))
 
     def _add(self, message: tuple[str, loop.Chat], *, pin: bool = False) -> None:
@@ -213,7 +214,7 @@ class LoopWalk:
             if self._broken is not None:
                 raise PermanentError(self._broken)
             return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns,
-                                    self.inputs.window_tokens)
+                                    self.inputs.window_tokens, self.inputs.tools)
         return loop.tool_request(self.inputs, turn, index, loop.as_call(self._turn["calls"][index]))
 
     def record(self, name: str, result: Any) -> None:

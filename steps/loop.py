@@ -66,7 +66,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from steps.adoption import start_metadata
@@ -224,7 +224,9 @@ class LoopInputs:
     """What a loop run was started with, fixed for its life (and carried across continue-as-new).
 
     ``email`` is the customer's address: the only one ``send_email`` writes to.
-    ``start_id`` names this start of the run id (as ``steps.requests.RunInputs``)."""
+    ``start_id`` names this start of the run id (as ``steps.requests.RunInputs``). ``prompt`` and ``tools``:
+    what the model is told, as the run recorded them at its start (``instructions``; None: this code's
+    ``tool_specs``), so every turn of the run is asked with them whatever a later deploy's are."""
 
     run_id: str
     task: str
@@ -233,6 +235,8 @@ class LoopInputs:
     window_tokens: int = DEFAULT_WINDOW_TOKENS
     window_messages: int = DEFAULT_WINDOW_MESSAGES
     start_id: str = ""
+    prompt: str = LOOP_SYSTEM_PROMPT
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -437,7 +441,7 @@ class LoopPlan:
 
     def messages(self, results: Mapping[str, Any], upto: str | None = None) -> list[tuple[str, Chat]]:
         """The run's messages in order, from the recorded results, stopping before step ``upto``."""
-        out = [system_message(), task_message(self.inputs)]
+        out = [system_message(self.inputs.prompt), task_message(self.inputs)]
         turn_result: Any = None
         for name in self.names(results):
             if name == upto or name not in results:
@@ -455,7 +459,8 @@ class LoopPlan:
         turn, index = parse_step(name)
         if index is None:
             window = self.window_of(self.inputs, self.messages(results, upto=name))
-            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns, self.inputs.window_tokens)
+            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns, self.inputs.window_tokens,
+                               self.inputs.tools)
         recorded = results[turn_step(turn)]
         return tool_request(self.inputs, turn, index, as_call(_get(recorded, "calls")[index]))
 
@@ -745,14 +750,15 @@ def loop_signature() -> tuple[str, ...]:
     """What identifies the loop's shape to a run in flight, computed from this module itself: the steps a
     turn with two calls then a final turn decide (how steps are named and follow one another), a call's key
     for fixed values (how keys derive), and each tool with its effect kind and fields. Every engine records
-    it when a run starts (DBOS in its inputs, Temporal in ``LoopInput.loop``) and a run whose recorded
-    signature is not this code's does not go on under it (``loop_changed``): DBOS refuses to resume it,
-    Temporal parks it, the message naming both signatures, until code of its signature runs it.
+    it when a run starts (the run record in ``runs.loop``, DBOS in its inputs, Temporal in
+    ``LoopInput.loop``) and a run whose recorded signature is not this code's does not go on under it
+    (``loop_changed``): the run record and DBOS refuse to resume it, Temporal parks it, the message naming
+    both signatures, until code of its signature runs it.
 
     Not the system prompt, nor the tools' descriptions, nor the text rules: they change the words the model
-    is asked with, not what a recorded turn means, so a run keeps them instead where its engine can record
-    them (Temporal records the prompt and the tools as the model is told of them, ``LoopInput.instructions``,
-    and asks every turn of the run with those); a change there is a new agent for new runs only."""
+    is asked with, not what a recorded turn means, so a run keeps them instead: every engine records them
+    at the start (``instructions``) and asks every turn of the run with those (``LoopInputs.prompt``,
+    ``tools``); a change there is a new agent for new runs only."""
     two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
     names = LoopPlan(LoopInputs("run", "task", "a@example.com"), lambda inputs, messages: []).names(
         {turn_step(1): two_calls, turn_step(2): {"calls": []}})
@@ -774,3 +780,19 @@ def loop_changed(recorded: Any) -> str | None:
         return None
     return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
             f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")
+
+
+def instructions() -> dict[str, Any]:
+    """What a loop run records of what the model is told, at its start: this code's prompt and tools."""
+    return {"prompt": LOOP_SYSTEM_PROMPT, "tools": tool_specs()}
+
+
+def with_instructions(inputs: LoopInputs, recorded: Any) -> LoopInputs:
+    """``inputs`` told what the run recorded (``instructions``: its ``prompt`` and ``tools``); as they are
+    (this code's prompt and tools) for a run that recorded none."""
+    if not isinstance(recorded, Mapping):
+        return inputs
+    prompt, tools = recorded.get("prompt"), recorded.get("tools")
+    if not isinstance(prompt, str) or not prompt.strip() or not isinstance(tools, list):
+        return inputs
+    return replace(inputs, prompt=prompt, tools=tools)

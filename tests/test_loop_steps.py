@@ -43,6 +43,7 @@ from steps.loop import (
     call_step,
     check_loop_inputs,
     checked_arguments,
+    instructions,
     loop_changed,
     loop_signature,
     model_turn,
@@ -53,8 +54,10 @@ from steps.loop import (
     system_message,
     tool_key,
     tool_request,
+    tool_specs,
     turn_message,
     window_call_ids,
+    with_instructions,
 )
 from steps.models import to_jsonable
 from steps.retry import RetryRule
@@ -493,3 +496,44 @@ def test_a_run_recorded_under_another_loop_is_told_apart_naming_both():
     why = loop_changed(without_tickets)
     assert why is not None and "was started by an agent loop of signature" in why
     assert "tool create_ticket:ticket:summary=string" in why  # this code's loop, named, has what the run's lacks
+
+
+def test_every_turn_is_asked_with_what_the_run_recorded_it_is_told():
+    """The plan every engine walks asks each turn with the run's own prompt and tools (``LoopInputs``), not
+    this code's: a deploy that changed them changes new runs only."""
+    prompt, tools = "You are the run's own agent.", tool_specs()[:1]
+    model = SequenceModel(ModelAnswer("", (AskedCall("c", "lookup_order", '{"order_id": "A-1001"}'),)))
+    seen = []
+
+    async def turn(messages, given, *, labels=None):
+        seen.append((messages[0]["content"], given))
+        return await SequenceModel.turn(model, messages, given, labels=labels)
+
+    model.turn = turn  # type: ignore[method-assign]
+    inputs = with_instructions(LoopInputs("r1", "t", CUSTOMER), {"prompt": prompt, "tools": tools})
+    walk(inputs, StepDeps(FakeProvider({"A-1001": Order("A-1001", 1)}), None, agent=model))
+    assert seen == [(prompt, tools)] * 2
+    assert with_instructions(LoopInputs("r1", "t", CUSTOMER), None) == LoopInputs("r1", "t", CUSTOMER)
+    assert LoopInputs("r1", "t", CUSTOMER).prompt == instructions()["prompt"]
+
+
+def test_the_run_record_keeps_a_runs_instructions_and_refuses_another_loop(tmp_path):
+    from runrecord import FlowChanged, RunRecord
+    from runrecord.plans import loop_inputs, plan_for
+    from runrecord.runner import DEFAULT_FLOW, check_plan
+    from runrecord.store import NextAttempt
+
+    told = {"prompt": "The run's own.", "tools": tool_specs()[:2]}
+    other = [line for line in loop_signature() if not line.startswith("tool create_ticket:")]
+    with RunRecord(tmp_path / "record.db") as record:
+        for run_id, signature in (("same", list(loop_signature())), ("other", other)):
+            record.create_run(run_id, "t", CUSTOMER, run_id, ["turn-1"], "me", 30, NextAttempt(0, 1, None),
+                              start_id="s", retry_rule=RetryRule().to_dict(),
+                              loop={"max_turns": 5, "window_tokens": 2000, "window_messages": 40,
+                                    "signature": signature, "instructions": told})
+        same, changed = record.load("same"), record.load("other")
+    inputs = loop_inputs(same)
+    assert (inputs.prompt, inputs.tools, inputs.max_turns) == (told["prompt"], told["tools"], 5)
+    check_plan(same, plan_for(same, DEFAULT_FLOW))
+    with pytest.raises(FlowChanged, match="was not resumed: the run was started by an agent loop of signature"):
+        check_plan(changed, plan_for(changed, DEFAULT_FLOW))

@@ -215,14 +215,12 @@ class AgentLoop:
         inputs, rule = self._checked(inp)
         self._inputs = inputs
         window_bound = inputs.window_tokens if self._bounded else None
-        told = inp.instructions if self._bounded else None
-        tools = told.tools if told is not None else None
         window = self._window = self._first_window(inputs, inp)
         while True:
             turn = self._turn
             state = TurnState(turn)
             self._turns.append(state)
-            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, tools)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, inputs.tools)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
@@ -311,7 +309,10 @@ class AgentLoop:
             self._error = f"input refused: {err}"
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
         start_id = carried.start_id if carried is not None else info.original_execution_run_id
-        return LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id), rule
+        inputs = LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id)
+        if told is not None:  # what the model is told: the run's own (LoopInput.instructions)
+            inputs = dataclasses.replace(inputs, prompt=told.prompt, tools=told.tools)
+        return inputs, rule
 
     def _first_window(self, inputs: LoopInputs, inp: LoopInput) -> DerivedWindow:
         """The window this run starts from: the system instructions (pinned) and the task; or, continued
@@ -319,9 +320,8 @@ class AgentLoop:
         way the window the previous run held: a prefix of a window is within its bounds, so nothing is
         evicted while it is rebuilt, and what comes next is evicted as it would have been there."""
         window = DerivedWindow(window_policy(inputs.window_tokens, inputs.window_messages))
-        prompt = inp.instructions.prompt if self._bounded and inp.instructions else LOOP_SYSTEM_PROMPT
         messages: list[tuple[str, Chat]] = ([(m.id, m.chat) for m in inp.carried.messages] if inp.carried
-                                            else [system_message(prompt), task_message(inputs)])
+                                            else [system_message(inputs.prompt), task_message(inputs)])
         for place, message in enumerate(messages):
             self._add(window, message, None, pin=place == 0)
         self._show()
