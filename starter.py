@@ -91,7 +91,6 @@ from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.loopargs import add_loop_arguments, given_number, loop_numbers, orders_given
 from steps.runstate import (
-    EXIT_FAILED,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_NO_WORKER,
@@ -179,8 +178,8 @@ async def _cmd_start(args) -> int:
 
 
 def _loop_exit(status: Mapping[str, Any]) -> int:
-    """A loop run's exit code: 1 failed, else 0 (completed, or running)."""
-    return EXIT_FAILED if status["status"] == "failed" else 0
+    """A loop run's exit code, as a flow run's (``steps.runstate.exit_code``): 1 failed, 3 parked, else 0."""
+    return exit_code(status)
 
 
 def _print_loop(status: Mapping[str, Any], as_json: bool) -> None:

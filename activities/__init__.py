@@ -124,7 +124,7 @@ async def run_heartbeating(step: Awaitable[T], *, name: str, effect: bool, heart
     except TransientError as err:
         raise ApplicationError(
             err.message,
-            details(retry_after=err.retry_after, in_doubt=err.in_doubt),
+            details(retry_after=err.retry_after, in_doubt=err.in_doubt, outage=err.outage),
             type="TransientError",
             # Read by server-side retries only (runs recorded before the workflow-side ones).
             next_retry_delay=timedelta(seconds=err.retry_after) if err.retry_after else None,

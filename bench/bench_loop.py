@@ -370,7 +370,8 @@ async def bare_loop(deps: StepDeps, inputs: LoopInputs) -> str | None:
         name = ahead.pop(0)
         number, index = parse_step(name)
         if index is None:
-            turn = await model_turn(TurnRequest(inputs.run_id, number, window.prompt(), inputs.max_turns), deps)
+            turn = await model_turn(TurnRequest(inputs.run_id, number, window.prompt(), inputs.max_turns,
+                                                inputs.window_tokens), deps)
             results[name] = turn
             window.add(*turn_message(turn))
         else:

@@ -73,8 +73,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from memory import chat_tokens
 from providerclient import seed_given
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from steps.loop import start_tokens
 from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
 from steps.params import parse_params
 from steps.plan import missing_params
@@ -261,7 +263,7 @@ async def _cmd_loop(args) -> int:
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
     # Checked before the database is opened: refused input leaves nothing behind, not even a file.
-    max_turns, window_tokens, window_messages = loop_numbers(args)
+    max_turns, window_tokens, window_messages = loop_numbers(args, start_tokens(task, chat_tokens))
     seed_given(orders_given(args.orders))
     rule = _retry_rule()
     _set_flow()  # a flow run this launch recovers (a shared DBOSFLOW_*_APP_VERSION) is checked against it

@@ -71,7 +71,6 @@ ran (never while it walks recorded outputs):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -95,6 +94,8 @@ from steps.controls import printable
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError
 from steps.limits import InputError
+from steps.loop import loop_changed as loop_changed  # re-exported: dbosflow.status and the CLI read it here
+from steps.loop import loop_digest, loop_signature
 from steps.retry import MOST_WORKER_DEATHS, RetryRule
 
 LOOP_WORKFLOW_NAME = "agent_loop"
@@ -116,28 +117,10 @@ someone ran, so nothing recovers forever."""
 # ------------------------------------------------------------------ the loop's shape and version
 
 
-def loop_signature() -> tuple[str, ...]:
-    """What identifies the loop's shape to a run in flight, computed from ``steps.loop`` itself: the steps
-    a turn with two calls then a final turn decide (how steps are named and follow one another), a call's
-    key for fixed values (how keys derive), and each tool with its effect kind and fields. Not the system
-    prompt nor the text rules: a change there asks the next turn otherwise, and replays what is recorded."""
-    two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
-    names = loop.LoopPlan(loop.LoopInputs("run", "task", "a@example.com"), no_window).names(
-        {loop.turn_step(1): two_calls, loop.turn_step(2): {"calls": []}})
-    tools = [f"tool {name}:{loop.EFFECT_OF_TOOL.get(name) or ''}:"
-             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
-             for name, fields in loop.TOOL_FIELDS.items()]
-    return ("steps " + " ".join(names), "key " + loop.tool_key("run", 1, 0, "call"), *tools)
-
-
 def no_window(inputs: loop.LoopInputs, messages: Any) -> list[loop.Chat]:
     """A ``steps.loop.WindowOf`` for a plan asked only which steps it decides (``LoopPlan.names``), never a
     turn's request."""
     return []
-
-
-def loop_digest(signature: tuple[str, ...] | None = None) -> str:
-    return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
 
 
 def loop_version_of(signature: tuple[str, ...] | None = None) -> str:
@@ -156,15 +139,6 @@ def loop_app_version(env: Mapping[str, str] | None = None) -> str:
     return (env.get(LOOP_VERSION_ENV) or "").strip() or LOOP_APP_VERSION
 
 
-def loop_changed(recorded: Any) -> str | None:
-    """Why this code cannot run a loop run whose inputs recorded the signature ``recorded``, or None."""
-    code = list(loop_signature())
-    if recorded is None or list(recorded) == code:
-        return None
-    return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
-            f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")
-
-
 def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: RetryRule, *, max_turns: int,
                     window_tokens: int, window_messages: int, created_at: float | None = None) -> dict[str, Any]:
     """A new loop run's inputs, as DBOS records them (numbers checked by the caller:
@@ -172,13 +146,14 @@ def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: Ret
     return {"run_id": run_id, "task": task, "email": email, "start_id": start_id,
             "created_at": time.time() if created_at is None else created_at, "retry_rule": rule.to_dict(),
             "max_turns": max_turns, "window_tokens": window_tokens, "window_messages": window_messages,
-            "loop": list(loop_signature())}
+            "loop": list(loop_signature()), "instructions": loop.instructions()}
 
 
 def loop_inputs(raw: Mapping[str, Any]) -> loop.LoopInputs:
     """The ``steps.loop.LoopInputs`` of a loop run's recorded inputs."""
-    return loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
-                           int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+    inputs = loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
+                             int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+    return loop.with_instructions(inputs, raw.get("instructions"))  # what the model is told: the run's own
 
 
 # ------------------------------------------------------------------ the walk
@@ -209,7 +184,7 @@ class LoopWalk:
                                                   max_messages=inputs.window_messages))
         self._broken: str | None = None
         self._turn: Any = None  # the newest recorded turn's output
-        self._add(loop.system_message(), pin=True)
+        self._add(loop.system_message(inputs.prompt), pin=True)
         self._add(loop.task_message(inputs))
 
     def _add(self, message: tuple[str, loop.Chat], *, pin: bool = False) -> None:
@@ -238,7 +213,8 @@ class LoopWalk:
         if index is None:
             if self._broken is not None:
                 raise PermanentError(self._broken)
-            return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns)
+            return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns,
+                                    self.inputs.window_tokens, self.inputs.tools)
         return loop.tool_request(self.inputs, turn, index, loop.as_call(self._turn["calls"][index]))
 
     def record(self, name: str, result: Any) -> None:

@@ -64,6 +64,10 @@ log = logging.getLogger(__name__)
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 """Plus every status >= 500. 409 is here because OpenAI-style servers use it for
 a conflicting concurrent request, which clears by itself."""
+OUTAGE_STATUSES = frozenset({408, 429, 502, 503, 504})
+"""Of the transient ones, those that say the server did not take this request on (too busy, a gateway
+without its upstream, a request timeout): an outage (``TransientError.outage``). A 500 or a 409 is the
+server's answer to the request: the loop stops a turn on one that repeats (``steps.retry.StepLedger``)."""
 
 JSON_INSTRUCTION = (
     "Answer with one JSON object and nothing else, of the form "
@@ -260,14 +264,14 @@ class OpenAIChatModel:
         except openai.APITimeoutError:
             raise TransientError(
                 f"the LLM server at {self._shown_url} did not answer within {self.timeout:g} s; "
-                "if the model is just slow, raise LLM_TIMEOUT"
+                "if the model is just slow, raise LLM_TIMEOUT", outage=True
             ) from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
             raise TransientError(self._scrub(
                 f"could not reach the LLM server at {self._shown_url} ({type(cause).__name__}: {cause}); "
                 "check that it is running and that LLM_BASE_URL points at it"
-            )) from None
+            ), outage=True) from None
         except (openai.APIResponseValidationError, json.JSONDecodeError) as exc:
             # A 200 that is not a chat completion (an HTML page, a different
             # API): the URL is wrong, and asking again will not change that.
@@ -283,7 +287,7 @@ class OpenAIChatModel:
         where = f"the LLM server at {self._shown_url} answered HTTP {status}: {detail}"
         if status in TRANSIENT_STATUSES or status >= 500:
             retry_after = retry_after_seconds(exc.response.headers)
-            return TransientError(self._scrub(where), retry_after=retry_after)
+            return TransientError(self._scrub(where), retry_after=retry_after, outage=status in OUTAGE_STATUSES)
         if status in (401, 403):
             hint = "check LLM_API_KEY (the key this server expects)"
         elif status == 404:

@@ -21,7 +21,10 @@ back across its chain of runs.
   refused (``NotALoopRun``).
 - ``loop_status``: the chain's status from the histories (needs no worker):
   every turn of the chain with its calls, their keys and status, in
-  ``steps.runstate``'s words. ``loop_progress`` asks the running workflow
+  ``steps.runstate``'s words; **parked** (with ``detail``: what parked it,
+  what to do) when the newest run's workflow task keeps failing, whatever
+  the cause (a payload over Temporal's limit, non-determinism after a
+  deploy, a bug), as ``flowclient.status`` reports a flow run. ``loop_progress`` asks the running workflow
   (the ``progress`` query: needs a worker; the newest turns only).
 - For ``starter.py`` (``loop``, and ``status``/``watch`` of a loop run):
   ``is_loop_run`` (the workflow type, from one describe), ``wait_for_loop``
@@ -54,6 +57,7 @@ from flowclient.status import (
     TemporalRunNotFound,
     activity_traces,
     failure_text,
+    parked_detail,
     read_history,
     run_converter,
 )
@@ -64,16 +68,19 @@ from steps.loop import (
     DEFAULT_WINDOW_MESSAGES,
     DEFAULT_WINDOW_TOKENS,
     EFFECT_OF_TOOL,
+    LOOP_SYSTEM_PROMPT,
     MAX_CALLS_PER_TURN,
     Chat,
     LoopInputs,
     call_step,
     check_loop_inputs,
+    loop_signature,
     reached_turn_limit,
     result_message,
     system_message,
     task_message,
     tool_key,
+    tool_specs,
     turn_message,
     turn_step,
 )
@@ -85,8 +92,10 @@ from workflows.loop_state import (
     MAX_HISTORY_BOUND,
     MIN_HISTORY_BOUND,
     LoopInput,
+    LoopInstructions,
     derived_window,
     shown,
+    start_tokens_of,
 )
 
 MAX_CHAIN_RUNS = 10_000
@@ -112,7 +121,8 @@ async def start_loop(
     environment unless given (``steps.retry.rule_from_env``)."""
     check_run_id(run_id)
     task, email = check_task(task), check_email(email)
-    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages)
+    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages,
+                                                                  start_tokens_of(task))
     if isinstance(history_bound, bool) or not isinstance(history_bound, int) or \
             not MIN_HISTORY_BOUND <= history_bound <= MAX_HISTORY_BOUND:
         raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
@@ -122,7 +132,8 @@ async def start_loop(
         await client.start_workflow(
             LOOP_WORKFLOW_NAME,
             LoopInput(run_id=run_id, task=task, email=email, max_turns=max_turns, window_tokens=window_tokens,
-                      window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound),
+                      window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound,
+                      loop=list(loop_signature()), instructions=LoopInstructions(LOOP_SYSTEM_PROMPT, tool_specs())),
             id=run_id,
             task_queue=task_queue or default_task_queue(),
             task_timeout=task_timeout or workflow_task_timeout(),
@@ -171,6 +182,7 @@ class ChainRun:
     error: str | None = None  # why the run closed without completing (not for continue-as-new)
     timer_pending: bool = False  # a backoff timer is running: the current step is retrying
     pending: dict[str, Any] = field(default_factory=dict)  # describe's pending activities, by step
+    parked: str | None = None  # the newest run, open: why its workflow task keeps failing (flowclient.status)
 
 
 @dataclass
@@ -211,7 +223,9 @@ class LoopChain:
         """The run's messages in order (``steps.loop``): the system instructions, the task, then every
         recorded turn before ``upto_turn`` (None: all) and its tool results."""
         first = self.first_input
-        out = [system_message(), task_message(LoopInputs(self.run_id, first.get("task", ""), first.get("email", "")))]
+        prompt = (first.get("instructions") or {}).get("prompt") or LOOP_SYSTEM_PROMPT  # the run's, if recorded
+        inputs = LoopInputs(self.run_id, first.get("task", ""), first.get("email", ""))
+        out = [system_message(prompt), task_message(inputs)]
         for turn, results in self.turns():
             if upto_turn is not None and turn["turn"] >= upto_turn:
                 break
@@ -304,6 +318,8 @@ async def read_chain(client: Client, run_id: str) -> LoopChain:
     latest, previous = await _read_run(client, run_id, history, description.status,
                                        description.raw_description.pending_activities)
     latest.temporal_run_id = description.run_id
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        latest.parked = await parked_detail(client, description, history)
     runs = [latest]
     while previous:
         if len(runs) >= MAX_CHAIN_RUNS:
@@ -351,8 +367,9 @@ def _entry(step: str, run: ChainRun, place: int, *, effect: bool, closed: bool) 
 async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
-    ``counts``, and ``turns``: every turn of the chain with its calls (index, tool, key, status, attempts,
-    crashes, outcome, effect id, the arguments asked and the result recorded, each cut to ``SHOWN_CHARS``),
+    ``counts``, ``detail`` (a parked run's account, else None), and ``turns``: every turn of the chain with
+    its calls (index, tool, key, status, attempts, crashes, outcome, effect id, the arguments asked and the
+    result recorded, each cut to ``SHOWN_CHARS``),
     each with ``run``, the place in ``runs`` of the run that recorded it. What ``starter.py status --json``
     prints for a loop run (docs/commands.md shows it)."""
     chain = await read_chain(client, run_id)
@@ -368,6 +385,12 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
             recorded = run.turns.get(number)
             entry = {"turn": number, **_entry(turn_step(number), run, place, effect=False, closed=ended),
                      "answer": shown(recorded["content"]) if recorded else None, "calls": []}
+            if turns and turns[-1]["turn"] == number:
+                # The run before continued as new within this turn's retries: one turn, its attempts in both.
+                before = turns.pop()
+                entry["attempts"] += before["attempts"]
+                entry["crashes"] += before["crashes"]
+                entry["last_error"] = entry["last_error"] or before["last_error"]
             if recorded is not None:
                 counts["turns"] += 1
             for index, call in enumerate((recorded or {}).get("calls") or ()):
@@ -392,12 +415,13 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     if latest.status == WorkflowExecutionStatus.COMPLETED:
         status = "completed"
     elif latest.status == WorkflowExecutionStatus.RUNNING:
-        status = "running"
+        status = "parked" if latest.parked else "running"
     else:
         status = "failed"
     output = latest.output if isinstance(latest.output, Mapping) else {}
     return {
         "run_id": run_id, "status": status, "error": latest.error, "answer": output.get("answer"),
+        "detail": latest.parked,
         "turn": turns[-1]["turn"] if turns else 1,
         "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
         "runs": [run.temporal_run_id for run in chain.runs], "counts": counts, "turns": turns,
@@ -425,7 +449,8 @@ async def is_loop_run(client: Client, run_id: str) -> bool:
 
 async def wait_for_loop(client: Client, run_id: str, on_change: Callable[[dict[str, Any]], Any] | None = None, *,
                         poll: float = 0.25, timeout: float | None = None) -> dict[str, Any]:
-    """Poll ``loop_status`` until the run is no longer running (completed or failed); ``on_change`` sees each
+    """Poll ``loop_status`` until the run is no longer running (completed, failed or parked: its code, not
+    its steps, stopped it, and it waits for an operator); ``on_change`` sees each
     new status on the way. Past ``timeout`` seconds, ``TimeoutError`` with the last status seen."""
     deadline = None if timeout is None else time.monotonic() + timeout
     last: dict[str, Any] | None = None
@@ -485,6 +510,8 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
             lines.append(f"      {call['status']}{_tries(call)}{shown_result}")
             if call.get("status") not in ("completed", "pending") and call.get("last_error"):
                 lines.append(f"      last error: {call['last_error']}")
+    if status.get("status") == "parked" and status.get("detail"):
+        lines.append(f"  parked: {status['detail']}")
     if status.get("answer") is not None:
         lines.append(f"  answer: {status['answer']}")
     if status.get("error"):

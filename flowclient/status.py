@@ -251,8 +251,15 @@ _ROUTINE_TASK_FAILURES = {
 }
 
 
-async def _parked(client: Client, description, history) -> str | None:
-    """A one-line account of a workflow task that keeps failing, or None.
+_TOO_LARGE = {
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_PAYLOADS_TOO_LARGE,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_GRPC_MESSAGE_TOO_LARGE,
+}
+
+
+async def parked_detail(client: Client, description, history) -> str | None:
+    """A one-line account of a workflow task that keeps failing, or None: what failed it, since when, and
+    what to do (a run's data over Temporal's limits is mended by no deploy; code that cannot replay is).
 
     Two signs, both since the last workflow task that completed: a failure the
     worker reported (the first failed attempt is reported and written to
@@ -278,19 +285,23 @@ async def _parked(client: Client, description, history) -> str | None:
     if first_bad is None or (failed is None and attempts < 3):  # a reported failure is also first_bad
         return None
     since = iso(_utc(first_bad.event_time.ToDatetime()))
+    todo = "Deploy code that can replay this run (or roll back); it resumes by itself at the next attempt"
     if failed is not None:
         a = failed.workflow_task_failed_event_attributes
         cause = WorkflowTaskFailedCause.Name(a.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
         converter = run_converter(client, getattr(history, "workflow_id", None))
         message = (await failure_text(converter, a.failure)).strip().splitlines()
         why = f"{cause}: {message[0] if message else 'no message'}"
+        if a.cause in _TOO_LARGE:
+            todo = ("What the run's code sends is over Temporal's size limit: no retry, reset or deploy of the "
+                    "same code mends it. Terminate the run (temporal workflow terminate) and start a new one "
+                    "with smaller inputs")
     else:
         why = ("every attempt timed out: a worker took the task and never completed it (a worker that "
                "cannot replay this run lets the task time out rather than report it again; its log, or "
                "the Replayer on this history, tells why)")
     return (f"the workflow task has failed since {since} ({attempts} attempt(s), Temporal retries it with a "
-            f"growing backoff): {why}. Deploy code that can replay this run (or roll back); it resumes by "
-            "itself at the next attempt")
+            f"growing backoff): {why}. {todo}")
 
 
 async def _close_error(client: Client, history, current: str | None, timeout) -> str | None:
@@ -399,7 +410,7 @@ async def run_status(client: Client, run_id: str) -> RunEntry:
         error = await _close_error(client, history, current,
                                    timeout.ToTimedelta() if timeout.ToTimedelta().total_seconds() else None)
         return run_entry(run_id, "failed", steps, error=error)
-    parked = await _parked(client, description, history)
+    parked = await parked_detail(client, description, history)
     if parked is not None:
         return run_entry(run_id, "parked", steps, detail=parked)
     active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)

@@ -75,7 +75,7 @@ Token counting is pluggable (``MemoryPolicy.token_counter``); the default
 :mod:`memory.tokens`. Details, edge cases and measurements: docs/memory.md.
 """
 
-from memory.derived import DerivedWindow, derive_window
+from memory.derived import DerivedWindow, chat_tokens, derive_window
 from memory.errors import (
     MemoryInputError,
     MemoryStoreError,
@@ -115,6 +115,7 @@ __all__ = [
     "ToolCall",
     "UnknownToolCallError",
     "append_or_warn",
+    "chat_tokens",
     "derive_window",
     "approx_tokens",
     "estimate_text_tokens",

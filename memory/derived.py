@@ -18,9 +18,10 @@ from typing import Any
 
 from memory.messages import Message, stable_digest
 from memory.policy import MemoryPolicy
+from memory.tokens import TokenCounter, approx_tokens
 from memory.window import Conversation, MemoryStats
 
-__all__ = ["DerivedWindow", "derive_window"]
+__all__ = ["DerivedWindow", "chat_tokens", "derive_window"]
 
 
 class DerivedWindow:
@@ -57,3 +58,8 @@ def derive_window(policy: MemoryPolicy, messages: Iterable[tuple[str, Mapping[st
     for i, (message_id, chat) in enumerate(messages):
         window.add(message_id, chat, pin=i < pinned)
     return window.prompt()
+
+
+def chat_tokens(chat: Mapping[str, Any], counter: TokenCounter = approx_tokens) -> int:
+    """What ``counter`` counts for one chat-format message: what it costs a window it joins."""
+    return counter(Message.from_chat(chat, id="counted"))

@@ -152,8 +152,11 @@ LOOP_NUMBERS = ("max_turns", "window_tokens", "window_messages")
 def loop_inputs(run: RunRow) -> loop.LoopInputs:
     """A loop run's inputs, as its row holds them (``runs.loop``: its numbers; the start id)."""
     numbers = run.loop or {}
-    return loop.LoopInputs(run.run_id, run.task, run.email, start_id=run.start_id or "",
-                           **{name: int(numbers[name]) for name in LOOP_NUMBERS if name in numbers})
+    inputs = loop.LoopInputs(run.run_id, run.task, run.email, start_id=run.start_id or "",
+                             max_turns=int(numbers.get("max_turns", loop.DEFAULT_MAX_TURNS)),
+                             window_tokens=int(numbers.get("window_tokens", loop.DEFAULT_WINDOW_TOKENS)),
+                             window_messages=int(numbers.get("window_messages", loop.DEFAULT_WINDOW_MESSAGES)))
+    return loop.with_instructions(inputs, numbers.get("instructions"))
 
 
 def derived_window(inputs: loop.LoopInputs, messages: Sequence[tuple[str, loop.Chat]]) -> list[loop.Chat]:

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memory import chat_tokens
 from runrecord.lease import new_holder_id
 from runrecord.plans import FLOW_WORDS, LOOP_NUMBERS, PlannedStep, RunPlan, flow_inputs, plan_for
 from runrecord.status import attempts_text, why_in_doubt
@@ -181,8 +182,14 @@ def check_flow(run: RunRow, flow: Sequence[FlowStep]) -> None:
 
 def check_plan(run: RunRow, plan: RunPlan) -> None:
     """Refuse (``FlowChanged``) a run whose recorded step names are not the ones its plan expects from the
-    recorded results: a flow run's, the flow's; a loop run's, ``LoopPlan.names`` of its recorded results."""
+    recorded results: a flow run's, the flow's; a loop run's, ``LoopPlan.names`` of its recorded results;
+    and a loop run started under another loop (``steps.loop.loop_changed``)."""
     check_names(run, plan.expected(run.results()), plan.words)
+    changed = loop.loop_changed((run.loop or {}).get("signature")) if run.loop is not None else None
+    if changed is not None:
+        raise FlowChanged(f"run {run.run_id} was not resumed: {changed}. Resuming would run it under another "
+                          "loop, so nothing was done. Resume it with the code that started it, or start a new "
+                          "run id with this code.")
 
 
 def check_names(run: RunRow, expected: Sequence[str], words: str) -> None:
@@ -317,8 +324,12 @@ class Runner:
         ``InputError`` and nothing is recorded."""
         run_id = check_run_id(run_id)
         task, email = check_task(task), check_email(email)
-        numbers = dict(zip(LOOP_NUMBERS, loop.check_loop_inputs(max_turns, window_tokens, window_messages),
-                           strict=True))
+        checked = loop.check_loop_inputs(max_turns, window_tokens, window_messages,
+                                         loop.start_tokens(task, chat_tokens))
+        # With the numbers, what decides the run's behaviour: the loop's shape, checked on every resume, and
+        # what the model is told, which every turn is asked with (steps.loop.loop_signature).
+        numbers = {**dict(zip(LOOP_NUMBERS, checked, strict=True)), "signature": list(loop.loop_signature()),
+                   "instructions": loop.instructions()}
         rule = self.rule or rule_from_env()
         # The model's first turn has no effect: no intent; its request (the window) is built when it runs.
         self.record.create_run(

@@ -9,7 +9,10 @@ Only two kinds matter to a durable engine:
   said how long to wait. ``in_doubt`` says the request may have been applied
   although no answer said so (a timeout or a broken connection after it was
   sent, a 5xx): if the run ends before a retry settles it, the step is shown
-  *in doubt*, not as "nothing happened".
+  *in doubt*, not as "nothing happened". ``outage`` says the other side was
+  not reached or did not answer this request (unreachable, a timeout, 408,
+  429, 502-504): what clears by itself, unlike an error it answered to the
+  request (``steps.retry.StepLedger``'s ``same_error_limit`` counts only those).
 - ``PermanentError``: retrying the same request cannot help (a malformed email
   address, an idempotency conflict, output the model cannot produce). The
   engine stops the run in its terminal FAILED state, naming the step and this
@@ -36,11 +39,13 @@ WORKER_SHUTDOWN_TYPE = "WorkerShutdown"
 class StepError(Exception):
     """Base class: a step failed in a way the engine should know how to treat."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None, in_doubt: bool = False) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, in_doubt: bool = False,
+                 outage: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
         self.in_doubt = in_doubt
+        self.outage = outage
 
 
 class TransientError(StepError):

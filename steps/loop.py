@@ -66,7 +66,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from steps.adoption import start_metadata
@@ -97,11 +97,66 @@ DEFAULT_WINDOW_MESSAGES = 40
 """The window's bounds a run gets unless given others (``memory.MemoryPolicy``'s ``max_tokens``,
 ``max_messages``); recorded with the run, so a resume derives its window under the same bounds."""
 MAX_CALLS_PER_TURN = 8
-"""More tool calls than this in one turn is an answer the loop refuses (``PermanentError``)."""
+"""At most this many tool calls run in a turn; a turn asking for more is refused back to the model whole
+(``recorded_calls``)."""
 MAX_CALL_ID_CHARS = 256
+MAX_TOOL_NAME_CHARS = 64
 MAX_ARGUMENTS_CHARS = 8000
 MAX_ORDER_ID_CHARS = 64
 MAX_CONTENT_CHARS = MAX_BODY_CHARS
+MAX_LOOP_BODY_CHARS = (MAX_ARGUMENTS_CHARS - 64 - 2 * MAX_SUBJECT_CHARS) // 2
+"""A loop email's body, at most 3,768 characters: derived so that every ``send_email`` call the field rule
+accepts fits ``MAX_ARGUMENTS_CHARS`` as JSON written with its short escapes (each character of the subject
+and the body at most 2: ``\\n``, ``\\"``; the keys and the punctuation under 64). A client that writes
+every non-ASCII character as ``\\uXXXX`` takes up to 6 characters for one: such a call can be refused for
+its length, back to the model, never a failure of the run."""
+WINDOW_RESERVE_TOKENS = 160
+CALL_RESERVE_TOKENS = 48
+"""The prompt window's tokens (memory's estimate, ``memory.approx_tokens``) a turn's arguments may not use:
+160 for the pinned system instructions (106) and the turn's message without its calls (its role, and
+memory's truncation marker as its text: memory cuts the text to fit), and 48 a call (41 at most: its
+framing, a 64-character window id, a 64-character name, ``{}`` as arguments). tests/test_loop_steps.py
+holds them at or above memory's count."""
+
+# ---------------------------------------------------------------- what a payload may hold
+#
+# Temporal refuses a payload over 2 MiB (the server's blob size limit; the worker's SDK refuses the command
+# first: PayloadLimitViolation, and the workflow task fails for good, the run parked). Every payload the loop
+# makes is bounded here, in the bytes the SDK's JSON writes (``ensure_ascii``: a character outside ASCII is
+# ``\\uXXXX``, 6 bytes, 12 for one beyond the BMP; ``"`` and ``\\`` are 2):
+#
+# - the margin: 1/8 of the limit (262,144 bytes) for the payload codec (AES-GCM's nonce and tag, 28 bytes;
+#   the sealed payload's own metadata and the key and workflow ids, under 1 KB) and whatever the SDK and the
+#   server count beside the JSON: ``PAYLOAD_BUDGET_BYTES`` = 1,835,008;
+# - a prompt window of T tokens (memory's estimate, which the window never exceeds) is at most
+#   ``WINDOW_BYTES_PER_TOKEN`` x T bytes: 8.02 at worst measured (backslashes, newlines, accented letters, a
+#   message of one character; tests/test_loop_steps.py), 10 with room;
+# - the largest payload is what continue-as-new carries (``workflows.loop_state.LoopCarried``): the window,
+#   ``KEPT_TURNS`` turn summaries of at most ``TURN_SUMMARY_BYTES`` (their texts cut to 200 characters; 8
+#   calls; measured in the tests) and the rest (the task, 4,000 characters: 24,000 bytes at 6 a character;
+#   the run's instructions, its prompt and tools, ``MAX_INSTRUCTIONS_CHARS`` characters of JSON: 24,000; the
+#   address, the rule, the signature, the counts: under 4,000): ``CARRIED_REST_BYTES``, 52,000; so the
+#   window may hold (1,835,008 - 52,000 - 20 x 40,000) / 10 = 98,300 tokens: ``MAX_WINDOW_TOKENS``, 98,000;
+# - a turn's request is that window and a few numbers; a turn's answer at most 20,000 characters of text
+#   (240,000 bytes) and 8 calls of at most 8,000 characters of arguments, a 256-character id and a 64-character
+#   name (8 x 99,840 bytes): 1,038,720 bytes; a tool's result a JSON text of its call's fields, a refusal's
+#   reason cut to ``MAX_REASON_CHARS``: under 20,000 bytes; the run's result and its ``progress`` query the
+#   newest ``KEPT_TURNS`` summaries and the answer: under 1,100,000 bytes. All within the budget.
+
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024
+PAYLOAD_BUDGET_BYTES = PAYLOAD_LIMIT_BYTES - PAYLOAD_LIMIT_BYTES // 8
+WINDOW_BYTES_PER_TOKEN = 10
+KEPT_TURNS = 20
+"""How many turn summaries a run carries to the next and shows in its status (the newest): bounded."""
+TURN_SUMMARY_BYTES = 40_000
+CARRIED_REST_BYTES = 52_000
+MAX_WINDOW_TOKENS = (PAYLOAD_BUDGET_BYTES - CARRIED_REST_BYTES - KEPT_TURNS * TURN_SUMMARY_BYTES) \
+    // WINDOW_BYTES_PER_TOKEN // 1000 * 1000
+MAX_REASON_CHARS = 1000
+MAX_INSTRUCTIONS_CHARS = 4000
+"""A run's recorded system prompt and tools (their JSON) together, at most (``workflows.loop_state``)."""
+WINDOW_TOKENS_BEFORE_CAP = 1_000_000
+"""The most window tokens a run was accepted with before ``MAX_WINDOW_TOKENS``: such a run replays."""
 
 # The tools, as the model is told of them (chat-completions ``tools``), and the fields each accepts:
 # (name, JSON type, required, text rule: "line" single-line | "text" multi-line | None, max chars).
@@ -110,7 +165,7 @@ TOOL_FIELDS: dict[str, tuple[tuple[str, str, bool, str | None, int], ...]] = {
     "issue_refund": (("order_id", "string", True, "line", MAX_ORDER_ID_CHARS),
                      ("amount", "integer", True, None, 0)),
     "send_email": (("subject", "string", True, "line", MAX_SUBJECT_CHARS),
-                   ("body", "string", True, "text", MAX_BODY_CHARS)),
+                   ("body", "string", True, "text", MAX_LOOP_BODY_CHARS)),
     "create_ticket": (("summary", "string", True, "line", MAX_SUMMARY_CHARS),),
 }
 TOOL_DESCRIPTIONS = {
@@ -147,11 +202,13 @@ def tool_specs() -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class AskedCall:
     """One tool call as the model asked for it: ``id`` (the model's, untrusted), the tool's ``name`` and its
-    ``arguments`` as the JSON text the model wrote (parsed only when the call runs)."""
+    ``arguments`` as the JSON text the model wrote (parsed only when the call runs). ``refused``: why the
+    turn refused the call as it was recorded (``recorded_calls``; its arguments then ``{}``), or empty."""
 
     id: str
     name: str
     arguments: str = "{}"
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,7 +224,9 @@ class LoopInputs:
     """What a loop run was started with, fixed for its life (and carried across continue-as-new).
 
     ``email`` is the customer's address: the only one ``send_email`` writes to.
-    ``start_id`` names this start of the run id (as ``steps.requests.RunInputs``)."""
+    ``start_id`` names this start of the run id (as ``steps.requests.RunInputs``). ``prompt`` and ``tools``:
+    what the model is told, as the run recorded them at its start (``instructions``; None: this code's
+    ``tool_specs``), so every turn of the run is asked with them whatever a later deploy's are."""
 
     run_id: str
     task: str
@@ -176,6 +235,8 @@ class LoopInputs:
     window_tokens: int = DEFAULT_WINDOW_TOKENS
     window_messages: int = DEFAULT_WINDOW_MESSAGES
     start_id: str = ""
+    prompt: str = LOOP_SYSTEM_PROMPT
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +245,8 @@ class TurnRequest:
     turn: int
     window: list[dict[str, Any]]  # the prompt: memory's window of the run's messages, system first
     max_turns: int
+    window_tokens: int | None = None  # the run's bound: a turn's calls must fit it (None: not checked)
+    tools: list[dict[str, Any]] | None = None  # the tools as the run recorded them (None: this code's)
 
 
 @dataclass(frozen=True)
@@ -285,12 +348,20 @@ WindowOf = Callable[["LoopInputs", Sequence[tuple[str, Chat]]], list[Chat]]
 instructions), the prompt memory's window gives under the run's bounds. The engine supplies it."""
 
 
-def system_message() -> tuple[str, Chat]:
-    return "system", {"role": "system", "content": LOOP_SYSTEM_PROMPT}
+def system_message(prompt: str = LOOP_SYSTEM_PROMPT) -> tuple[str, Chat]:
+    """The window's first message, pinned: the run's system instructions (this code's unless the run
+    recorded its own)."""
+    return "system", {"role": "system", "content": prompt}
 
 
 def task_message(inputs: LoopInputs) -> tuple[str, Chat]:
     return "task", {"role": "user", "content": inputs.task}
+
+
+def start_tokens(task: str, count: Callable[[Chat], int], prompt: str = LOOP_SYSTEM_PROMPT) -> int:
+    """What a run's window holds before its first turn (the system instructions and the task), counted by
+    ``count`` (the engine's: ``memory.chat_tokens``); ``check_loop_inputs``'s ``start_tokens``."""
+    return count(system_message(prompt)[1]) + count({"role": "user", "content": task})
 
 
 def turn_message(result: TurnResult | Mapping[str, Any]) -> tuple[str, Chat]:
@@ -319,7 +390,8 @@ def _get(value: Any, name: str) -> Any:
 
 
 def as_call(value: AskedCall | Mapping[str, Any]) -> AskedCall:
-    return value if isinstance(value, AskedCall) else AskedCall(value["id"], value["name"], value["arguments"])
+    return value if isinstance(value, AskedCall) else AskedCall(value["id"], value["name"], value["arguments"],
+                                                                value.get("refused") or "")
 
 
 def _turn_fields(result: TurnResult | Mapping[str, Any]) -> tuple[int, str, list[AskedCall]]:
@@ -369,7 +441,7 @@ class LoopPlan:
 
     def messages(self, results: Mapping[str, Any], upto: str | None = None) -> list[tuple[str, Chat]]:
         """The run's messages in order, from the recorded results, stopping before step ``upto``."""
-        out = [system_message(), task_message(self.inputs)]
+        out = [system_message(self.inputs.prompt), task_message(self.inputs)]
         turn_result: Any = None
         for name in self.names(results):
             if name == upto or name not in results:
@@ -387,7 +459,8 @@ class LoopPlan:
         turn, index = parse_step(name)
         if index is None:
             window = self.window_of(self.inputs, self.messages(results, upto=name))
-            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns)
+            return TurnRequest(self.inputs.run_id, turn, window, self.inputs.max_turns, self.inputs.window_tokens,
+                               self.inputs.tools)
         recorded = results[turn_step(turn)]
         return tool_request(self.inputs, turn, index, as_call(_get(recorded, "calls")[index]))
 
@@ -410,34 +483,37 @@ def tool_request(inputs: LoopInputs, turn: int, index: int, call: AskedCall) -> 
 
 
 async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
-    """Ask the model for turn ``req.turn`` on ``req.window``. No external effect; the answer is checked:
-    at most ``MAX_CALLS_PER_TURN`` calls, each id a non-empty string of at most ``MAX_CALL_ID_CHARS``, its
-    arguments at most ``MAX_ARGUMENTS_CHARS``, the text under the multi-line text rule. A turn at the limit
-    that still asks for tools is a ``PermanentError`` naming the limit (the run's terminal failure)."""
+    """Ask the model for turn ``req.turn`` on ``req.window``. No external effect. The answer is checked and
+    recorded as ``recorded_calls`` says: a call the model got wrong is refused back to it, nothing applied.
+
+    What fails the run instead (a ``PermanentError``, naming the turn):
+
+    - the turn limit reached with tools still asked for (the run's stated end);
+    - a call without a name or arguments as text: not the model's words but its client's parse of them
+      (``drafting.openai_compat`` gives both as text), so a bug to fix, not a mistake to tell the model;
+    - the answer's text breaking the multi-line text rule or over ``MAX_CONTENT_CHARS``: the loop gives
+      the model back only its tool results, so a text has nothing to be refused through (refusing it would
+      need a message of a new kind in every engine's record), and a model that writes terminal control
+      sequences into its answer is broken or steered by what it read: an operator should look."""
     if deps.agent is None:
         raise PermanentError("this process has no model for the agent loop (StepDeps.agent); build its "
                              "dependencies with wiring.deps_from_env")
     await pace(deps)  # LAB_STEP_SECONDS: slow enough to watch, or to kill by hand
-    answer = await deps.agent.turn(req.window, tool_specs(), labels={"run": req.run_id, "turn": str(req.turn)})
+    tools = req.tools if req.tools is not None else tool_specs()
+    answer = await deps.agent.turn(req.window, tools, labels={"run": req.run_id, "turn": str(req.turn)})
     content = answer.content or ""
-    calls = [AskedCall(c.id, c.name, c.arguments) for c in answer.tool_calls]
     where = f"the model's turn {req.turn} ({deps.agent.name}) was refused"
-    if len(calls) > MAX_CALLS_PER_TURN:
-        raise PermanentError(f"{where}: it asks for {len(calls)} tool calls; at most {MAX_CALLS_PER_TURN}")
-    for call in calls:
-        if not isinstance(call.id, str) or not 1 <= len(call.id) <= MAX_CALL_ID_CHARS:
-            raise PermanentError(f"{where}: a tool call id must be 1-{MAX_CALL_ID_CHARS} characters")
-        if not isinstance(call.name, str) or not isinstance(call.arguments, str):
-            raise PermanentError(f"{where}: a tool call needs a name and its arguments as text")
-        if len(call.arguments) > MAX_ARGUMENTS_CHARS:
-            raise PermanentError(f"{where}: tool call arguments of {len(call.arguments)} characters; "
-                                 f"at most {MAX_ARGUMENTS_CHARS}")
+    for call in answer.tool_calls:
+        if not isinstance(call.id, str) or not isinstance(call.name, str) or not isinstance(call.arguments, str):
+            raise PermanentError(f"{where}: a tool call needs an id, a name and its arguments as text; the "
+                                 f"model client ({deps.agent.name}) gave another type")
     try:
         check_text("the answer", content[:MAX_CONTENT_CHARS + 1], multiline=True, what_to_do="")
     except InputError as err:
         raise PermanentError(f"{where}: {err}") from None
     if len(content) > MAX_CONTENT_CHARS:
         raise PermanentError(f"{where}: its text is {len(content)} characters; at most {MAX_CONTENT_CHARS}")
+    calls = recorded_calls([AskedCall(c.id, c.name, c.arguments) for c in answer.tool_calls], req.window_tokens)
     if calls and req.turn >= req.max_turns:
         asked = ", ".join(c.name for c in calls)
         raise PermanentError(f"{TURN_LIMIT} {req.max_turns} reached: the model still asked for tools ({asked}) "
@@ -449,9 +525,96 @@ async def model_turn(req: TurnRequest, deps: StepDeps) -> TurnResult:
                       prompt_messages=len(req.window))
 
 
+def arguments_room(window_tokens: int, calls: int) -> int:
+    """The UTF-8 bytes the arguments of a turn of ``calls`` calls may take together in a window of
+    ``window_tokens``: what ``WINDOW_RESERVE_TOKENS`` and ``CALL_RESERVE_TOKENS`` leave. Memory's estimate
+    of a text is never above its UTF-8 bytes (at most a token a character, and half a token an extra byte:
+    ``memory.tokens``), so calls within the room always enter the window with the system instructions:
+    memory's tool-call arguments are never cut, and a turn that cannot enter the window would stop the run."""
+    return window_tokens - WINDOW_RESERVE_TOKENS - CALL_RESERVE_TOKENS * calls
+
+
+def _json_text(text: str) -> bool:
+    """No character in ``text`` that a JSON text may not hold raw: a control character other than tab, line
+    feed and carriage return, or a lone surrogate."""
+    if text.isascii() and text.isprintable():
+        return True
+    return not any((ord(c) < 0x20 and c not in "\t\n\r") or 0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None) -> list[AskedCall]:
+    """The calls of a turn as the record keeps them: bounded whatever the model wrote, and those it got
+    wrong marked ``refused`` (their arguments ``{}``), to be answered ``refused`` with nothing applied
+    (``run_tool``). A mistake in a call is the model's to correct, as a bad argument is:
+
+    - more than ``MAX_CALLS_PER_TURN`` calls: the first 8 are kept, all refused (none runs: the model
+      chooses again which 8 matter), the reason giving the count;
+    - an id empty or over ``MAX_CALL_ID_CHARS``: refused, kept cut (it enters the key only as a digest);
+    - a name over ``MAX_TOOL_NAME_CHARS`` or outside letters, digits, ``_`` and ``-``: no tool has it;
+      refused and kept as ``unknown_tool`` (the reason quotes it);
+    - arguments over ``MAX_ARGUMENTS_CHARS``;
+    - with ``window_tokens`` (the run's window bound) given, arguments that with the turn's
+      earlier calls' exceed ``arguments_room``: they could not enter the prompt window, so the run could
+      not go on; refused, saying to send less."""
+    refuse_all = ""
+    if len(asked) > MAX_CALLS_PER_TURN:
+        refuse_all = (f"this turn asks for {len(asked)} tool calls; at most {MAX_CALLS_PER_TURN} run in a "
+                      f"turn, so none of this turn's calls ran: ask for at most {MAX_CALLS_PER_TURN} at a time")
+    kept = asked[:MAX_CALLS_PER_TURN]
+    room = None if window_tokens is None else arguments_room(window_tokens, len(kept))
+    used = 0
+    out = []
+    for call in kept:
+        call_id, name, size = call.id[:MAX_CALL_ID_CHARS], call.name, len(call.arguments)
+        if not (len(name) <= MAX_TOOL_NAME_CHARS and name and set(name) <= _SAFE_ID):
+            name = "unknown_tool"
+        bytes_ = len(call.arguments.encode("utf-8", "surrogatepass"))
+        if refuse_all:
+            why = refuse_all
+        elif not 1 <= len(call.id) <= MAX_CALL_ID_CHARS:
+            why = f"a tool call id must be 1-{MAX_CALL_ID_CHARS} characters; this one has {len(call.id)}"
+        elif name != call.name:
+            why = f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
+        elif not _json_text(call.arguments):
+            # No call's arguments; and such a character costs a payload more than memory counts of it.
+            why = f"the arguments of {name} are not JSON (a control character or a lone surrogate); give a JSON object"
+        elif size > MAX_ARGUMENTS_CHARS:
+            why = (f"the arguments of {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS} (an email's "
+                   f"body at most {MAX_LOOP_BODY_CHARS}): nothing was applied; send less")
+        elif room is not None and used + bytes_ > room:
+            why = (f"the arguments of {name} ({bytes_} bytes) do not fit this run's prompt window of "
+                   f"{window_tokens} tokens with this turn's other calls: at most {max(room, 0)} bytes of "
+                   "arguments in a turn; nothing was applied; send less, or spread it over turns")
+        else:
+            used += bytes_
+            out.append(AskedCall(call_id, name, call.arguments))
+            continue
+        out.append(AskedCall(call_id, name, "{}", why))
+    return out
+
+
 def _refused(req: ToolRequest, reason: str) -> ToolResult:
     return ToolResult(req.turn, req.index, req.call.name[:64], "refused",
-                      json.dumps({"error": reason}, ensure_ascii=False))
+                      json.dumps({"error": reason[:MAX_REASON_CHARS]}, ensure_ascii=False))
+
+
+class _RepeatedKey(Exception):
+    """A JSON object of the model's arguments names a key twice (its first argument: the key)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice: JSON parsers disagree on which one
+    wins (Python's and pydantic's take the last), and the status shows the arguments cut to 200
+    characters, so the one that counted could lie past the cut."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
 
 
 def checked_arguments(call: AskedCall) -> dict[str, Any] | str:
@@ -461,7 +624,10 @@ def checked_arguments(call: AskedCall) -> dict[str, Any] | str:
     if fields is None:
         return f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
     try:
-        args = json.loads(call.arguments) if call.arguments.strip() else {}
+        args = json.loads(call.arguments, object_pairs_hook=_once) if call.arguments.strip() else {}
+    except _RepeatedKey as err:
+        return (f"the arguments of {call.name} give {str(err)[:40]!r} more than once; give each field once "
+                "(which one was meant cannot be told)")
     except ValueError:
         return f"the arguments of {call.name} are not JSON; give a JSON object"
     if not isinstance(args, dict):
@@ -496,6 +662,8 @@ async def run_tool(req: ToolRequest, deps: StepDeps) -> ToolResult:
     a ``refused`` result, nothing applied; a transient failure raises (the engine retries with the same
     key); a key held by another request (``IdempotencyConflict``) fails the run."""
     await pace(deps)
+    if req.call.refused:
+        return _refused(req, req.call.refused)
     args = checked_arguments(req.call)
     if isinstance(args, str):
         return _refused(req, args)
@@ -546,12 +714,85 @@ def reached_turn_limit(error: str | None) -> bool:
     return bool(error) and TURN_LIMIT in str(error)
 
 
+ONE_ROUND_TOKENS = 200
+"""Memory's estimate of one round at the least a run needs: a turn of one ``lookup_order`` call (its
+framing with a 64-character id and name, a 64-character order id, the truncation marker as its text) and
+the lookup's result (147 at most; tests/test_loop_steps.py holds it to memory's count)."""
+
+
 def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS,
-                      window_messages: Any = DEFAULT_WINDOW_MESSAGES) -> tuple[int, int, int]:
-    """The loop's numbers, checked (``InputError`` saying what to give otherwise)."""
+                      window_messages: Any = DEFAULT_WINDOW_MESSAGES,
+                      start_tokens: int | None = None,
+                      max_window_tokens: int = MAX_WINDOW_TOKENS) -> tuple[int, int, int]:
+    """The loop's numbers, checked (``InputError`` saying what to give otherwise). ``start_tokens``: memory's
+    count of the system instructions and the task (``system_message``, ``task_message``; the caller counts,
+    ``steps`` imports nothing of memory). Given, the window must hold them and one round
+    (``ONE_ROUND_TOKENS``): memory pins only the system instructions, so a window that cannot would evict
+    the task before the model's first tool result, and a model that needs it would fail on every attempt.
+    ``max_window_tokens``: ``MAX_WINDOW_TOKENS`` (what a payload holds); a run recorded before that cap
+    replays under the one it started with, ``WINDOW_TOKENS_BEFORE_CAP``."""
     for name, value, low, high in (("max turns", max_turns, 1, MAX_TURNS_LIMIT),
-                                   ("window tokens", window_tokens, 200, 1_000_000),
+                                   ("window tokens", window_tokens, 200, max_window_tokens),
                                    ("window messages", window_messages, 4, 100_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    if start_tokens is not None and start_tokens + ONE_ROUND_TOKENS > window_tokens:
+        need = start_tokens + ONE_ROUND_TOKENS
+        raise InputError(f"window tokens of {window_tokens} cannot hold the system instructions and the task "
+                         f"({start_tokens} tokens) and one round of a tool call and its result "
+                         f"({ONE_ROUND_TOKENS}): give at least {need} window tokens, or a shorter task")
     return max_turns, window_tokens, window_messages
+
+
+# ---------------------------------------------------------------- what decides a run, recorded with it
+
+def loop_signature() -> tuple[str, ...]:
+    """What identifies the loop's shape to a run in flight, computed from this module itself: the steps a
+    turn with two calls then a final turn decide (how steps are named and follow one another), a call's key
+    for fixed values (how keys derive), and each tool with its effect kind and fields. Every engine records
+    it when a run starts (the run record in ``runs.loop``, DBOS in its inputs, Temporal in
+    ``LoopInput.loop``) and a run whose recorded signature is not this code's does not go on under it
+    (``loop_changed``): the run record and DBOS refuse to resume it, Temporal parks it, the message naming
+    both signatures, until code of its signature runs it.
+
+    Not the system prompt, nor the tools' descriptions, nor the text rules: they change the words the model
+    is asked with, not what a recorded turn means, so a run keeps them instead: every engine records them
+    at the start (``instructions``) and asks every turn of the run with those (``LoopInputs.prompt``,
+    ``tools``); a change there is a new agent for new runs only."""
+    two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
+    names = LoopPlan(LoopInputs("run", "task", "a@example.com"), lambda inputs, messages: []).names(
+        {turn_step(1): two_calls, turn_step(2): {"calls": []}})
+    tools = [f"tool {name}:{EFFECT_OF_TOOL.get(name) or ''}:"
+             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
+             for name, fields in TOOL_FIELDS.items()]
+    return ("steps " + " ".join(names), "key " + tool_key("run", 1, 0, "call"), *tools)
+
+
+def loop_digest(signature: tuple[str, ...] | None = None) -> str:
+    return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
+
+
+def loop_changed(recorded: Any) -> str | None:
+    """Why this code cannot run a loop run whose inputs recorded the signature ``recorded``, or None (None
+    too for a run recorded before signatures: it runs as it did)."""
+    code = list(loop_signature())
+    if recorded is None or list(recorded) == code:
+        return None
+    return (f"the run was started by an agent loop of signature {loop_digest(tuple(recorded))} "
+            f"({'; '.join(recorded)}), and this code's loop is {loop_digest()} ({'; '.join(code)})")
+
+
+def instructions() -> dict[str, Any]:
+    """What a loop run records of what the model is told, at its start: this code's prompt and tools."""
+    return {"prompt": LOOP_SYSTEM_PROMPT, "tools": tool_specs()}
+
+
+def with_instructions(inputs: LoopInputs, recorded: Any) -> LoopInputs:
+    """``inputs`` told what the run recorded (``instructions``: its ``prompt`` and ``tools``); as they are
+    (this code's prompt and tools) for a run that recorded none."""
+    if not isinstance(recorded, Mapping):
+        return inputs
+    prompt, tools = recorded.get("prompt"), recorded.get("tools")
+    if not isinstance(prompt, str) or not prompt.strip() or not isinstance(tools, list):
+        return inputs
+    return replace(inputs, prompt=prompt, tools=tools)

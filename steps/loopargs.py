@@ -44,11 +44,12 @@ def given_number(raw: str | None, default: int) -> int | str:
         return raw
 
 
-def loop_numbers(args: argparse.Namespace) -> tuple[int, int, int]:
-    """(max turns, window tokens, window messages), checked (``steps.loop.check_loop_inputs``)."""
+def loop_numbers(args: argparse.Namespace, start_tokens: int | None = None) -> tuple[int, int, int]:
+    """(max turns, window tokens, window messages), checked (``steps.loop.check_loop_inputs``; with
+    ``start_tokens``, the window must hold the start and one round)."""
     return loop.check_loop_inputs(given_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
                                   given_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
-                                  given_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES))
+                                  given_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES), start_tokens)
 
 
 def orders_given(items: list[str]) -> dict[str, int]:

@@ -283,6 +283,10 @@ def run_timeout_floor(rule: RetryRule, steps: int) -> float:
     return steps * (rule.budget_seconds + longest)
 
 
+SAME_ERROR_LIMIT = 3
+"""Attempts in a row the same error may end before an agent loop's turn gives up (``StepLedger.after_error``)."""
+
+
 @dataclass
 class StepLedger:
     """What one step's attempts have cost so far: Temporal's workflow and the run
@@ -306,18 +310,38 @@ class StepLedger:
     in_doubt: bool = False
     last_error: str | None = None
     failure: str | None = None  # set when the step gave up: the run's error
+    same_error_limit: int | None = None  # None: off (see ``after_error``)
+    same_errors: int = 0  # the newest error answered to the request, and how often in a row: ``after_error``
+    same_error: str | None = None
 
     def after_error(self, message: str, seconds: float, *, retry_after: float | None = None,
-                    in_doubt: bool = False, u: float = 1.0) -> float | None:
+                    in_doubt: bool = False, u: float = 1.0, outage: bool = False) -> float | None:
         """A transient error ended an attempt that took ``seconds``. Returns the
         delay before the next attempt, or None when the budget is spent (then
-        ``failure`` says why)."""
+        ``failure`` says why).
+
+        With ``same_error_limit`` set (the agent loop's turns: ``SAME_ERROR_LIMIT``), a step whose request
+        never changes (a turn asks with the same window on every attempt) gives up when the same error,
+        word for word, ends that many attempts in a row, an ``outage`` (the other side not reached, or
+        not answering this request: ``steps.errors``) not counting and not breaking the row: an error
+        the other side answers to the same request again and again is its answer to that request, not
+        bad luck, and waiting out the whole budget on it looks like a hang."""
         self.error_attempts += 1
         self.error_seconds += max(float(seconds), 0.0) if math.isfinite(seconds) else 0.0
         self.last_error = message
         self.in_doubt = self.in_doubt or (self.effect and in_doubt)
         if self._out_of_attempts(message):
             return None
+        if self.same_error_limit is not None and not outage:
+            self.same_errors = self.same_errors + 1 if message == self.same_error else 1
+            self.same_error = message
+            if self.same_errors >= self.same_error_limit:
+                self.failure = (
+                    f"step {self.name} failed after {self.attempts} attempt(s): the same error on "
+                    f"{self.same_errors} attempts in a row on an unchanged request (an outage would clear or "
+                    f"change; this is the answer to the request itself): {message}"
+                )
+                return None
         left = self.rule.budget_seconds - self.error_seconds
         if left <= 0:
             self.failure = (
@@ -379,6 +403,7 @@ class StepLedger:
         self.error_seconds = 0.0
         self.crashes_kept = self.crashes
         self.failed_attempts = 0
+        self.same_errors, self.same_error = 0, None
 
     def after_permanent(self, message: str, *, in_doubt: bool = False) -> None:
         self.last_error = message

@@ -66,6 +66,7 @@ own codes for their refusals.)
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Literal, TypeAlias, TypedDict, get_args
 
@@ -124,8 +125,9 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141
 
 
-def exit_code(status: RunEntry) -> int:
-    return {"failed": EXIT_FAILED, "parked": EXIT_PARKED}.get(status["status"], EXIT_OK)
+def exit_code(status: RunEntry | Mapping[str, object]) -> int:
+    """A run's exit code by its status (a flow run's ``RunEntry`` or a loop run's status dict alike)."""
+    return {"failed": EXIT_FAILED, "parked": EXIT_PARKED}.get(str(status["status"]), EXIT_OK)
 
 
 def iso(ts: float | None) -> str | None:

@@ -171,6 +171,16 @@ async def test_503_is_transient(server, model):
         await model.draft(conversation())
     assert caught.value.retry_after is None
     assert server.request_count == 1
+    assert caught.value.outage  # the server did not take the request on
+
+
+async def test_500_is_transient_and_the_servers_answer_to_the_request(server, model):
+    """Not an outage: the server took the request and failed on it (the agent loop stops a turn on one that
+    repeats word for word, steps.retry.StepLedger.after_error)."""
+    server.push(error(500, "model crashed on this input"))
+    with pytest.raises(TransientError) as caught:
+        await model.draft(conversation())
+    assert not caught.value.outage
 
 
 async def test_retry_after_ms_is_honoured(server, model):

@@ -35,6 +35,7 @@ from memory import MemoryPolicy, derive_window  # noqa: E402
 from providerclient import fetch_effects, seed_orders  # noqa: E402
 from steps import loop  # noqa: E402
 from steps.models import to_jsonable  # noqa: E402
+from steps.retry import RetryRule  # noqa: E402
 from steps.startedline import started_steps  # noqa: E402
 from tests.loop_support import (  # noqa: E402
     BAD_LOOP_INPUT,
@@ -231,3 +232,14 @@ def test_a_changed_loop_is_another_application_version(monkeypatch):
     assert dbos_loop.loop_version_of() != before
     monkeypatch.undo()
     assert dbos_loop.loop_version_of() == before and dbos_loop.loop_changed(list(signature)) is None
+
+
+def test_a_dbos_run_is_asked_with_the_instructions_its_inputs_recorded():
+    """What the model is told is the run's (``new_loop_inputs`` records it), not the code's at resume."""
+    raw = dbos_loop.new_loop_inputs("told-1", "Refund C-1000.", CUSTOMER, "s", RetryRule(), max_turns=5,
+                                    window_tokens=2000, window_messages=40)
+    assert raw["instructions"] == loop.instructions() and raw["loop"] == list(loop.loop_signature())
+    raw["instructions"] = {"prompt": "The run's own prompt.", "tools": loop.tool_specs()[:1]}
+    request = dbos_loop.LoopWalk(dbos_loop.loop_inputs(raw)).request("turn-1")
+    assert request.window[0] == {"role": "system", "content": "The run's own prompt."}
+    assert request.tools == loop.tool_specs()[:1]

@@ -11,10 +11,28 @@ from dataclasses import dataclass, field
 import pytest
 
 from drafting.scripted import ScriptedModel, orders_in
-from memory import MemoryPolicy, Message, approx_tokens, derive_window
+from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat_tokens, derive_window
+from payloadcodec import data_converter_from_env
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
+from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError
 from steps.loop import (
+    CALL_RESERVE_TOKENS,
+    DEFAULT_WINDOW_TOKENS,
+    KEPT_TURNS,
+    MAX_ARGUMENTS_CHARS,
+    MAX_CALL_ID_CHARS,
+    MAX_CALLS_PER_TURN,
+    MAX_CONTENT_CHARS,
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_LOOP_BODY_CHARS,
+    MAX_TURNS_LIMIT,
+    MAX_WINDOW_TOKENS,
+    ONE_ROUND_TOKENS,
+    PAYLOAD_LIMIT_BYTES,
+    TURN_SUMMARY_BYTES,
+    WINDOW_BYTES_PER_TOKEN,
+    WINDOW_RESERVE_TOKENS,
     AskedCall,
     LoopInputs,
     LoopPlan,
@@ -23,14 +41,28 @@ from steps.loop import (
     TurnRequest,
     TurnResult,
     call_step,
+    check_loop_inputs,
     checked_arguments,
+    instructions,
+    loop_changed,
+    loop_signature,
     model_turn,
     parse_step,
+    recorded_calls,
     run_tool,
+    start_tokens,
+    system_message,
     tool_key,
     tool_request,
+    tool_specs,
+    turn_message,
     window_call_ids,
+    with_instructions,
 )
+from steps.models import to_jsonable
+from steps.retry import RetryRule
+from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
+from workflows import loop_state as state
 
 CUSTOMER = "customer@example.com"
 
@@ -176,6 +208,8 @@ def test_a_request_is_built_from_the_recorded_turn_only():
     ("send_email", '{"subject": "Hi\\r\\nBcc: x@evil", "body": "b"}', "subject"),
     ("send_email", '{"subject": "Hi \\u202e", "body": "b"}', "subject"),
     ("lookup_order", "not json", "not JSON"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": 5, "amount": 999}', "give 'amount' more than once"),
+    ("issue_refund", '{"order_id": "A-1001", "order_id": "A-1002", "amount": 5}', "give 'order_id' more than"),
     ("lookup_order", "[1]", "must be a JSON object"),
 ])
 def test_bad_arguments_are_answered_and_nothing_is_applied(name, arguments, says):
@@ -219,20 +253,112 @@ def test_the_turn_limit_fails_naming_it_and_runs_no_tool():
     assert provider.lookups == 2  # turns 1 and 2 ran their call; turn 3 was refused before any
 
 
-@pytest.mark.parametrize(("answer", "says"), [
-    (ModelAnswer("", tuple(AskedCall(f"c{i}", "lookup_order") for i in range(9))), "at most 8"),
-    (ModelAnswer("", (AskedCall("", "lookup_order"),)), "tool call id"),
-    (ModelAnswer("done \x1b[2J"), "the answer"),
-])
-def test_an_unusable_turn_is_refused(answer, says):
+def test_an_unusable_text_fails_the_turn():
     class Model:
         name = "hostile"
 
         async def turn(self, messages, tools, *, labels=None):
-            return answer
+            return ModelAnswer("done \x1b[2J")
 
-    with pytest.raises(PermanentError, match=says):
+    with pytest.raises(PermanentError, match="the answer"):
         asyncio.run(model_turn(TurnRequest("r1", 1, [], 5), StepDeps(provider=None, llm=None, agent=Model())))
+
+
+class SequenceModel:
+    """Answers each turn with the next answer it was given, then a final text."""
+
+    name = "sequence"
+
+    def __init__(self, *answers: ModelAnswer) -> None:
+        self.answers = list(answers)
+        self.prompts: list[list[dict]] = []
+
+    async def turn(self, messages, tools, *, labels=None):
+        self.prompts.append(messages)
+        return self.answers.pop(0) if self.answers else ModelAnswer("Done.")
+
+
+def email_call(body: str, call_id: str = "c1") -> AskedCall:
+    return AskedCall(call_id, "send_email", json.dumps({"subject": "Your refund", "body": body}))
+
+
+def refused_reasons(results, turn: int = 1) -> list[str]:
+    return [json.loads(r.content)["error"] for n, r in results.items()
+            if parse_step(n)[0] == turn and "/" in n and r.status == "refused"]
+
+
+def test_a_long_email_body_is_refused_back_to_the_model_and_the_run_goes_on():
+    provider = FakeProvider()
+    model = SequenceModel(ModelAnswer("", (email_call("x" * 20_000),)), ModelAnswer("", (email_call("Refunded."),)))
+    plan, results, _ = walk(LoopInputs("r1", "Tell the customer", CUSTOMER), StepDeps(provider, None, agent=model))
+    assert refused_reasons(results) == [f"the arguments of send_email are 20038 characters; at most "
+                                        f"{MAX_ARGUMENTS_CHARS} (an email's body at most {MAX_LOOP_BODY_CHARS}): "
+                                        "nothing was applied; send less"]
+    assert results["turn-1"].calls[0].arguments == "{}"  # the record stays bounded
+    assert [b["body"] for b in provider.applied.values()] == ["Refunded."]  # turn 2's email, once
+    assert plan.final_answer(results) == "Done."
+    # The model saw its call refused: the window of turn 2 holds the refusal as the call's result.
+    assert "20038 characters" in model.prompts[1][-1]["content"]
+
+
+def test_turns_the_model_got_wrong_are_refused_call_by_call_and_nothing_applied():
+    many = tuple(AskedCall(f"c{i}", "create_ticket", '{"summary": "s"}') for i in range(9))
+    cases = [
+        (ModelAnswer("", many), ["this turn asks for 9 tool calls"] * 8),
+        (ModelAnswer("", (AskedCall("", "create_ticket", '{"summary": "s"}'),)), ["a tool call id must be 1-256"]),
+        (ModelAnswer("", (AskedCall("x" * 300, "create_ticket", '{"summary": "s"}'),)), ["this one has 300"]),
+        (ModelAnswer("", (AskedCall("c", "drop\u202e" + "x" * 90, "{}"),)), ["unknown tool 'drop"]),
+    ]
+    for answer, says in cases:
+        provider = FakeProvider()
+        _, results, _ = walk(LoopInputs("r1", "t", CUSTOMER), StepDeps(provider, None, agent=SequenceModel(answer)))
+        reasons = refused_reasons(results)
+        assert len(reasons) == len(says) and all(w in r for w, r in zip(says, reasons, strict=True)), reasons
+        assert provider.applied == {}
+        calls = results["turn-1"].calls
+        assert all(len(c.id) <= 256 and len(c.name) <= 64 and c.arguments == "{}" for c in calls)
+
+
+def test_the_field_caps_agree_with_the_arguments_cap():
+    """The longest subject and body the field rule accepts, written with the short escapes at their
+    longest (every character one), fit the arguments cap: a valid email is never refused for its length."""
+    call = AskedCall("c", "send_email", json.dumps({"subject": '"' * MAX_SUBJECT_CHARS,
+                                                     "body": "b" + "\n" * (MAX_LOOP_BODY_CHARS - 1)}))
+    assert len(call.arguments) <= MAX_ARGUMENTS_CHARS
+    assert not isinstance(checked_arguments(call), str)
+    assert recorded_calls([call], DEFAULT_WINDOW_TOKENS * 10)[0].refused == ""
+    too_long = AskedCall("c", "send_email", json.dumps({"subject": "s", "body": "b" * (MAX_LOOP_BODY_CHARS + 1)}))
+    assert "body is 3769 characters; at most 3768" in checked_arguments(too_long)
+
+
+@pytest.mark.parametrize("calls", range(1, MAX_CALLS_PER_TURN + 1))
+def test_the_reserve_holds_memorys_count_of_the_system_and_a_turns_framing(calls):
+    system = Message.from_chat(system_message()[1], id="system", pinned=True)
+    asked = [{"id": f"{i}" + "a" * 63, "type": "function", "function": {"name": "b" * 64, "arguments": "{}"}}
+             for i in range(calls)]
+    framing = Message.from_chat({"role": "assistant", "tool_calls": asked, "content": TRUNCATION_MARKER.format(
+        removed=MAX_CONTENT_CHARS, total=MAX_CONTENT_CHARS)}, id="turn-10000")
+    assert approx_tokens(system) + approx_tokens(framing) <= WINDOW_RESERVE_TOKENS + CALL_RESERVE_TOKENS * calls
+
+
+@pytest.mark.parametrize("text", ["a" * 3000, ":" * 3000, '"' * 1500, "\u00e9" * 1000, "\U0001f600" * 700])
+def test_a_turn_the_loop_records_always_enters_its_window(text):
+    """Whatever the arguments' text (dense punctuation, non-ASCII: memory's estimate is at its highest),
+    the calls ``recorded_calls`` keeps enter a window of the run's bound with the system instructions, and
+    the ones that would not are refused: the run never stops on a window it cannot build."""
+    for window_tokens in (300, 700, DEFAULT_WINDOW_TOKENS, 4000):
+        asked = [AskedCall(f"c{i}", "create_ticket", json.dumps({"summary": text}, ensure_ascii=False))
+                 for i in range(MAX_CALLS_PER_TURN)]
+        calls = recorded_calls(asked, window_tokens)
+        result = TurnResult(1, "x" * MAX_CONTENT_CHARS, calls)
+        window = derive_window(MemoryPolicy(max_tokens=window_tokens, max_messages=40),
+                               [system_message(), turn_message(result)])
+        assert window[0]["role"] == "system"
+        kept = [c for c in calls if not c.refused]
+        refused = [c for c in calls if c.refused]
+        assert all("do not fit this run's prompt window" in c.refused for c in refused)
+        if window_tokens == 4000 and text == "a" * 3000:
+            assert len(kept) == 1 and len(refused) == 7
 
 
 def test_ids_the_window_gives_are_the_models_own_unless_unusable():
@@ -267,3 +393,147 @@ def test_a_resume_derives_the_same_window_as_the_run_that_was_not_interrupted():
     _, resumed, prompts2 = walk(inputs, deps2, results=recorded)
     assert prompts2 == prompts[4:]
     assert len(resumed) == len(whole)
+
+
+def test_a_window_that_cannot_hold_the_start_and_one_round_is_refused_naming_what_it_needs():
+    task = "Refund order A-1001: " + "it arrived broken. " * 150
+    start = start_tokens(task, chat_tokens)
+    need = start + ONE_ROUND_TOKENS
+    with pytest.raises(InputError, match=f"window tokens of {need - 1} cannot hold .* give at least {need} "):
+        check_loop_inputs(20, need - 1, 40, start)
+    assert check_loop_inputs(20, need, 40, start) == (20, need, 40)
+    assert check_loop_inputs(20, DEFAULT_WINDOW_TOKENS, 40, start_tokens("Refund A-1001", chat_tokens))
+
+
+def test_one_round_holds_memorys_count_of_a_lookup_and_its_result():
+    call = {"id": "c" * 64, "type": "function", "function": {"name": "n" * 64,
+                                                             "arguments": json.dumps({"order_id": "O" * 64})}}
+    turn = {"role": "assistant", "tool_calls": [call], "content": TRUNCATION_MARKER.format(
+        removed=MAX_CONTENT_CHARS, total=MAX_CONTENT_CHARS)}
+    result = {"role": "tool", "tool_call_id": "c" * 64, "content": json.dumps(
+        {"order_id": "O" * 64, "total": 10**12, "refunded": 10**12, "currency": "EUR"})}
+    assert chat_tokens(turn) + chat_tokens(result) <= ONE_ROUND_TOKENS
+
+
+
+# ---------------------------------------------------------------- payloads within Temporal's limit
+
+def _worst_turn(number: int) -> state.TurnState:
+    text = "\u00e9" * state.SHOWN_CHARS  # 6 bytes a character in the SDK's JSON
+    calls = [state.CallState(i, "\u00e9" * 64, "agentlab/" + "r" * 64 + f"/turn-{number}/call-{i}-" + "f" * 16,
+                       "retrying", 50, 9, "refused", "\u00e9" * 64, True, text, "2026-12-02T06:00:00.000Z", text)
+             for i in range(MAX_CALLS_PER_TURN)]
+    return state.TurnState(number, "completed", 50, 9, text, calls, text, "2026-12-02T06:00:00.000Z", text)
+
+
+def _encoded(value) -> int:
+    """The bytes of ``value`` as the worker sends it: the SDK's JSON, sealed by the payload codec."""
+    converter = data_converter_from_env({"LAB_CODEC_KEY": FIXTURE_KEY, "LAB_CODEC_KEY_ID": FIXTURE_KEY_ID})
+    payloads = converter.payload_converter.to_payloads([value])
+    sealed = asyncio.run(converter.payload_codec.encode(payloads))
+    return sum(p.ByteSize() for p in sealed)
+
+
+def _fullest_window(text: str) -> list[dict]:
+    """A window at ``MAX_WINDOW_TOKENS``, of messages of ``text`` (the costliest characters per token)."""
+    messages = [system_message()] + [(f"m{i}", {"role": "user", "content": text}) for i in range(2000)]
+    return derive_window(MemoryPolicy(max_tokens=MAX_WINDOW_TOKENS, max_messages=100_000), messages)
+
+
+def test_a_turn_summary_is_within_its_share():
+    assert len(json.dumps(to_jsonable(_worst_turn(10_000)), separators=(",", ":"))) <= TURN_SUMMARY_BYTES
+
+
+@pytest.mark.parametrize("text", ["\\" * 900, "\n" * 900, "\u00e9" * 900, "x", "\U0001f600" * 300])
+def test_a_window_costs_at_most_its_bytes_per_token(text):
+    window = _fullest_window(text)
+    tokens = sum(chat_tokens(m) for m in window)
+    assert tokens <= MAX_WINDOW_TOKENS
+    assert len(json.dumps(window, separators=(",", ":"))) <= WINDOW_BYTES_PER_TOKEN * tokens
+
+
+def test_no_payload_the_loop_can_make_is_over_temporals_limit():
+    """The largest of each kind, at every cap at once: what continue-as-new carries, a turn's request, a
+    turn's answer, the run's result. Sealed by the codec, each under the 2 MiB Temporal refuses."""
+    window = _fullest_window("\\" * 900)
+    turns = [_worst_turn(n) for n in range(1, KEPT_TURNS + 1)]
+    messages = [state.CarriedMessage(f"turn-{i}", m) for i, m in enumerate(window)]
+    carried = state.LoopInput("r" * 64, "\u00e9" * MAX_TASK_CHARS, "a" * 240 + "@example.com", MAX_TURNS_LIMIT,
+                              MAX_WINDOW_TOKENS, 100_000, RetryRule().to_dict(), state.MAX_HISTORY_BOUND,
+                              state.LoopCarried(MAX_TURNS_LIMIT, messages, "s" * 64, state.LoopCounts(), turns,
+                                                10_000),
+                              list(loop_signature()),
+                              state.LoopInstructions("\u00e9" * (MAX_INSTRUCTIONS_CHARS - 2), []))
+    asked = [AskedCall("\U0001f600" * MAX_CALL_ID_CHARS, "send_email", "\U0001f600" * MAX_ARGUMENTS_CHARS)
+             for _ in range(MAX_CALLS_PER_TURN)]
+    answer = TurnResult(MAX_TURNS_LIMIT, "\U0001f600" * MAX_CONTENT_CHARS, recorded_calls(asked), "m" * 64, 100_000)
+    assert all(not c.refused for c in answer.calls)  # kept whole: the largest answer the loop records
+    result = state.LoopProgress("r" * 64, "completed", MAX_TURNS_LIMIT, MAX_TURNS_LIMIT, state.LoopCounts(), turns,
+                          answer="\U0001f600" * MAX_CONTENT_CHARS, error="\U0001f600" * state.SHOWN_CHARS)
+    sizes = {"carried": _encoded(carried), "request": _encoded(TurnRequest("r" * 64, 1, window, 20, 100_000)),
+             "answer": _encoded(answer), "result": _encoded(result)}
+    assert all(size <= PAYLOAD_LIMIT_BYTES for size in sizes.values()), sizes
+    assert sizes["carried"] > PAYLOAD_LIMIT_BYTES // 2, sizes  # the budget is used, not wasted
+
+
+def test_a_window_over_what_a_payload_holds_is_refused():
+    with pytest.raises(InputError, match=f"window tokens must be a whole number from 200 to {MAX_WINDOW_TOKENS}"):
+        check_loop_inputs(20, 1_000_000, 40)
+
+
+def test_arguments_json_cannot_hold_are_refused_at_the_turn():
+    calls = recorded_calls([AskedCall("c", "create_ticket", '{"summary": "a\x00b"}'),
+                            AskedCall("d", "create_ticket", '{"summary": "\ud800"}'),
+                            AskedCall("e", "create_ticket", '{\n\t"summary": "fine"\r\n}')])
+    assert [bool(c.refused) for c in calls] == [True, True, False]
+    assert "not JSON" in calls[0].refused and calls[0].arguments == "{}"
+
+
+def test_a_run_recorded_under_another_loop_is_told_apart_naming_both():
+    code = list(loop_signature())
+    assert loop_changed(None) is None and loop_changed(code) is None  # before signatures; the same loop
+    without_tickets = [line for line in code if not line.startswith("tool create_ticket:")]
+    why = loop_changed(without_tickets)
+    assert why is not None and "was started by an agent loop of signature" in why
+    assert "tool create_ticket:ticket:summary=string" in why  # this code's loop, named, has what the run's lacks
+
+
+def test_every_turn_is_asked_with_what_the_run_recorded_it_is_told():
+    """The plan every engine walks asks each turn with the run's own prompt and tools (``LoopInputs``), not
+    this code's: a deploy that changed them changes new runs only."""
+    prompt, tools = "You are the run's own agent.", tool_specs()[:1]
+    model = SequenceModel(ModelAnswer("", (AskedCall("c", "lookup_order", '{"order_id": "A-1001"}'),)))
+    seen = []
+
+    async def turn(messages, given, *, labels=None):
+        seen.append((messages[0]["content"], given))
+        return await SequenceModel.turn(model, messages, given, labels=labels)
+
+    model.turn = turn  # type: ignore[method-assign]
+    inputs = with_instructions(LoopInputs("r1", "t", CUSTOMER), {"prompt": prompt, "tools": tools})
+    walk(inputs, StepDeps(FakeProvider({"A-1001": Order("A-1001", 1)}), None, agent=model))
+    assert seen == [(prompt, tools)] * 2
+    assert with_instructions(LoopInputs("r1", "t", CUSTOMER), None) == LoopInputs("r1", "t", CUSTOMER)
+    assert LoopInputs("r1", "t", CUSTOMER).prompt == instructions()["prompt"]
+
+
+def test_the_run_record_keeps_a_runs_instructions_and_refuses_another_loop(tmp_path):
+    from runrecord import FlowChanged, RunRecord
+    from runrecord.plans import loop_inputs, plan_for
+    from runrecord.runner import DEFAULT_FLOW, check_plan
+    from runrecord.store import NextAttempt
+
+    told = {"prompt": "The run's own.", "tools": tool_specs()[:2]}
+    other = [line for line in loop_signature() if not line.startswith("tool create_ticket:")]
+    with RunRecord(tmp_path / "record.db") as record:
+        for run_id, signature in (("same", list(loop_signature())), ("other", other)):
+            record.create_run(run_id, "t", CUSTOMER, run_id, ["turn-1"], "me", 30, NextAttempt(0, 1, None),
+                              start_id="s", retry_rule=RetryRule().to_dict(),
+                              loop={"max_turns": 5, "window_tokens": 2000, "window_messages": 40,
+                                    "signature": signature, "instructions": told})
+        same, changed = record.load("same"), record.load("other")
+    inputs = loop_inputs(same)
+    assert (inputs.prompt, inputs.tools, inputs.max_turns) == (told["prompt"], told["tools"], 5)
+    check_plan(same, plan_for(same, DEFAULT_FLOW))
+    with pytest.raises(FlowChanged, match="was not resumed: the run was started by an agent loop of signature"):
+        check_plan(changed, plan_for(changed, DEFAULT_FLOW))

@@ -19,6 +19,7 @@ from steps.retry import (
     INTERVALS_PER_BUDGET,
     MAX_RETRY_AFTER,
     RULE_VERSION,
+    SAME_ERROR_LIMIT,
     V1_ATTEMPT_TIMEOUT_SECONDS,
     V1_HEARTBEAT_TIMEOUT,
     RetryRule,
@@ -239,3 +240,28 @@ def test_the_default_budget_rides_out_a_ten_minute_outage():
     assert clock - 600 <= rule.maximum_interval
     assert run_timeout_floor(rule, 3) == 3 * (rule.budget_seconds + 60)
     assert math.isfinite(ledger.error_seconds) and ledger.error_seconds < rule.budget_seconds
+
+
+def test_a_turn_stops_on_the_same_error_again_and_again_but_waits_out_an_outage():
+    """An error answered to an unchanged request, word for word, ends the step at the limit; an outage
+    (not reached, not taken on) neither counts nor breaks the row; another error starts the row again."""
+    ledger = StepLedger("turn-3", RetryRule(), same_error_limit=SAME_ERROR_LIMIT)
+    errors = [("HTTP 500: boom", False), ("HTTP 503: busy", True), ("HTTP 500: boom", False),
+              ("HTTP 500: other", False), ("HTTP 500: boom", False), ("HTTP 500: boom", False),
+              ("HTTP 503: busy", True), ("HTTP 500: boom", False)]
+    delays = []
+    for message, outage in errors:
+        ledger.attempts += 1
+        delays.append(ledger.after_error(message, 0.1, u=0.5, outage=outage))
+    assert [d is not None for d in delays] == [True] * 7 + [False]
+    assert ledger.failure == ("step turn-3 failed after 8 attempt(s): the same error on 3 attempts in a row on an "
+                              "unchanged request (an outage would clear or change; this is the answer to the "
+                              "request itself): HTTP 500: boom")
+    # Off unless asked for: the flow's steps and the run record keep spending their budget.
+    plain = StepLedger("draft", RetryRule())
+    assert all(plain.after_error("HTTP 500: boom", 0.1, u=0.5) is not None for _ in range(10))
+    # A reset starts the row again.
+    again = StepLedger("turn-1", RetryRule(), same_error_limit=2)
+    again.after_error("x", 0.1, u=0.5)
+    again.afresh()
+    assert again.after_error("x", 0.1, u=0.5) is not None

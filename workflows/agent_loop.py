@@ -82,18 +82,24 @@ with workflow.unsafe.imports_passed_through():
     from activities.loop import MODEL_TURN as MODEL_TURN
     from activities.loop import TOOL_CALL as TOOL_CALL
     from activities.loop import LoopActivities
-    from memory.derived import DerivedWindow
+    from memory.derived import DerivedWindow, chat_tokens
     from memory.errors import MemoryInputError
     from steps.crashpoints import crash_point
     from steps.limits import InputError, check_email, check_run_id, check_task
     from steps.loop import (
         EFFECT_OF_TOOL,
+        LOOP_SYSTEM_PROMPT,
+        MAX_INSTRUCTIONS_CHARS,
+        MAX_WINDOW_TOKENS,
+        WINDOW_TOKENS_BEFORE_CAP,
         Chat,
         LoopInputs,
         TurnRequest,
         call_step,
         check_loop_inputs,
+        loop_changed,
         result_message,
+        start_tokens,
         system_message,
         task_message,
         tool_request,
@@ -101,10 +107,11 @@ with workflow.unsafe.imports_passed_through():
         turn_step,
     )
     from steps.models import to_jsonable
-    from steps.retry import RULE_VERSION, RetryRule, StepLedger
+    from steps.retry import RULE_VERSION, SAME_ERROR_LIMIT, RetryRule, StepLedger
     from steps.runstate import RunStateName, iso
     from workflows.attempts import ONE_ATTEMPT, Ending, ending_of
     from workflows.loop_state import (
+        HISTORY_BYTES_BOUND,
         KEPT_TURNS,
         MAX_HISTORY_BOUND,
         MIN_HISTORY_BOUND,
@@ -121,6 +128,17 @@ with workflow.unsafe.imports_passed_through():
     )
 
 LOOP_WORKFLOW_NAME = "AgentLoop"
+
+
+class LoopChanged(RuntimeError):
+    """This code's loop is not the one a run started under (``steps.loop.loop_changed``): raised in workflow
+    code, so the workflow task fails and the run is parked, visibly, instead of run by another loop."""
+
+LOOP_BOUNDS_PATCH = "loop-bounds"
+"""The marker of runs under the loop's bounds: a turn is sent the run's window bound
+(``steps.loop.recorded_calls`` refuses a call that would not fit it); the first run of a chain refuses a
+window that cannot hold the system instructions, the task and one round; a turn gives up on the same error
+``steps.retry.SAME_ERROR_LIMIT`` times in a row. Runs recorded without it keep deciding as they did."""
 
 TURN_TIMEOUT_OF = "draft"
 TOOL_TIMEOUT_OF = "send_confirmation"
@@ -148,6 +166,10 @@ class AgentLoop:
         self._turns: list[TurnState] = []  # this run's
         self._run_in_chain = carried.runs + 1 if carried else 1
         self._window: DerivedWindow | None = None
+        self._bounded = False  # under LOOP_BOUNDS_PATCH (run)
+        self._input = inp
+        self._inputs: LoopInputs | None = None
+        self._carried_step = carried.step if carried else None
         # The step being attempted: a reset starts its budget again (_on_reset). Earlier steps are done.
         self._ledger: StepLedger | None = None
         workflow.register_random_seed_callback(self._on_reset)
@@ -164,6 +186,8 @@ class AgentLoop:
 
     def _snapshot(self) -> LoopProgress:
         turns = self._kept + self._turns
+        if self._bounded:  # the newest only: a run's result and its query stay within a payload
+            turns = turns[-KEPT_TURNS:]
         stats = self._window.stats() if self._window is not None else None
         return LoopProgress(
             run_id=self._run_id, status=self._status, turn=self._turn, max_turns=self._max_turns,
@@ -179,13 +203,24 @@ class AgentLoop:
 
     @workflow.run
     async def run(self, inp: LoopInput) -> LoopProgress:
+        # First, before the input checks, which it decides: a run recorded without it asks and decides as it
+        # did (a turn asked again asks exactly as recorded: tests/test_replay_inputs.py).
+        self._bounded = workflow.patched(LOOP_BOUNDS_PATCH)
+        changed = loop_changed(inp.loop) if self._bounded else None
+        if changed is not None:
+            # Not a failure of the run: this code is not the loop it started under. The workflow task fails,
+            # again at each try, and the run waits, parked, for code of its own loop.
+            raise LoopChanged(f"{changed}. Deploy code of the run's own loop (or roll back): the run resumes "
+                              "by itself; or terminate it and start a new run under this code")
         inputs, rule = self._checked(inp)
+        self._inputs = inputs
+        window_bound = inputs.window_tokens if self._bounded else None
         window = self._window = self._first_window(inputs, inp)
         while True:
             turn = self._turn
             state = TurnState(turn)
             self._turns.append(state)
-            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, inputs.tools)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
@@ -217,8 +252,7 @@ class AgentLoop:
                     self._crash_point("temporal:loop:between_calls")
             self._crash_point("temporal:loop:after_turn")
             self._turn = turn + 1
-            info = workflow.info()
-            if info.get_current_history_length() > inp.history_bound or info.is_continue_as_new_suggested():
+            if self._past_bound(inp):
                 self._crash_point("temporal:loop:continue_as_new")
                 workflow.continue_as_new(dataclasses.replace(inp, carried=self._carried(inputs, window)))
 
@@ -236,8 +270,20 @@ class AgentLoop:
                 raise InputError(f"run id {inp.run_id!r} differs from the workflow id {info.workflow_id!r}; "
                                  "start loop runs with flowclient.loop.start_loop")
             task, email = check_task(inp.task), check_email(inp.email)
+            # The chain's first run checks that its window can hold the start; the runs it continues as go on
+            # under the bounds it was started with.
+            told = inp.instructions if self._bounded else None
+            if told is not None and (not isinstance(told.prompt, str) or not told.prompt.strip()
+                                     or not isinstance(told.tools, list)
+                                     or len(told.prompt) + len(str(told.tools)) > MAX_INSTRUCTIONS_CHARS):
+                raise InputError(f"the run's instructions must be a prompt and a list of tools of at most "
+                                 f"{MAX_INSTRUCTIONS_CHARS} characters; start loop runs with "
+                                 "flowclient.loop.start_loop")
+            prompt = told.prompt if told is not None else LOOP_SYSTEM_PROMPT
+            start = start_tokens(task, chat_tokens, prompt) if self._bounded and inp.carried is None else None
+            most = MAX_WINDOW_TOKENS if self._bounded else WINDOW_TOKENS_BEFORE_CAP
             max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
-                                                                          inp.window_messages)
+                                                                          inp.window_messages, start, most)
             bound = inp.history_bound
             if isinstance(bound, bool) or not isinstance(bound, int) or \
                     not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
@@ -253,7 +299,8 @@ class AgentLoop:
                 raise InputError(f"the agent loop runs under a version {RULE_VERSION} retry rule, not version "
                                  f"{rule.version}")
             carried = inp.carried
-            if carried is not None and (carried.next_turn < 2 or not carried.messages
+            # A run continued as new within a turn's retries may carry turn 1, still to be recorded.
+            if carried is not None and (carried.next_turn < (1 if carried.step else 2) or not carried.messages
                                         or carried.messages[0].id != system_message()[0]):
                 raise InputError("the carried state is unusable: it needs the next turn (2 or more) and the "
                                  "window's messages, the system instructions first")
@@ -262,7 +309,10 @@ class AgentLoop:
             self._error = f"input refused: {err}"
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
         start_id = carried.start_id if carried is not None else info.original_execution_run_id
-        return LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id), rule
+        inputs = LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id)
+        if told is not None:  # what the model is told: the run's own (LoopInput.instructions)
+            inputs = dataclasses.replace(inputs, prompt=told.prompt, tools=told.tools)
+        return inputs, rule
 
     def _first_window(self, inputs: LoopInputs, inp: LoopInput) -> DerivedWindow:
         """The window this run starts from: the system instructions (pinned) and the task; or, continued
@@ -271,7 +321,7 @@ class AgentLoop:
         evicted while it is rebuilt, and what comes next is evicted as it would have been there."""
         window = DerivedWindow(window_policy(inputs.window_tokens, inputs.window_messages))
         messages: list[tuple[str, Chat]] = ([(m.id, m.chat) for m in inp.carried.messages] if inp.carried
-                                            else [system_message(), task_message(inputs)])
+                                            else [system_message(inputs.prompt), task_message(inputs)])
         for place, message in enumerate(messages):
             self._add(window, message, None, pin=place == 0)
         self._show()
@@ -294,11 +344,24 @@ class AgentLoop:
             raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="WindowRefused",
                                    non_retryable=True) from None
 
-    def _carried(self, inputs: LoopInputs, window: DerivedWindow) -> LoopCarried:
+    def _past_bound(self, inp: LoopInput) -> bool:
+        """Whether the history is past its bound (events; under LOOP_BOUNDS_PATCH, bytes too) or the server
+        suggests continuing as new."""
+        info = workflow.info()
+        return (info.get_current_history_length() > inp.history_bound or info.is_continue_as_new_suggested()
+                or (self._bounded and info.get_current_history_size() > HISTORY_BYTES_BOUND))
+
+    def _carried(self, inputs: LoopInputs, window: DerivedWindow, step: StepLedger | None = None,
+                 unfinished: TurnState | None = None) -> LoopCarried:
+        """What the next run of the chain starts from; ``step``/``unfinished``: the turn whose retries it
+        continues (its summary is the next run's to show, its spent counts carried)."""
         messages = [CarriedMessage(i, chat) for i, chat in zip(window.ids(), window.prompt(), strict=True)]
+        turns = [t for t in self._kept + self._turns if t is not unfinished][-KEPT_TURNS:]
+        spent = None
+        if step is not None:
+            spent = {f.name: getattr(step, f.name) for f in dataclasses.fields(step) if f.name != "rule"}
         return LoopCarried(next_turn=self._turn, messages=messages, start_id=inputs.start_id,
-                           counts=dataclasses.replace(self._counts), turns=(self._kept + self._turns)[-KEPT_TURNS:],
-                           runs=self._run_in_chain)
+                           counts=dataclasses.replace(self._counts), turns=turns, runs=self._run_in_chain, step=spent)
 
     @staticmethod
     def _crash_point(name: str) -> None:
@@ -312,7 +375,16 @@ class AgentLoop:
     async def _attempts(self, step: str, activity: LoopActivity[RequestT, ResultT], request: RequestT,
                         rule: RetryRule, state: TurnState | CallState, *, effect: bool, timeout_of: str) -> ResultT:
         """Attempts of one step (a turn or a call) until it succeeds or the rules give up (``steps.retry``)."""
-        ledger = self._ledger = StepLedger(step, rule, effect=effect)
+        # A turn asks with the same window on every attempt: an error it gets word for word again and again is
+        # the answer to that window, not an outage (StepLedger.after_error).
+        repeats = SAME_ERROR_LIMIT if self._bounded and isinstance(request, TurnRequest) else None
+        ledger = self._ledger = StepLedger(step, rule, effect=effect, same_error_limit=repeats)
+        spent = self._carried_step
+        if spent is not None and spent.get("name") == step:  # continued as new within this turn's retries
+            self._carried_step = None
+            for name, value in spent.items():
+                if name not in ("name", "rule", "same_error_limit") and hasattr(ledger, name):
+                    setattr(ledger, name, value)
         attempt_timeout = timedelta(seconds=rule.attempt_timeout_for(timeout_of))
         heartbeat_timeout = timedelta(seconds=rule.heartbeat_timeout_seconds())
         # An effect's attempt is waited for when the run is cancelled: the run learns whether it went out.
@@ -338,6 +410,13 @@ class AgentLoop:
                 if workflow.cancellation_reason() is not None:
                     self._cancelled(step, state, ledger, ending)
                 if await self._try_again(step, state, ledger, ending):
+                    if self._bounded and isinstance(state, TurnState) and self._past_bound(self._input):
+                        # Each attempt records the whole window: the history bound holds within a turn's
+                        # retries too. The turn is not recorded; the next run asks it, its spending carried.
+                        assert self._window is not None and self._inputs is not None
+                        self._crash_point("temporal:loop:continue_as_new")
+                        workflow.continue_as_new(dataclasses.replace(
+                            self._input, carried=self._carried(self._inputs, self._window, ledger, state)))
                     continue
                 self._fail(state, ledger, err)
             state.status = "completed"
@@ -349,7 +428,7 @@ class AgentLoop:
     async def _try_again(self, step: str, state: TurnState | CallState, ledger: StepLedger, ending: Ending) -> bool:
         """After a failed attempt: True once the step may be tried again (any backoff waited out on a
         durable timer); False when the rules give up (``ledger.failure`` says why)."""
-        state.last_error = ending.message
+        state.last_error = shown(ending.message) if self._bounded else ending.message
         if ending.kind in ("crash", "shutdown"):
             again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
             state.crashes = ledger.crashes
@@ -360,7 +439,7 @@ class AgentLoop:
         # A failure with no duration of its own is charged its backoff only (steps.retry, version 2).
         seconds = ending.seconds if ending.seconds is not None else 0.0
         delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
-                                   in_doubt=ending.in_doubt, u=workflow.random().random())
+                                   in_doubt=ending.in_doubt, u=workflow.random().random(), outage=ending.outage)
         if delay is None:
             return False
         state.status = "retrying"

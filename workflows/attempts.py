@@ -74,12 +74,12 @@ def old_counted_markers(step: str, attempt: int) -> list[str]:
 class Ending:
     """How one attempt ended: ``kind`` is crash, shutdown, transient, permanent or cancelled."""
 
-    __slots__ = ("kind", "message", "seconds", "retry_after", "in_doubt")
+    __slots__ = ("kind", "message", "seconds", "retry_after", "in_doubt", "outage")
 
     def __init__(self, kind: str, message: str, seconds: float | None = None, retry_after: float | None = None,
-                 in_doubt: bool = False) -> None:
+                 in_doubt: bool = False, outage: bool = False) -> None:
         self.kind, self.message, self.seconds = kind, message, seconds
-        self.retry_after, self.in_doubt = retry_after, in_doubt
+        self.retry_after, self.in_doubt, self.outage = retry_after, in_doubt, outage
 
 
 def _details(cause: ApplicationError) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def ending_of(err: ActivityError, attempt_timeout: timedelta, *, version: int = 
             return Ending("crash", "the worker running it stopped heartbeating (it died, or hung)")
         seconds = attempt_timeout.total_seconds()
         return Ending("transient", f"timed out after {seconds:g} s on a live worker (start-to-close)",
-                      seconds=seconds, in_doubt=True)
+                      seconds=seconds, in_doubt=True, outage=True)
     if isinstance(cause, ApplicationError):
         details = _details(cause)
         in_doubt = bool(details.get("in_doubt"))
@@ -110,7 +110,7 @@ def ending_of(err: ActivityError, attempt_timeout: timedelta, *, version: int = 
             "transient", cause.message,
             seconds=float(took) if isinstance(took, (int, float)) else None,
             retry_after=float(retry_after) if isinstance(retry_after, (int, float)) else None,
-            in_doubt=in_doubt,
+            in_doubt=in_doubt, outage=details.get("outage") is True or retry_after is not None,
         )
     if isinstance(cause, CancelledError):
         # Version 1 took it for an error and tried again (a run's cancel was ignored).

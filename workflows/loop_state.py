@@ -15,6 +15,8 @@ and functions of them, no clock, no I/O (``details_text`` runs in workflow code)
   run, the counts so far, and the summaries of the last ``KEPT_TURNS`` turns
   (the status of a long chain stays bounded; ``flowclient.loop`` reads every
   turn back from the chain's histories).
+- ``LoopInstructions``: the prompt and the tools a run recorded at its start,
+  which its turns are asked with.
 - ``window_policy`` / ``derived_window``: the memory policy the window is
   derived under, one definition for the workflow and its readers.
 - ``LoopProgress``: the ``progress`` query's answer and the run's result: the
@@ -31,11 +33,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.derived import derive_window
+from memory.derived import chat_tokens, derive_window
 from memory.policy import MemoryPolicy
 
 # At run time, not only for mypy: the SDK reads these annotations to decode an input or a result.
-from steps.loop import DEFAULT_MAX_TURNS, DEFAULT_WINDOW_MESSAGES, DEFAULT_WINDOW_TOKENS
+from steps.loop import DEFAULT_MAX_TURNS, DEFAULT_WINDOW_MESSAGES, DEFAULT_WINDOW_TOKENS, start_tokens
+from steps.loop import KEPT_TURNS as KEPT_TURNS  # re-exported: the status and the carried state are bounded by it
 from steps.runstate import RunStateName, StepStateName
 
 DEFAULT_HISTORY_BOUND = 1000
@@ -48,8 +51,11 @@ MAX_HISTORY_BOUND = 20_000
 """A run checks its bound only between turns, and one turn of 8 calls, each with up to 50 attempts and
 their backoff timers, can add some 4,000 events: the ceiling leaves that room below the 51,200 events at
 which Temporal terminates a run."""
-KEPT_TURNS = 20
-"""How many turn summaries a run carries to the next (the newest): the status a chain carries stays bounded."""
+HISTORY_BYTES_BOUND = 10 * 1024 * 1024
+"""Bytes: past this in a run's history, the run continues as new, between turns and, before another
+attempt, within a turn's retries (each attempt records its request, the whole window: up to a megabyte,
+``steps.loop``'s payload budget). Temporal warns at 10 MB and terminates a run at 50 MB; one attempt adds at
+most its request and its answer (about 2 MB), so the history stays far below the end."""
 SHOWN_CHARS = 200
 """A turn's text and a refused call's reason are cut to this in the status (the history keeps them whole)."""
 
@@ -119,6 +125,18 @@ class LoopCarried:
     counts: LoopCounts = field(default_factory=LoopCounts)
     turns: list[TurnState] = field(default_factory=list)
     runs: int = 1
+    step: dict[str, Any] | None = None
+    """Continued as new within a turn's retries (the history past its bound): what the turn's attempts have
+    spent (``steps.retry.StepLedger``'s counts), so the next run goes on with them, the turn still unasked
+    for good; None between turns."""
+
+
+@dataclass
+class LoopInstructions:
+    """What the model is told of its job: the system prompt and the tools (``steps.loop.tool_specs``)."""
+
+    prompt: str
+    tools: list[dict[str, Any]]
 
 
 @dataclass
@@ -136,6 +154,12 @@ class LoopInput:
     retry: dict[str, Any] | None = None
     history_bound: int = DEFAULT_HISTORY_BOUND
     carried: LoopCarried | None = None
+    loop: list[str] | None = None
+    """The loop's shape the run started under (``steps.loop.loop_signature``): code of another shape parks
+    the run rather than run it (``steps.loop.loop_changed`` names both). None: a run started before it."""
+    instructions: LoopInstructions | None = None
+    """The system prompt and the tools as the model is told of them, recorded at the start: every turn of
+    the run (and of its chain) is asked with these, whatever a later deploy's are. None: this code's."""
 
 
 @dataclass
@@ -205,3 +229,9 @@ def details_text(progress: LoopProgress, shown_turns: int = 3) -> str:
         lines.append(f"turn-{turn.turn}: {turn.status}{more}{when}")
         lines.extend(f"  {_call_line(call)}" for call in turn.calls)
     return "\n".join(lines)
+
+
+def start_tokens_of(task: str) -> int:
+    """Memory's count of what a run's window holds before its first turn (``steps.loop.start_tokens``), for
+    the loop's clients, which import no memory of their own."""
+    return start_tokens(task, chat_tokens)

@@ -108,7 +108,7 @@ async def ask_model(deps, inputs: LoopInputs, turn: int, window: list[dict]) -> 
     Nothing of the answer is recorded here. The model is slow, costs money and never answers the same way
     twice: a turn asked again may choose other tools, with other ids."""
     crash_point(f"turn-{turn}:before")
-    answer = await model_turn(TurnRequest(inputs.run_id, turn, window, inputs.max_turns), deps)
+    answer = await model_turn(TurnRequest(inputs.run_id, turn, window, inputs.max_turns, inputs.window_tokens), deps)
     crash_point(f"turn-{turn}:after_answer")
     return answer
 
