@@ -96,7 +96,7 @@ TEST_JOBS ?= 4
 test: $(STAMP) $(CHROMIUM) $(FUSERMOUNT) postgresql
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --time-budget $(TEST_BUDGET) -n $(TEST_JOBS) --dist worksteal
 
-## test-fast: the tests that start nothing (no process, mount, database or browser), in under 3 minutes
+## test-fast: the tests that start nothing (no process, mount, database or browser): under a minute, budget 3 min
 .PHONY: test-fast
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 --time-budget $(FAST_BUDGET) -m fast

@@ -67,6 +67,8 @@ def starts(*tiers: str) -> Callable[[F], F]:
         raise ValueError(f"unknown tiers {unknown or '(none given)'}: choose from {', '.join(TIERS)}")
 
     def declare(func: F) -> F:
+        if hasattr(func, "_fixture_function"):  # already a fixture: the mark would sit where pytest never looks
+            raise TypeError(f"@starts{tiers!r} goes under @pytest.fixture, not above it (tests/tiers.py)")
         func.__test_tiers__ = tiers  # type: ignore[attr-defined]
         return func
 
@@ -101,9 +103,11 @@ class _Guard:
         item, self.current = self.current, None  # the failure below must not trip the guard again
         what = " ".join(str(a) for a in args[1]) if event == "subprocess.Popen" and len(args) > 1 else str(args[:1])
         raise StartedAProcess(
-            f"{item.nodeid} is in the fast tier but started a child process ({event}: {what[:200]}). "
-            f"Take the fixture that starts it, or mark the module `pytestmark = pytest.mark.process` "
-            f"(tests/tiers.py lists the tiers)")
+            f"{item.nodeid} is in the fast tier but started a child process ({event}: {what[:200]}). Put it in "
+            "the process tier: take conftest's fixture that starts it (dev_server, provider, workers, ...), "
+            "declare a fixture of your own with @starts(\"process\") under its @pytest.fixture "
+            "(from tests.tiers import starts), or mark the test @pytest.mark.process (a whole module: "
+            "pytestmark = pytest.mark.process); docs/commands.md, 'The tests: tiers and budgets'")
 
 
 _guard = _Guard()
@@ -139,6 +143,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         _guard.current = None
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own --durations list: the budget's lines come last
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     budget = config.getoption("--time-budget")
     if budget is None or hasattr(config, "workerinput"):
@@ -148,4 +153,4 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if wall > budget:
         terminalreporter.write_line(
             f"WARNING: the tests took {wall - budget:.0f} s over their budget of {budget:.0f} s: a slow machine, "
-            "or a test that belongs in another tier or in bench/ (the slowest are listed above)", yellow=True)
+            "or a test that belongs in another tier or in bench/ (--durations lists the slowest)", yellow=True)
