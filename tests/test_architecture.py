@@ -121,15 +121,33 @@ def test_every_place_the_change_table_names_exists():
             assert _defines(REPO / path, name), f"{path} defines no {name}"
 
 
+def _checklists() -> dict[str, str]:
+    """docs/checklists.md's sections by their anchor (``add-a-step``: its text)."""
+    page = (REPO / "docs" / "checklists.md").read_text()
+    sections = {}
+    for part in page.split("\n## ")[1:]:
+        title, _, body = part.partition("\n")
+        sections[re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")] = body
+    return sections
+
+
 def test_every_file_the_change_table_names_exists():
-    """The third column names, for adding a step, a kind of effect or an engine, every file to touch: each
-    exists (a file named with a function, ``path:name``, defines it). A placeholder (``<engine>/``) or a
-    dotted module name is not a file."""
+    """The third column, or the checklist it links (docs/checklists.md), names for adding a step, a kind of
+    effect or an engine every file to touch: each exists (a file named with a function, ``path:name``,
+    defines it). A placeholder (``<engine>/``) or a dotted module name is not a file. A row stays short."""
     table = DOC.split("## To change X, open Y", 1)[1].split("\n## ", 1)[0]
     rows = {row.split("|")[1].strip(): row.split("|")[3] for row in table.splitlines()
             if row.startswith("| ") and not row.startswith("| to change")}
+    checklists = _checklists()
     for change in ("add a step", "add an effect kind", "add an engine"):
         assert change in rows, f"docs/architecture.md has no row {change!r}"
+        assert f"checklists.md#{change.replace(' ', '-')}" in rows[change], f"the row {change!r} links no checklist"
+    too_long = {change: len(follows.split()) for change, follows in rows.items() if len(follows.split()) > 40}
+    assert not too_long, f"rows of docs/architecture.md over 40 words (move the list to docs/checklists.md): {too_long}"
+    for change, follows in list(rows.items()):
+        for anchor in re.findall(r"checklists\.md#([a-z0-9-]+)", follows):
+            assert anchor in checklists, f"the row {change!r} links checklists.md#{anchor}, which is not there"
+            rows[change] += checklists[anchor]
     missing = []
     for change, follows in rows.items():
         for named in re.findall(r"`([^`<>\s]+)`", follows):
