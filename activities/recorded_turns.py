@@ -19,6 +19,11 @@ Where it looks, newest first, each run's history read once (at most ``MAX_RUNS_R
 Once a turn since the reset was asked of the model (``reused=False``), the records of the base no longer
 follow from this run's conversation: nothing is reused after it (``None``: ask the model). The first
 turn no run recorded is asked the same way, and from it the run goes on as any run does.
+
+The cost: a turn asked in a reset run reads a history or more (a reset run that asked the model once reads
+its own, finds the fresh turn and stops there); a run of the chain started after the reuse ended reads
+nothing (``LoopCarried.started_as`` is carried only while reusing). A turn asked in the run its record began
+with (every run never reset) reads nothing.
 """
 
 from __future__ import annotations
