@@ -18,6 +18,10 @@ error mapping the workflow's retry rules read (``steps.retry``). The attempt
 number comes from the activity id the workflow gives each attempt:
 ``turn-<n>/<attempt>``, ``turn-<n>/call-<i>/<attempt>``.
 
+A turn asked in a run that a reset made (``TurnRequest.started_as`` names another run) is first looked for
+in what the runs before it recorded (``activities.recorded_turns``): found, that record is the answer
+(``reused=True``) and the model is not asked, so its calls keep their recorded keys.
+
 What the model chose is untrusted: the tool step checks it and answers a
 refused call with a ``refused`` result, nothing applied (``steps.loop.run_tool``);
 only what cannot be answered so (an idempotency conflict, a model answer the
@@ -26,9 +30,12 @@ turn refuses, the turn limit) fails the run.
 
 from __future__ import annotations
 
+import dataclasses
+
 from temporalio import activity
 
 from activities import run_heartbeating
+from activities.recorded_turns import recorded_turn
 from steps import loop
 from steps.flow import StepDeps
 from steps.loop import EFFECT_OF_TOOL, ToolRequest, ToolResult, TurnRequest, TurnResult
@@ -48,8 +55,17 @@ class LoopActivities:
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, req: TurnRequest) -> TurnResult:
-        return await run_heartbeating(loop.model_turn(req, self.deps), name=loop.turn_step(req.turn),
+        return await run_heartbeating(self._turn(req), name=loop.turn_step(req.turn),
                                       effect=False, heartbeat_every=self.heartbeat_every)
+
+    async def _turn(self, req: TurnRequest) -> TurnResult:
+        info = activity.info()
+        workflow_id, run = info.workflow_id, info.workflow_run_id
+        if req.started_as and workflow_id and run and req.started_as != run:  # asked in a run a reset made
+            recorded = await recorded_turn(activity.client(), workflow_id, run, req.turn, turn_activity=MODEL_TURN)
+            if recorded is not None:
+                return dataclasses.replace(recorded, reused=True)
+        return await loop.model_turn(req, self.deps)
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, req: ToolRequest) -> ToolResult:

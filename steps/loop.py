@@ -247,6 +247,10 @@ class TurnRequest:
     max_turns: int
     window_tokens: int | None = None  # the run's bound: a turn's calls must fit it (None: not checked)
     tools: list[dict[str, Any]] | None = None  # the tools as the run recorded them (None: this code's)
+    # The Temporal run that began this run's record (the first run's, kept by a reset; or the reset run this
+    # one continued from while reusing): asked in another run, the turn may be recorded already
+    # (activities.recorded_turns). None: ask the model.
+    started_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,7 @@ class TurnResult:
     calls: list[AskedCall] = field(default_factory=list)
     model: str = ""
     prompt_messages: int = 0
+    reused: bool = False  # the record of an earlier run, read back after a reset (activities.recorded_turns)
 
 
 @dataclass(frozen=True)

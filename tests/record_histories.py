@@ -92,6 +92,12 @@ loop-retried          the refund answered 503 twice by the provider, then applie
                       then the call completes and the run COMPLETED
 loop-turn-limit       ``max_turns`` 2: turn 2 still asks for tools, so the turn is
                       refused (no call runs): FAILED, naming the limit
+loop-reset-second     ``loop-completed``'s shape, then ``temporal workflow reset`` to
+                      the workflow task that scheduled turn 2: the reset run
+                      (WorkflowTaskFailed RESET_WORKFLOW), whose turns 2 to 4 are
+                      read back from the base and reused, the model asked each
+                      turn once in all (``LOOP_RESET_PATCH``); COMPLETED, each
+                      effect applied once
 ====================  ==========================================================
 
 Histories of a run that was reset are fetched by their own Temporal run id;
@@ -124,8 +130,8 @@ from flowclient.connect import connect
 from flowclient.loop import loop_status, read_chain, start_loop
 from flowclient.runs import restart_failed_run, start_run
 from flowclient.status import run_status
-from lab.model_standin import start_model_standin
-from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, wait_until
+from lab.model_standin import start_model_standin, turns_asked
+from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, temporal_cli, wait_until
 from lab.provider_process import start_provider
 from providerclient import ProviderClient, seed_orders
 from steps.keys import idempotency_key
@@ -763,7 +769,7 @@ class LoopScenarios(Scenarios):
 
     def all(self):
         return [self.loop_completed, self.loop_in_flight, self.loop_continued, self.loop_retried,
-                self.loop_turn_limit]
+                self.loop_turn_limit, self.loop_reset]
 
     def _order(self) -> str:
         """A new order, seeded at the provider: its id."""
@@ -876,6 +882,34 @@ class LoopScenarios(Scenarios):
             run_id, *_recorded(*ONE_ORDER[:3]), failed, backoff, fired, failed, backoff, fired,
             *_recorded(*ONE_ORDER[3:]),
             ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
+    async def loop_reset(self) -> list[str]:
+        run_id = "loop-reset"
+        await self._start(run_id)
+        _expect(await self._loop_closed(run_id), "completed")
+        handle = self.client.get_workflow_handle(run_id)
+        base = (await handle.describe()).run_id
+        point = next(e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+                     for e in (await handle.fetch_history()).events
+                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                     and e.activity_task_scheduled_event_attributes.activity_id.startswith("turn-2/"))
+        subprocess.run([temporal_cli(), "workflow", "reset", "--address", self.address, "--workflow-id", run_id,
+                        "--run-id", base, "--event-id", str(point), "--reason", "fixtures: loop-reset"],
+                       check=True, capture_output=True, timeout=60)
+        reset_run = (await handle.describe()).run_id
+        await _run_closed(self.client, run_id, reset_run)
+        _expect(await loop_status(self.client, run_id), "completed")
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        asked = turns_asked(self.env["LLM_BASE_URL"], run_id)
+        if asked != {"1": 1, "2": 1, "3": 1, "4": 1}:
+            raise RuntimeError(f"loop run {run_id}'s reset run should reuse turns 2 to 4; the model was asked {asked}")
+        return await self._done(
+            run_id, ("WorkflowTaskFailed RESET_WORKFLOW",
+                     _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW)),
+            *_recorded(*ONE_ORDER[2:]),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+            temporal_run_id=reset_run, name=f"{run_id}-second",
         )
 
     async def loop_turn_limit(self) -> list[str]:

@@ -38,6 +38,13 @@ with ``WAIT_CANCELLATION_COMPLETED`` and is in doubt when an attempt's outcome
 is unknown. A cancel ends the run canceled wherever it lands; a reset starts
 the current step's budget again (``_on_reset``, as in ``AgentFlow``).
 
+**A reset** re-runs the run from a workflow task as a new run, and the turns its base recorded after that
+point are not in the new run's history. Every turn request carries ``started_as`` (``LOOP_RESET_PATCH``):
+the id of the run the record began with, which a reset keeps. Asked in another run, ``model_turn`` first
+reads the turn back from the runs before (``activities.recorded_turns``) and answers with that record
+(``reused``), so its calls keep their recorded keys; the first turn no run recorded is asked of the model. A
+reset run that continues as new while still reusing hands its own id on (``LoopCarried.started_as``).
+
 **Continue-as-new.** Once a turn's calls are all recorded, if the history
 holds more than ``history_bound`` events (``DEFAULT_HISTORY_BOUND``, 1,000,
 ``workflows.loop_state`` says why) or the server suggests it, the run
@@ -134,6 +141,12 @@ class LoopChanged(RuntimeError):
     """This code's loop is not the one a run started under (``steps.loop.loop_changed``): raised in workflow
     code, so the workflow task fails and the run is parked, visibly, instead of run by another loop."""
 
+LOOP_RESET_PATCH = "loop-reset-reuses-turns"
+"""The marker of runs whose turns carry ``TurnRequest.started_as``: asked in a run a reset made, a turn the
+runs before it recorded is read back and reused, never asked again (``activities.recorded_turns``). A
+reset copies the marker with its base's history, so a reset of a run started under it reuses; a run
+recorded without it (a reset of one included) asks every turn after the reset point again, as it did."""
+
 LOOP_BOUNDS_PATCH = "loop-bounds"
 """The marker of runs under the loop's bounds: a turn is sent the run's window bound
 (``steps.loop.recorded_calls`` refuses a call that would not fit it); the first run of a chain refuses a
@@ -172,6 +185,13 @@ class AgentLoop:
         self._carried_step = carried.step if carried else None
         # The step being attempted: a reset starts its budget again (_on_reset). Earlier steps are done.
         self._ledger: StepLedger | None = None
+        self._started_as: str | None = None  # TurnRequest.started_as (LOOP_RESET_PATCH)
+        # Whether reuse after a reset is over (a turn asked of the model after one reused, or in a run that
+        # carried the reuse on): then the run it continues as new into does not look for records. A fresh turn
+        # before any reused one may be the base's own (before the reset point): activities.recorded_turns,
+        # which reads the histories, decides then.
+        self._reuse_carried = carried is not None and carried.started_as is not None
+        self._reused_any = self._reuse_ended = False
         workflow.register_random_seed_callback(self._on_reset)
 
     def _on_reset(self, _seed: int) -> None:
@@ -206,6 +226,13 @@ class AgentLoop:
         # First, before the input checks, which it decides: a run recorded without it asks and decides as it
         # did (a turn asked again asks exactly as recorded: tests/test_replay_inputs.py).
         self._bounded = workflow.patched(LOOP_BOUNDS_PATCH)
+        # Where the run's record began (the first run's id, which a reset keeps): a turn is asked in another
+        # run only after a reset, and that run reuses what its base recorded. Continued as new from a reset
+        # run still reusing: that run's id, carried.
+        info = workflow.info()
+        carried_from = inp.carried.started_as if inp.carried else None
+        self._started_as = ((carried_from or info.original_execution_run_id)
+                            if workflow.patched(LOOP_RESET_PATCH) else None)
         changed = loop_changed(inp.loop) if self._bounded else None
         if changed is not None:
             # Not a failure of the run: this code is not the loop it started under. The workflow task fails,
@@ -220,12 +247,17 @@ class AgentLoop:
             turn = self._turn
             state = TurnState(turn)
             self._turns.append(state)
-            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, inputs.tools)
+            request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, inputs.tools,
+                                  started_as=self._started_as)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
             self._add(window, turn_message(answer), state)
             self._counts.turns += 1
+            if answer.reused:
+                self._reused_any = True
+            elif self._reused_any or self._reuse_carried:
+                self._reuse_ended = True  # asked of the model after the reset: the base's records no longer follow
             state.answer = shown(answer.content)
             state.calls = [CallState(i, c.name[:64], tool_request(inputs, turn, i, c).idempotency_key
                                      if c.name in EFFECT_OF_TOOL else None)
@@ -360,8 +392,13 @@ class AgentLoop:
         spent = None
         if step is not None:
             spent = {f.name: getattr(step, f.name) for f in dataclasses.fields(step) if f.name != "rule"}
+        info = workflow.info()
+        # A reset run (its id is not the one its record began with) still reusing its base's turns: the next
+        # run looks for them too, from this run back (activities.recorded_turns).
+        reusing = self._started_as is not None and self._started_as != info.run_id and not self._reuse_ended
         return LoopCarried(next_turn=self._turn, messages=messages, start_id=inputs.start_id,
-                           counts=dataclasses.replace(self._counts), turns=turns, runs=self._run_in_chain, step=spent)
+                           counts=dataclasses.replace(self._counts), turns=turns, runs=self._run_in_chain, step=spent,
+                           started_as=info.run_id if reusing else None)
 
     @staticmethod
     def _crash_point(name: str) -> None:

