@@ -5,8 +5,7 @@
 - **Its own data directory** (``.state/postgres`` unless told; the tests, the loop's chaos and the power
   cut give their own, throwaway, from ``scratch_dir``: outside the checkout, since the server's user must
   reach it and a checkout may sit under a private folder), made by ``initdb`` on first start and reused
-  afterwards. Trust authentication,
-  no locale (C), UTF-8.
+  afterwards. Trust authentication, no locale (C), UTF-8.
 - **Its own port**: a free loopback port (``listen_addresses=127.0.0.1``), and its Unix socket in the data
   directory (``socket_dir`` elsewhere: a FUSE mount cannot hold a socket).
 - **As the ``postgres`` user when run by root**: ``initdb`` and ``postgres`` refuse root, and development

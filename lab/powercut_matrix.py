@@ -60,7 +60,6 @@ import json
 import re
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -69,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.engines import EngineDriver, TemporalDriver, driver_for, started_steps
+from lab.postgres import scratch_dir
 from lab.powercut import CutReport, PowerCut
 from lab.powercut_postgres import OnTheCut
 from lab.processes import LAB_SERVER_CONFIG, DevServer
@@ -415,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = cases(pick(args.engines, ENGINES), pick(args.placements, PLACEMENTS), pick(args.points, POINTS),
                    pick(args.dirs, DIR_RULES), args.sync.split(",") if args.sync else None,
                    pick(args.memory, MEMORY_LEVELS))
-    base = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="powercut-"))
-    base.chmod(0o755)  # PostgreSQL's user walks down to its data directory on the mount (lab.powercut_postgres)
+    # PostgreSQL's user walks down to its data directory on the mount (lab.powercut_postgres).
+    base = Path(args.state_dir) if args.state_dir else scratch_dir("powercut-")
     outcomes = []
     print(f"{len(chosen)} cases; mounts under {base}", file=sys.stderr, flush=True)
     try:
