@@ -205,3 +205,11 @@ def test_the_worker_shutdown_type_is_written_once_where_a_history_reader_can_imp
              "steps.errors.WORKER_SHUTDOWN_TYPE == 'WorkerShutdown'")
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_workflows_schedule_their_attempts_in_one_place():
+    # The attempt loop (an activity per attempt, a timer per backoff) is written once, workflows.attempts'
+    # StepAttempts, for the flow and the agent loop alike; before_live.py is the frozen path of old runs.
+    scheduling = re.compile(r"workflow\.(execute_activity\w*|start_activity\w*|sleep)\(")
+    found = {path.name for path in (REPO / "workflows").glob("*.py") if scheduling.search(path.read_text())}
+    assert found == {"attempts.py", "before_live.py"}, found

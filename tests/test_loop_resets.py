@@ -6,16 +6,20 @@ A reset re-runs the run from a workflow task as a new run of the same workflow i
 recorded after that point are read back from the reset run's base, once each, and reused, not asked again
 (``workflows.agent_loop``, ``LOOP_RESET_PATCH``), so every call keeps the key its base recorded and the
 provider replays it. Reset to every workflow-task-completed event in turn (each time the newest run: resets
-of resets): of a completed run, of one in flight, and of the current run of a chain that continued as new;
-and, each time from the same run, to every one of the first run of such a chain (its later turns are in the
-runs it continued into; docs/operations.md). After each: each effect applied once at the provider (the
-judge), the run completes, and its status shows the keys the provider holds.
+of resets): of a completed run, of one in flight (each point as it appears, the newest included), and of the
+current run of a chain that continued as new; and to every one of the first run of such a chain, once it
+completed (its later turns are in the runs it continued into; docs/operations.md) and while it is still open
+(each reset terminates the current run, and an attached ``starter.py loop`` follows on to the reset run).
+After each: each effect applied once at the provider (the judge), the run completes, and its status shows
+the keys the provider holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -26,14 +30,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from flowclient.loop import loop_status, start_loop
 from lab.model_standin import start_model_standin
-from lab.processes import temporal_cli, wait_until
+from lab.processes import REPO, temporal_cli, wait_until
 from providerclient import fetch_effects, seed_orders
 from tests.loop_support import CUSTOMER, ORDERS, TASK, assert_each_effect_once, model_env
 
 pytestmark = pytest.mark.process
 
 EXPECTED = {"refund": 2, "email": 2, "ticket": 1}
-AHEAD = 3
 
 
 @pytest.fixture(scope="module")
@@ -115,29 +118,32 @@ async def test_reset_to_every_task_of_a_completed_run_applies_each_effect_once(
 
 async def test_reset_to_every_task_of_a_run_in_flight_applies_each_effect_once(
         client, dev_server, workers, provider, run_id, task_queue):
-    # A slow model: the run is still going when each reset lands, and each reset goes back behind turns
-    # the run has recorded since (AHEAD workflow tasks past the point).
+    # A slow model: the run is still going when each reset lands. Each workflow task the run completes is a
+    # reset point as soon as it appears, the newest included, so a reset lands while the turn or the tool
+    # call that task scheduled is in flight (its result then belongs to a run the reset closed).
     proc, url = start_model_standin(vary=True, delay=0.5)
     try:
         seed_orders(provider.url, ORDERS)
         workers(extra_env=model_env(url))
         await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12)
-        resets = place = 0
+        place = 0
         while True:
             current, points = await _task_points(client, run_id)
             described = await client.get_workflow_handle(run_id).describe()
             if described.status != WorkflowExecutionStatus.RUNNING:
                 break
-            if place + AHEAD >= len(points):
-                await asyncio.sleep(0.05)  # not that far yet
+            if place >= len(points):
+                await asyncio.sleep(0.05)  # no new point yet
                 continue
             _reset(dev_server.address, run_id, current, points[place])
-            resets += 1
             place += 1
             _no_effect_twice(provider.url, run_id)
         status = await _completed(client, run_id, "")
         _check_after(provider.url, run_id, status)
-        assert resets >= 5, resets
+        # Every point of the run while it was open was reset to: all but the task that closed it (the
+        # completed run's test resets to that one), and at most one more the run completed in a stride.
+        _, final = await _task_points(client, run_id)
+        assert place >= max(len(final) - 2, 10), (place, len(final))
     finally:
         proc.kill()
 
@@ -172,3 +178,50 @@ async def test_reset_to_every_task_of_the_first_run_of_a_chain_applies_each_effe
         _reset(dev_server.address, run_id, first, point)
         _check_after(provider.url, run_id, await _completed(client, run_id, current))
     assert len(points) >= 3, points
+
+
+async def test_reset_of_the_first_run_of_a_chain_in_flight_terminates_the_current_one_and_the_loop_follows(
+        client, dev_server, workers, provider, run_id, task_queue):
+    # A chain still open (a slow model, a small history bound): each reset of its *first* run terminates the
+    # run that is current then (one open run per workflow id) and goes on from the reset run. `starter.py
+    # loop`, attached before the first reset, follows the workflow id through every reset to the end.
+    proc, url = start_model_standin(vary=True, delay=0.5)
+    attached = None
+    try:
+        seed_orders(provider.url, ORDERS)
+        workers(extra_env=model_env(url))
+        await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12, history_bound=20)
+
+        async def second_run() -> str | None:
+            status = await loop_status(client, run_id)
+            return status["runs"][0] if len(status["runs"]) >= 2 and status["status"] == "running" else None
+        first = await wait_until(second_run, 120, f"{run_id} to continue as new while running", interval=0.1)
+        env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": task_queue,
+               "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1"}
+        attached = subprocess.Popen([sys.executable, "starter.py", "loop", run_id, TASK, "--email", CUSTOMER],
+                                    cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        history = await client.get_workflow_handle(run_id, run_id=first).fetch_history()
+        points = [e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+        for point in points:
+            described = await client.get_workflow_handle(run_id).describe()
+            assert described.status == WorkflowExecutionStatus.RUNNING, (point, points, described.status)
+            _reset(dev_server.address, run_id, first, point)
+            _no_effect_twice(provider.url, run_id)
+
+        async def terminated() -> list[str] | None:  # visibility lags a close a little
+            runs = [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")]
+            ended = [w.run_id for w in runs if w.status == WorkflowExecutionStatus.TERMINATED]
+            return ended if len(ended) >= len(points) else None
+        ended = await wait_until(terminated, 30, f"a run of {run_id} terminated by each of {len(points)} resets")
+        assert len(ended) == len(points), ended
+        out, err = attached.communicate(timeout=180)
+        assert attached.returncode == 0, out + err
+        assert f"run {run_id} already exists (running); attached to it" in err, err
+        assert f"loop run {run_id}: completed" in out, out
+        _check_after(provider.url, run_id, await _completed(client, run_id, ""))
+        assert len(points) >= 3, points
+    finally:
+        proc.kill()
+        if attached is not None and attached.poll() is None:
+            attached.kill()
+            attached.wait()

@@ -63,20 +63,21 @@ error, as it did when it started.
 Only this class is compiled and executed by the sandbox whenever a worker
 builds a run afresh (a restart, a cache eviction; every workflow task with
 ``worker.py --cache 0``); its helpers are imported passed through:
-``workflows.attempts`` (how an attempt ended), ``workflows.before_live``,
-``workflows.state`` (the dataclasses). They hold no state.
+``workflows.attempts`` (the attempt loop this workflow and the agent loop
+share, ``StepAttempts``, and how an attempt ended), ``workflows.before_live``,
+``workflows.state`` (the dataclasses). They hold no state between runs: a
+``StepAttempts`` is made by the run, for one step.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import FlowActivities, StepOutput
@@ -86,8 +87,8 @@ with workflow.unsafe.imports_passed_through():
     from steps.plan import FLOW, STEP_NAMES
     from steps.requests import RunInputs, draft_request, record_request, send_request
     from steps.retry import RetryRule, StepLedger
-    from steps.runstate import RunStateName, describe_step, iso, run_entry
-    from workflows.attempts import LIVE_PATCH, ONE_ATTEMPT, Ending, ending_of, old_counted_markers
+    from steps.runstate import RunStateName, describe_step, run_entry
+    from workflows.attempts import LIVE_PATCH, Ending, StepAttempts, old_counted_markers
     from workflows.before_live import run_recorded_before_live
 
     # The run's input and status types live in their own module: this module
@@ -236,86 +237,28 @@ class AgentFlow:
         index = STEP_NAMES.index(activity.__name__)
         state = self._steps[index]
         ledger = self._ledgers[state.name] = StepLedger(state.name, rule, effect=FLOW[index].effect)
-        attempt_timeout, heartbeat_timeout = self.attempt_timeouts(state.name, rule)
-        # An effect's attempt is waited for when the run is cancelled, so that the
-        # run knows whether the request went out (version 2 on; version 1 did not wait).
-        cancellation = (ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                        if FLOW[index].effect and rule.version >= 2 else ActivityCancellationType.TRY_CANCEL)
-        while True:
-            ledger.attempts += 1
-            state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
-            self._show(index)
-            began = workflow.now()
-            try:
-                output = await workflow.execute_activity_method(
-                    activity,
-                    request,
-                    activity_id=f"{state.name}/{ledger.attempts}",
-                    summary=f"{state.name}, attempt {ledger.attempts}",
-                    start_to_close_timeout=attempt_timeout,
-                    heartbeat_timeout=heartbeat_timeout,
-                    retry_policy=ONE_ATTEMPT,
-                    cancellation_type=cancellation,
-                )
-            except ActivityError as err:
-                self._replay_seen(f"{state.name} attempt {ledger.attempts} (failed)")
-                ending = ending_of(err, attempt_timeout, version=rule.version)
-                if rule.version >= 2 and workflow.cancellation_reason() is not None:
-                    self._cancelled(state, ledger, ending)
-                if await self._try_again(index, ledger, ending, began):
-                    continue
-                self._fail(state, ledger, err)
-            self._replay_seen(f"{state.name} attempt {ledger.attempts}")
-            result = output.result
-            adopted = getattr(result, "adopted", None)  # the effects' results have it (steps.adoption)
+
+        def deciding(ending: Ending) -> None:
+            if ending.kind != "permanent":
+                self._answer_retired_markers(state.name, ledger.attempts)
+
+        def completed(output: StepOutput[ResultT]) -> None:
+            adopted = getattr(output.result, "adopted", None)  # the effects' results have it (steps.adoption)
             state.status = "adopted" if adopted else "completed"
-            state.result = to_jsonable(result)
+            state.result = to_jsonable(output.result)
             state.note = adopted["reason"] if adopted else None
             # Crash point (tests only, docs/crashpoints.md): the completion is in history, the next
             # activity not yet scheduled. Never on replay, so a resuming worker passes through.
             if not workflow.unsafe.is_replaying():
                 with workflow.unsafe.sandbox_unrestricted():
                     crash_point(f"temporal:{state.name}:after_record")
-            if rule.version >= 2 and workflow.cancellation_reason() is not None:
-                # Cancelled while this attempt ran, and it completed all the same (an effect's
-                # attempt is waited for): the result stands, and the run stops here.
-                self._cancelled(state, ledger, None)
-            return result
 
-    async def _try_again(self, index: int, ledger: StepLedger, ending: Ending, began: datetime) -> bool:
-        """After a failed attempt of step ``index``: True once it may be tried again
-        (any backoff waited out on a durable timer); False when the rules give up,
-        and then ``ledger.failure`` says why. The ledger counts the step's
-        attempts and crashes; its status shows the ledger's counts."""
-        state = self._steps[index]
-        state.last_error = ending.message
-        if ending.kind != "permanent":
-            self._answer_retired_markers(state.name, ledger.attempts)
-        if ending.kind in ("crash", "shutdown"):
-            again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
-            state.crashes = ledger.crashes
-            return again
-        if ending.kind == "permanent":
-            ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
-            return False
-        if ending.seconds is not None:
-            seconds = ending.seconds
-        elif ledger.rule.version >= 2:
-            # No duration of its own: the time since it was scheduled includes waiting for a
-            # worker, which no budget is charged for (steps.retry). Its backoff is charged.
-            seconds = 0.0
-        else:
-            seconds = (workflow.now() - began).total_seconds()
-        delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
-                                   in_doubt=ending.in_doubt, u=workflow.random().random())
-        if delay is None:
-            return False
-        state.status = "retrying"
-        state.next_try_at = iso(workflow.now().timestamp() + delay)
-        self._show(index)
-        await workflow.sleep(delay, summary=f"retry {state.name} (attempt {ledger.attempts + 1})")
-        self._replay_seen(f"{state.name} backoff timer")
-        return True
+        attempts = StepAttempts(state.name, ledger, state, *self.attempt_timeouts(state.name, rule),
+                                lambda: self._show(index), seen=self._replay_seen, deciding=deciding)
+        output = await attempts.run(activity, request, completed=completed,
+                                    cancelled=lambda ending: self._cancelled(attempts, ending),
+                                    failed=lambda err: self._fail(attempts, err))
+        return output.result
 
     @staticmethod
     def _answer_retired_markers(step: str, attempt: int) -> None:
@@ -355,33 +298,20 @@ class AgentFlow:
             )
             self._replayed = []
 
-    def _cancelled(self, state: StepState, ledger: StepLedger, ending: Ending | None) -> NoReturn:
-        """End the run canceled at ``state``'s step: always raises. ``ending``: how the
-        attempt the cancel interrupted ended (None: it completed). An effect's attempt
-        that did not complete may have applied its effect: the step says so."""
-        if ending is not None:
-            stopped = ending.kind in ("cancelled", "crash", "shutdown") or ending.in_doubt
-            ledger.in_doubt = ledger.in_doubt or (ledger.effect and stopped)
-            state.status = "in_doubt" if ledger.in_doubt else "failed"
-            state.last_error = ending.message
-            if ledger.in_doubt:
-                state.note = ("canceled during an attempt whose outcome is unknown: the effect may have been "
-                              f"applied; `python starter.py settle {self._run_id}` asks the provider")
+    def _cancelled(self, attempts: StepAttempts, ending: Ending | None) -> NoReturn:
+        """End the run canceled at the step: always raises (``StepAttempts.stopped``)."""
         self._status = "failed"
-        where = (f"during step {state.name}, attempt {ledger.attempts}" if ending is not None
-                 else f"after step {state.name} completed")
-        self._error = f"canceled {where}: {workflow.cancellation_reason() or 'no reason given'}"
+        self._error = attempts.stopped(
+            ending, "canceled during an attempt whose outcome is unknown: the effect may have been applied; "
+                    f"`python starter.py settle {self._run_id}` asks the provider")
         workflow.set_current_details(self._error)
         raise asyncio.CancelledError(self._error)
 
-    def _fail(self, state: StepState, ledger: StepLedger, err: ActivityError) -> NoReturn:
-        """End the run FAILED (or in doubt) at ``state``'s step, as ``ledger`` explains: always raises."""
-        state.status = "in_doubt" if ledger.in_doubt else "failed"
-        if ledger.in_doubt:
-            state.note = ("an attempt's outcome is unknown: the effect may have been applied; "
-                          f"`python starter.py settle {self._run_id}` asks the provider")
+    def _fail(self, attempts: StepAttempts, err: ActivityError) -> NoReturn:
+        """End the run FAILED (or in doubt) at the step, as its ledger explains: always raises."""
         self._status = "failed"
-        self._error = ledger.failure or f"step {state.name} failed"  # the ledger always says why when it gives up
+        self._error = attempts.given_up("an attempt's outcome is unknown: the effect may have been applied; "
+                                        f"`python starter.py settle {self._run_id}` asks the provider")
         raise ApplicationError(
             self._error, to_jsonable(self._snapshot()), type="StepFailed", non_retryable=True
         ) from err

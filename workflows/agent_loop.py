@@ -27,7 +27,7 @@ built. Memory is never read to decide anything: what happened is the history.
 
 **Retries** are decided here, as ``workflows.agent_flow`` decides them and by
 the same rules (``steps.retry``: a ``StepLedger`` per step under the run's
-rule; ``workflows.attempts`` reads how an attempt ended): each activity is
+rule; ``workflows.attempts.StepAttempts`` runs the attempts, the flow's loop): each activity is
 scheduled for one attempt; a heartbeat timeout is a crash, retried at once
 within the death limit; a transient error waits out its backoff on a durable
 timer within the step's budget; a permanent one ends the run FAILED naming the
@@ -82,7 +82,6 @@ from typing import NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     # Re-exported: history readers (flowclient.loop) name the activities by them without importing activities.
@@ -115,8 +114,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from steps.models import to_jsonable
     from steps.retry import RULE_VERSION, SAME_ERROR_LIMIT, RetryRule, StepLedger
-    from steps.runstate import RunStateName, iso
-    from workflows.attempts import ONE_ATTEMPT, Ending, ending_of
+    from steps.runstate import RunStateName
+    from workflows.attempts import Ending, StepAttempts
     from workflows.loop_state import (
         HISTORY_BYTES_BOUND,
         KEPT_TURNS,
@@ -422,99 +421,42 @@ class AgentLoop:
             for name, value in spent.items():
                 if name not in ("name", "rule", "same_error_limit") and hasattr(ledger, name):
                     setattr(ledger, name, value)
-        attempt_timeout = timedelta(seconds=rule.attempt_timeout_for(timeout_of))
-        heartbeat_timeout = timedelta(seconds=rule.heartbeat_timeout_seconds())
-        # An effect's attempt is waited for when the run is cancelled: the run learns whether it went out.
-        cancellation = (ActivityCancellationType.WAIT_CANCELLATION_COMPLETED if effect
-                        else ActivityCancellationType.TRY_CANCEL)
-        while True:
-            ledger.attempts += 1
-            state.attempts, state.status, state.next_try_at = ledger.attempts, "running", None
-            self._show()
-            try:
-                result = await workflow.execute_activity_method(
-                    activity,
-                    request,
-                    activity_id=f"{step}/{ledger.attempts}",
-                    summary=f"{step}, attempt {ledger.attempts}",
-                    start_to_close_timeout=attempt_timeout,
-                    heartbeat_timeout=heartbeat_timeout,
-                    retry_policy=ONE_ATTEMPT,
-                    cancellation_type=cancellation,
-                )
-            except ActivityError as err:
-                ending = ending_of(err, attempt_timeout, version=rule.version)
-                if workflow.cancellation_reason() is not None:
-                    self._cancelled(step, state, ledger, ending)
-                if await self._try_again(step, state, ledger, ending):
-                    if self._bounded and isinstance(state, TurnState) and self._past_bound(self._input):
-                        # Each attempt records the whole window: the history bound holds within a turn's
-                        # retries too. The turn is not recorded; the next run asks it, its spending carried.
-                        assert self._window is not None and self._inputs is not None
-                        self._crash_point("temporal:loop:continue_as_new")
-                        workflow.continue_as_new(dataclasses.replace(
-                            self._input, carried=self._carried(self._inputs, self._window, ledger, state)))
-                    continue
-                self._fail(state, ledger, err)
-            state.status = "completed"
-            if workflow.cancellation_reason() is not None:
-                # Cancelled while this attempt ran, and it completed all the same: it stands, the run stops.
-                self._cancelled(step, state, ledger, None)
-            return result
+        attempts = StepAttempts(step, ledger, state, timedelta(seconds=rule.attempt_timeout_for(timeout_of)),
+                                timedelta(seconds=rule.heartbeat_timeout_seconds()), self._show,
+                                error_text=shown if self._bounded else str)
 
-    async def _try_again(self, step: str, state: TurnState | CallState, ledger: StepLedger, ending: Ending) -> bool:
-        """After a failed attempt: True once the step may be tried again (any backoff waited out on a
-        durable timer); False when the rules give up (``ledger.failure`` says why)."""
-        state.last_error = shown(ending.message) if self._bounded else ending.message
-        if ending.kind in ("crash", "shutdown"):
-            again = (ledger.after_crash if ending.kind == "crash" else ledger.after_shutdown)(ending.message)
-            state.crashes = ledger.crashes
-            return again
-        if ending.kind == "permanent":
-            ledger.after_permanent(ending.message, in_doubt=ending.in_doubt)
-            return False
-        # A failure with no duration of its own is charged its backoff only (steps.retry, version 2).
-        seconds = ending.seconds if ending.seconds is not None else 0.0
-        delay = ledger.after_error(ending.message, seconds, retry_after=ending.retry_after,
-                                   in_doubt=ending.in_doubt, u=workflow.random().random(), outage=ending.outage)
-        if delay is None:
-            return False
-        state.status = "retrying"
-        state.next_try_at = iso(workflow.now().timestamp() + delay)
-        self._show()
-        await workflow.sleep(delay, summary=f"retry {step} (attempt {ledger.attempts + 1})")
-        return True
+        def completed(_result: ResultT) -> None:
+            state.status = "completed"
+
+        def retrying() -> None:
+            if self._bounded and isinstance(state, TurnState) and self._past_bound(self._input):
+                # Each attempt records the whole window: the history bound holds within a turn's retries
+                # too. The turn is not recorded; the next run asks it, its spending carried.
+                assert self._window is not None and self._inputs is not None
+                self._crash_point("temporal:loop:continue_as_new")
+                workflow.continue_as_new(dataclasses.replace(
+                    self._input, carried=self._carried(self._inputs, self._window, ledger, state)))
+
+        return await attempts.run(activity, request, completed=completed, retrying=retrying,
+                                  cancelled=lambda ending: self._cancelled(attempts, ending),
+                                  failed=lambda err: self._fail(attempts, err))
 
     def _in_doubt_note(self, state: TurnState | CallState) -> str:
         key = getattr(state, "key", None)
         return ("an attempt's outcome is unknown: the effect may have been applied; the provider answers what "
                 f"it applied under key {key} (providerclient.ProviderClient.lookup)")
 
-    def _cancelled(self, step: str, state: TurnState | CallState, ledger: StepLedger,
-                   ending: Ending | None) -> NoReturn:
-        """End the run canceled at ``step``: always raises. ``ending``: how the attempt the cancel interrupted
-        ended (None: it completed). A call with an effect whose attempt did not complete may have applied it."""
-        if ending is not None:
-            stopped = ending.kind in ("cancelled", "crash", "shutdown") or ending.in_doubt
-            ledger.in_doubt = ledger.in_doubt or (ledger.effect and stopped)
-            state.status = "in_doubt" if ledger.in_doubt else "failed"
-            state.last_error = ending.message
-            if ledger.in_doubt:
-                state.note = self._in_doubt_note(state)
+    def _cancelled(self, attempts: StepAttempts, ending: Ending | None) -> NoReturn:
+        """End the run canceled at the step: always raises (``StepAttempts.stopped``)."""
         self._status = "failed"
-        where = (f"during step {step}, attempt {ledger.attempts}" if ending is not None
-                 else f"after step {step} completed")
-        self._error = f"canceled {where}: {workflow.cancellation_reason() or 'no reason given'}"
+        self._error = attempts.stopped(ending, self._in_doubt_note(attempts.state))
         self._show()
         raise asyncio.CancelledError(self._error)
 
-    def _fail(self, state: TurnState | CallState, ledger: StepLedger, err: ActivityError) -> NoReturn:
-        """End the run FAILED (or in doubt) at the step, as ``ledger`` explains: always raises."""
-        state.status = "in_doubt" if ledger.in_doubt else "failed"
-        if ledger.in_doubt:
-            state.note = self._in_doubt_note(state)
+    def _fail(self, attempts: StepAttempts, err: ActivityError) -> NoReturn:
+        """End the run FAILED (or in doubt) at the step, as its ledger explains: always raises."""
         self._status = "failed"
-        self._error = ledger.failure or f"step {ledger.name} failed"  # the ledger says why when it gives up
+        self._error = attempts.given_up(self._in_doubt_note(attempts.state))
         self._show()
         raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="StepFailed",
                                non_retryable=True) from err
