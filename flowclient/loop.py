@@ -368,8 +368,9 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
     ``counts``, ``detail`` (a parked run's account, else None), and ``turns``: every turn of the chain with
-    its calls (index, tool, key, status, attempts, crashes, outcome, effect id, the arguments asked and the
-    result recorded, each cut to ``SHOWN_CHARS``),
+    ``reused`` (true: a run before a reset recorded it and this chain read that record back, the model not
+    asked again: ``activities.recorded_turns``) and its calls (index, tool, key, status, attempts, crashes,
+    outcome, effect id, the arguments asked and the result recorded, each cut to ``SHOWN_CHARS``),
     each with ``run``, the place in ``runs`` of the run that recorded it. What ``starter.py status --json``
     prints for a loop run (docs/commands.md shows it)."""
     chain = await read_chain(client, run_id)
@@ -384,7 +385,8 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         for number in numbers:
             recorded = run.turns.get(number)
             entry = {"turn": number, **_entry(turn_step(number), run, place, effect=False, closed=ended),
-                     "answer": shown(recorded["content"]) if recorded else None, "calls": []}
+                     "answer": shown(recorded["content"]) if recorded else None,
+                     "reused": bool(recorded.get("reused")) if recorded else False, "calls": []}
             if turns and turns[-1]["turn"] == number:
                 # The run before continued as new within this turn's retries: one turn, its attempts in both.
                 before = turns.pop()
@@ -466,11 +468,16 @@ async def wait_for_loop(client: Client, run_id: str, on_change: Callable[[dict[s
         await asyncio.sleep(poll)
 
 
+REUSED_NOTE = "reused: recorded by a run before a reset, read back, the model not asked again"
+"""What a turn's line says after what it asked for when ``reused`` (``loop_lines``, ``loop_ticker``)."""
+
+
 def _asked(turn: Mapping[str, Any]) -> str:
     calls = turn.get("calls") or []
     if turn.get("status") != "completed":
         return ""
-    return f"asked for {', '.join(str(c['name']) for c in calls)}" if calls else "the final answer (no tool)"
+    asked = f"asked for {', '.join(str(c['name']) for c in calls)}" if calls else "the final answer (no tool)"
+    return f"{asked} ({REUSED_NOTE})" if turn.get("reused") else asked
 
 
 def _tries(step: Mapping[str, Any]) -> str:
