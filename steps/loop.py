@@ -136,7 +136,9 @@ holds them at or above memory's count."""
 #   calls; measured in the tests) and the rest (the task, 4,000 characters: 24,000 bytes at 6 a character;
 #   the run's instructions, its prompt and tools, ``MAX_INSTRUCTIONS_CHARS`` characters of JSON: 24,000; the
 #   address, the rule, the signature, the counts: under 4,000): ``CARRIED_REST_BYTES``, 52,000; so the
-#   window may hold (1,835,008 - 52,000 - 20 x 40,000) / 10 = 98,300 tokens: ``MAX_WINDOW_TOKENS``, 98,000;
+#   window may hold (1,835,008 - 52,000 - 20 x 40,000) // 10 = 98,300 tokens, rounded down to the thousand:
+#   ``MAX_WINDOW_TOKENS``, 98,000 (docs/agent-loop.md gives the same arithmetic; tests/test_loop_steps.py
+#   holds it to these constants);
 # - a turn's request is that window and a few numbers; a turn's answer at most 20,000 characters of text
 #   (240,000 bytes) and 8 calls of at most 8,000 characters of arguments, a 256-character id and a 64-character
 #   name (8 x 99,840 bytes): 1,038,720 bytes; a tool's result a JSON text of its call's fields, a refusal's

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from steps.flow import StepDeps
 from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError
 from steps.loop import (
     CALL_RESERVE_TOKENS,
+    CARRIED_REST_BYTES,
     DEFAULT_WINDOW_TOKENS,
     KEPT_TURNS,
     MAX_ARGUMENTS_CHARS,
@@ -29,6 +32,7 @@ from steps.loop import (
     MAX_TURNS_LIMIT,
     MAX_WINDOW_TOKENS,
     ONE_ROUND_TOKENS,
+    PAYLOAD_BUDGET_BYTES,
     PAYLOAD_LIMIT_BYTES,
     TURN_SUMMARY_BYTES,
     WINDOW_BYTES_PER_TOKEN,
@@ -474,6 +478,31 @@ def test_no_payload_the_loop_can_make_is_over_temporals_limit():
              "answer": _encoded(answer), "result": _encoded(result)}
     assert all(size <= PAYLOAD_LIMIT_BYTES for size in sizes.values()), sizes
     assert sizes["carried"] > PAYLOAD_LIMIT_BYTES // 2, sizes  # the budget is used, not wasted
+
+
+def _figures(text: str) -> list[int]:
+    """The numbers written with thousands commas in ``text`` (``1,835,008``), in order."""
+    return [int(n.replace(",", "")) for n in re.findall(r"\b\d{1,3}(?:,\d{3})+\b", text)]
+
+
+def test_the_window_cap_in_docs_agent_loop_is_the_codes_arithmetic():
+    """docs/agent-loop.md's table and the sentence after it give ``MAX_WINDOW_TOKENS`` step by step, as
+    ``steps.loop`` computes it: each figure the code's, the division and the rounding down to the thousand."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent-loop.md").read_text()
+    table = page.partition("### What a payload may hold")[2].partition("<!-- window-cap-arithmetic -->")
+    rows = {line.split("|")[1].strip(): _figures(line.split("|")[2]) for line in table[0].splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip()[:1].isdigit()}
+    summaries = KEPT_TURNS * TURN_SUMMARY_BYTES
+    left = PAYLOAD_BUDGET_BYTES - CARRIED_REST_BYTES - summaries
+    assert list(rows.values()) == [
+        [PAYLOAD_LIMIT_BYTES], [PAYLOAD_LIMIT_BYTES // 8], [PAYLOAD_BUDGET_BYTES], [summaries],
+        [CARRIED_REST_BYTES], [left]], rows
+    sentence = table[2].partition(";")[0]
+    assert _figures(sentence) == [left, left // WINDOW_BYTES_PER_TOKEN, MAX_WINDOW_TOKENS, PAYLOAD_BUDGET_BYTES,
+                                  CARRIED_REST_BYTES, TURN_SUMMARY_BYTES, 1000, 1000], sentence
+    assert f"{left:,} / {WINDOW_BYTES_PER_TOKEN} = {left // WINDOW_BYTES_PER_TOKEN:,} tokens" in sentence
+    assert f"- {KEPT_TURNS} x {TURN_SUMMARY_BYTES:,}) // {WINDOW_BYTES_PER_TOKEN} // 1,000 x 1,000" in sentence
+    assert MAX_WINDOW_TOKENS == left // WINDOW_BYTES_PER_TOKEN // 1000 * 1000
 
 
 def test_a_window_over_what_a_payload_holds_is_refused():
