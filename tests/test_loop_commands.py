@@ -32,6 +32,7 @@ from lab.engines import InMemoryDriver, LoopStatus, RunRecordDriver, TemporalDri
 from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import REPO, wait_until
 from providerclient import fetch_effects, seed_orders
+from steps.loop import MIN_WINDOW_TOKENS
 from tests.loop_support import model_env
 from tests.support import EMAIL, TASK
 
@@ -162,7 +163,9 @@ async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_s
     cases = [
         (loop_args + ["--max-turns", "abc"], "max turns must be a whole number from 1 to 10000, got 'abc'"),
         (loop_args + ["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
-        (loop_args + ["--window-tokens", "5"], "window tokens must be a whole number from 200"),
+        (loop_args + ["--window-tokens", "5"], f"window tokens must be a whole number from {MIN_WINDOW_TOKENS}"),
+        (loop_args + ["--window-tokens", str(MIN_WINDOW_TOKENS - 1)],
+         f"give at least {MIN_WINDOW_TOKENS} window tokens"),
         (loop_args + ["--window-messages", "many"], "window messages must be a whole number from 4"),
         (loop_args + ["--history-bound", "5"], "history bound must be a whole number of events from 10 to 20000"),
         (loop_args + ["--orders", "A-1001"], "give ORDER=CENTS"),

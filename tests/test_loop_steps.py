@@ -17,7 +17,7 @@ from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat
 from payloadcodec import data_converter_from_env
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
-from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError
+from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError, check_task
 from steps.loop import (
     CALL_RESERVE_TOKENS,
     CARRIED_REST_BYTES,
@@ -31,6 +31,8 @@ from steps.loop import (
     MAX_LOOP_BODY_CHARS,
     MAX_TURNS_LIMIT,
     MAX_WINDOW_TOKENS,
+    MIN_WINDOW_TOKENS,
+    MIN_WINDOW_TOKENS_BEFORE,
     ONE_ROUND_TOKENS,
     PAYLOAD_BUDGET_BYTES,
     PAYLOAD_LIMIT_BYTES,
@@ -409,6 +411,25 @@ def test_a_window_that_cannot_hold_the_start_and_one_round_is_refused_naming_wha
     assert check_loop_inputs(20, DEFAULT_WINDOW_TOKENS, 40, start_tokens("Refund A-1001", chat_tokens))
 
 
+def test_the_least_window_stated_is_the_least_any_task_can_start_with():
+    """``MIN_WINDOW_TOKENS`` is memory's count of the system instructions, the shortest task the rules accept
+    and one round: one token under is refused whatever the task, saying what to give; at it, the shortest
+    task starts. (It was 200, which no task could start with.)"""
+    shortest = check_task("x")
+    assert MIN_WINDOW_TOKENS == start_tokens(shortest, chat_tokens) + ONE_ROUND_TOKENS
+    under = MIN_WINDOW_TOKENS - 1
+    for start in (None, start_tokens(shortest, chat_tokens)):
+        with pytest.raises(InputError, match=rf"window tokens must be a whole number from {MIN_WINDOW_TOKENS} to "
+                                             rf"{MAX_WINDOW_TOKENS}, got {under}: .* give at least "
+                                             rf"{MIN_WINDOW_TOKENS} window tokens"):
+            check_loop_inputs(20, under, 40, start)
+        assert check_loop_inputs(20, MIN_WINDOW_TOKENS, 40, start) == (20, MIN_WINDOW_TOKENS, 40)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent-loop.md").read_text()
+    assert f"`--window-tokens` is at least {MIN_WINDOW_TOKENS} (`MIN_WINDOW_TOKENS`" in " ".join(page.split())
+    # The workflow keeps the floor it always checked: a recorded run is decided as it was.
+    assert check_loop_inputs(20, MIN_WINDOW_TOKENS_BEFORE, 40, None, MAX_WINDOW_TOKENS, MIN_WINDOW_TOKENS_BEFORE)
+
+
 def test_one_round_holds_memorys_count_of_a_lookup_and_its_result():
     call = {"id": "c" * 64, "type": "function", "function": {"name": "n" * 64,
                                                              "arguments": json.dumps({"order_id": "O" * 64})}}
@@ -506,7 +527,8 @@ def test_the_window_cap_in_docs_agent_loop_is_the_codes_arithmetic():
 
 
 def test_a_window_over_what_a_payload_holds_is_refused():
-    with pytest.raises(InputError, match=f"window tokens must be a whole number from 200 to {MAX_WINDOW_TOKENS}"):
+    with pytest.raises(InputError, match=f"window tokens must be a whole number from {MIN_WINDOW_TOKENS} to "
+                                         f"{MAX_WINDOW_TOKENS}"):
         check_loop_inputs(20, 1_000_000, 40)
 
 
