@@ -6,7 +6,7 @@ runrecord`` processes, SIGKILLed at a crash point.
 - ``starter.py loop``: starts a loop run (seeding the orders its task names), attaches to it when started
   again, follows it turn by turn to its end; ``status`` (text and ``--json``, the shape docs/commands.md
   shows) shows every turn, each call's key and status, the answer and the chain's Temporal runs; the
-  Temporal UI's details say the turn the run is at;
+  Temporal UI's details say the turn the run is at; ``settle`` of the completed run: nothing to do;
 - bad input: exit 2 with what to give, and nothing started;
 - the driver interface (``lab.engines``: ``start_loop``, ``resume``, ``loop_status``) on the run record and
   on Temporal: killed right after a refund, resumed, read back in one shape, the same on both engines;
@@ -150,6 +150,15 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
     # The keys the status shows are the keys the provider holds the effects under.
     assert {c["key"] for t in status["turns"] for c in t["calls"] if c["key"]} == {
         e.key for e in fetch_effects(provider.url, run_id=run_id)}
+
+    # settle of the completed run: each key applied, and nothing to do: no retry (which refuses it), none in doubt.
+    settled = starter(env, "settle", run_id)
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+    assert settled.stdout.count(": applied at ") == 3 and f"run {run_id} completed: nothing to do" in settled.stdout
+    assert "starter.py retry" not in settled.stdout and "in_doubt" not in settled.stdout, settled.stdout
+    report = json.loads(starter(env, "settle", run_id, "--json").stdout)
+    assert (report["run_status"], report["in_doubt"]) == ("completed", []), report
+    assert {e["state"] for e in report["steps"]} == {"applied"} and "nothing to do" in report["advice"], report
 
 
 async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_server, provider, run_id, task_queue):
