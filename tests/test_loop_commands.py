@@ -159,6 +159,8 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
     report = json.loads(starter(env, "settle", run_id, "--json").stdout)
     assert (report["run_status"], report["in_doubt"]) == ("completed", []), report
     assert {e["state"] for e in report["steps"]} == {"applied"} and "nothing to do" in report["advice"], report
+    refused = starter(env, "retry", run_id)  # what settle no longer suggests
+    assert refused.returncode == 2 and "a completed run cannot be retried" in refused.stderr, refused
 
 
 async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_server, provider, run_id, task_queue):
