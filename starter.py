@@ -39,9 +39,12 @@ completed steps are not run again and the step gets a fresh retry budget.
 The run id, and so every idempotency key, stays the same: what was applied
 is replayed or adopted, never applied twice. ``settle`` asks the provider, by
 key, whether each effect step's effect was applied: how a step left in doubt
-is settled. It reports the answer and what a retry meets; it cannot record
-it, since Temporal's history is written only by the run, so ``status`` still
-shows the step in doubt (the run record's ``settle`` records it).
+is settled. It reports the answer and what to do next, from the run's state
+(``steps.settle.settle_advice``): nothing for a completed run, follow an open
+one, for a failed one what ``retry`` meets under each key or why ``retry``
+refuses the run. It cannot record the answer, since Temporal's history is
+written only by the run, so ``status`` still shows a step in doubt as
+``in_doubt`` (the run record's ``settle`` records it).
 
 In a terminal, ``start --wait`` and ``watch`` show the steps ticking through
 in a live table (rich); piped or with ``--json`` they print plain lines, the
@@ -77,13 +80,22 @@ from flowclient.loop import (
     MIN_HISTORY_BOUND,
     is_loop_run,
     loop_lines,
+    loop_retry_refusal,
     loop_status,
     loop_ticker,
     restart_failed_loop,
     start_loop,
     wait_for_loop,
 )
-from flowclient.runs import NoWorker, RestartRefused, live_status, restart_failed_run, start_run, wait_for_close
+from flowclient.runs import (
+    NoWorker,
+    RestartRefused,
+    live_status,
+    restart_failed_run,
+    retry_refusal,
+    start_run,
+    wait_for_close,
+)
 from flowclient.status import TemporalRunNotFound, run_status
 from providerclient import seed_given
 from steps import loop
@@ -297,21 +309,36 @@ async def _cmd_retry(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle, settle_keys
+    from steps.settle import render_settle, settle, settle_advice, settle_keys
 
     run_id = check_run_id(args.run_id)
     client = await connect()
     keys = None
     if await is_loop_run(client, run_id):
+        found: Mapping[str, Any] = await loop_status(client, run_id)
         # A loop's calls are keyed by their recorded turns (steps.loop.tool_key), not by step names.
         keys = {f"turn-{turn['turn']}/call-{call['index']}": call["key"]
-                for turn in (await loop_status(client, run_id))["turns"] for call in turn["calls"] if call["key"]}
+                for turn in found["turns"] for call in turn["calls"] if call["key"]}
+        in_doubt = [f"turn-{turn['turn']}/call-{call['index']}" for turn in found["turns"] for call in turn["calls"]
+                    if call["status"] == "in_doubt"]
+        refused = loop_retry_refusal(run_id, found["status"], found.get("error"))
+    else:
+        found = await run_status(client, run_id)
+        in_doubt = [step["name"] for step in found["steps"] if step["status"] == "in_doubt"]
+        refused = retry_refusal(run_id, found["status"], found.get("error"))
     async with ProviderClient(provider_url_from_env(os.environ)) as provider:
         report = await (settle(provider, run_id) if keys is None else settle_keys(provider, keys))
-    footer = (f"Temporal's history cannot record these answers (no one writes to a run's history from outside "
-              f"it): `python starter.py status {run_id}` still shows a step left in doubt as in_doubt.")
-    print(json.dumps({"run_id": run_id, "steps": report}, indent=2) if args.json else
-          render_settle(run_id, report, retry=f"python starter.py retry {run_id}", footer=footer), flush=True)
+    # What to do next follows from the run's state: no retry for a run that retry refuses (a completed one).
+    retry = f"python starter.py retry {run_id}"
+    offer, advice = settle_advice(run_id, found["status"], retry=retry, refused=refused, in_doubt=in_doubt,
+                                  follow=f"python starter.py watch {run_id}",
+                                  status=f"python starter.py status {run_id}")
+    if in_doubt:
+        advice += (f" Temporal's history cannot record these answers (no one writes to a run's history from "
+                   f"outside it): `python starter.py status {run_id}` still shows {', '.join(in_doubt)} in_doubt.")
+    print(json.dumps({"run_id": run_id, "steps": report, "run_status": found["status"], "in_doubt": in_doubt,
+                      "advice": advice}, indent=2) if args.json else
+          render_settle(run_id, report, retry=retry if offer else None, footer=advice), flush=True)
     return 0
 
 

@@ -20,6 +20,14 @@ Once a turn since the reset was asked of the model (``reused=False``), the recor
 follow from this run's conversation: nothing is reused after it (``None``: ask the model). The first
 turn no run recorded is asked the same way, and from it the run goes on as any run does.
 
+What is reused is the turn, not its calls' results: each call of a reused turn runs again as an activity of
+the reset run. A call with an effect goes under its recorded key, and the provider replays what it applied.
+A read-only call has no key (``lookup_order``: ``steps.loop.EFFECT_OF_TOOL`` names the tools with an effect)
+and simply reads again: no effect, one more lookup at the provider, and its result is the order as it is
+now (the base's refunds included), recorded in the reset run; the turns after it that the base recorded are
+still reused as recorded, so that answer changes no call. ``starter.py status`` shows a reused turn
+(``reused`` in ``flowclient.loop.loop_status``).
+
 The cost: a turn asked in a reset run reads a history or more (a reset run that asked the model once reads
 its own, finds the fresh turn and stops there); a run of the chain started after the reuse ended reads
 nothing (``LoopCarried.started_as`` is carried only while reusing). A turn asked in the run its record began

@@ -51,7 +51,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from flowclient.connect import task_queue as default_task_queue
-from flowclient.runs import LIVE_TIMEOUT, parking_window, workflow_task_timeout
+from flowclient.runs import LIVE_TIMEOUT, parking_window, retry_refusal, workflow_task_timeout
 from flowclient.status import (
     ActivityTrace,
     TemporalRunNotFound,
@@ -368,8 +368,9 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
     ``counts``, ``detail`` (a parked run's account, else None), and ``turns``: every turn of the chain with
-    its calls (index, tool, key, status, attempts, crashes, outcome, effect id, the arguments asked and the
-    result recorded, each cut to ``SHOWN_CHARS``),
+    ``reused`` (true: a run before a reset recorded it and this chain read that record back, the model not
+    asked again: ``activities.recorded_turns``) and its calls (index, tool, key, status, attempts, crashes,
+    outcome, effect id, the arguments asked and the result recorded, each cut to ``SHOWN_CHARS``),
     each with ``run``, the place in ``runs`` of the run that recorded it. What ``starter.py status --json``
     prints for a loop run (docs/commands.md shows it)."""
     chain = await read_chain(client, run_id)
@@ -384,7 +385,8 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         for number in numbers:
             recorded = run.turns.get(number)
             entry = {"turn": number, **_entry(turn_step(number), run, place, effect=False, closed=ended),
-                     "answer": shown(recorded["content"]) if recorded else None, "calls": []}
+                     "answer": shown(recorded["content"]) if recorded else None,
+                     "reused": bool(recorded.get("reused")) if recorded else False, "calls": []}
             if turns and turns[-1]["turn"] == number:
                 # The run before continued as new within this turn's retries: one turn, its attempts in both.
                 before = turns.pop()
@@ -466,11 +468,16 @@ async def wait_for_loop(client: Client, run_id: str, on_change: Callable[[dict[s
         await asyncio.sleep(poll)
 
 
+REUSED_NOTE = "reused: recorded by a run before a reset, read back, the model not asked again"
+"""What a turn's line says after what it asked for when ``reused`` (``loop_lines``, ``loop_ticker``)."""
+
+
 def _asked(turn: Mapping[str, Any]) -> str:
     calls = turn.get("calls") or []
     if turn.get("status") != "completed":
         return ""
-    return f"asked for {', '.join(str(c['name']) for c in calls)}" if calls else "the final answer (no tool)"
+    asked = f"asked for {', '.join(str(c['name']) for c in calls)}" if calls else "the final answer (no tool)"
+    return f"{asked} ({REUSED_NOTE})" if turn.get("reused") else asked
 
 
 def _tries(step: Mapping[str, Any]) -> str:
@@ -556,6 +563,20 @@ def loop_ticker(indent: str = "  ", out: Callable[[str], Any] = print) -> Callab
     return tick
 
 
+def loop_retry_refusal(run_id: str, state: str, error: str | None) -> str | None:
+    """Why ``starter.py retry`` refuses a loop run whose status (``loop_status``'s word) is ``state`` and whose
+    error is ``error``, or None: it restarts the run at its unfinished step. What ``restart_failed_loop``
+    refuses with, and what ``starter.py settle`` tells of a retry before one is tried."""
+    error = error or ""
+    refused = retry_refusal(run_id, state, error, input_refused="input refused" in error)
+    if refused is not None:
+        return refused
+    if reached_turn_limit(error):
+        return (f"run {run_id} reached its turn limit ({shown(error)}); a retry would ask that turn again under "
+                "the same limit. Start a new RUN_ID with a higher --max-turns.")
+    return None
+
+
 async def restart_failed_loop(client: Client, run_id: str) -> tuple[str, int, str]:
     """``starter.py retry`` for a loop run: reset the chain's last run to the workflow task that first
     scheduled its unfinished step (a turn or a call), which then gets a fresh budget; recorded turns are not
@@ -566,18 +587,12 @@ async def restart_failed_loop(client: Client, run_id: str) -> tuple[str, int, st
 
     chain = await read_chain(client, run_id)
     latest = chain.latest
-    if latest.status == WorkflowExecutionStatus.COMPLETED:
-        raise RestartRefused(f"run {run_id} completed; a completed run cannot be retried. "
-                             "Start a new RUN_ID to do the task again.")
-    if latest.status == WorkflowExecutionStatus.RUNNING:
-        raise RestartRefused(f"run {run_id} is still open; retry is for a run that failed or timed out")
     error = latest.error or ""
-    if "input refused" in error:
-        raise RestartRefused(f"run {run_id} failed on its input ({error}); the same input would fail again. "
-                             "Start a new RUN_ID with corrected input.")
-    if reached_turn_limit(error):
-        raise RestartRefused(f"run {run_id} reached its turn limit ({shown(error)}); a retry would ask that turn "
-                             "again under the same limit. Start a new RUN_ID with a higher --max-turns.")
+    state = ("completed" if latest.status == WorkflowExecutionStatus.COMPLETED
+             else "running" if latest.status == WorkflowExecutionStatus.RUNNING else "failed")
+    refused = loop_retry_refusal(run_id, state, error)
+    if refused is not None:
+        raise RestartRefused(refused)
     unfinished = [(step, attempts) for step, attempts in latest.attempts.items()
                   if attempts and attempts[-1].outcome != "completed"]
     if not unfinished:

@@ -180,21 +180,31 @@ class RestartRefused(ValueError):
     """A run that cannot be restarted at its failed step; the message says why and what to do."""
 
 
+def retry_refusal(run_id: str, state: str, error: str | None, *, input_refused: bool | None = None) -> str | None:
+    """Why ``starter.py retry`` refuses a run whose status (``steps.runstate``'s word) is ``state`` and whose
+    error is ``error``, or None: it restarts the run at its failed step. What ``restart_failed_run`` refuses
+    with, and what ``starter.py settle`` tells of a retry before one is tried. ``input_refused``: whether the
+    run failed on its input (None: ``error`` starts so, as the flow's does; ``flowclient.loop`` decides its own)."""
+    if state == "completed":
+        return f"run {run_id} completed; a completed run cannot be retried. Start a new RUN_ID to do the task again."
+    if state in ("running", "parked"):
+        return f"run {run_id} is still open ({state}); retry is for a run that failed or timed out"
+    if (error or "").startswith("input refused") if input_refused is None else input_refused:
+        return (f"run {run_id} failed on its input ({error}); the same input would fail again. "
+                "Start a new RUN_ID with corrected input.")
+    return None
+
+
 async def restart_failed_run(client: Client, run_id: str) -> tuple[str, int, str]:
     """Reset a failed or timed-out run to the workflow task that first scheduled
     its failed step. Returns (step, reset event id, new Temporal run id)."""
     description, history = await read_history(client, run_id)
-    state = description.status
-    if state == WorkflowExecutionStatus.COMPLETED:
-        raise RestartRefused(f"run {run_id} completed; a completed run cannot be retried. "
-                           "Start a new RUN_ID to do the task again.")
-    if state == WorkflowExecutionStatus.RUNNING:
-        raise RestartRefused(f"run {run_id} is still open ({(await run_status(client, run_id))['status']}); "
-                           "retry is for a run that failed or timed out")
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        raise RestartRefused(retry_refusal(run_id, "completed", None) or "")
     status = await run_status(client, run_id)
-    if (status.get("error") or "").startswith("input refused"):
-        raise RestartRefused(f"run {run_id} failed on its input ({status['error']}); the same input would fail "
-                           "again. Start a new RUN_ID with corrected input.")
+    refused = retry_refusal(run_id, status["status"], status.get("error"))
+    if refused is not None:
+        raise RestartRefused(refused)
     step = status["current_step"]
     traces = [t for t in (await activity_traces(client, history)).values() if t.step == step]
     if traces:

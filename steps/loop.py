@@ -136,7 +136,9 @@ holds them at or above memory's count."""
 #   calls; measured in the tests) and the rest (the task, 4,000 characters: 24,000 bytes at 6 a character;
 #   the run's instructions, its prompt and tools, ``MAX_INSTRUCTIONS_CHARS`` characters of JSON: 24,000; the
 #   address, the rule, the signature, the counts: under 4,000): ``CARRIED_REST_BYTES``, 52,000; so the
-#   window may hold (1,835,008 - 52,000 - 20 x 40,000) / 10 = 98,300 tokens: ``MAX_WINDOW_TOKENS``, 98,000;
+#   window may hold (1,835,008 - 52,000 - 20 x 40,000) // 10 = 98,300 tokens, rounded down to the thousand:
+#   ``MAX_WINDOW_TOKENS``, 98,000 (docs/agent-loop.md gives the same arithmetic; tests/test_loop_steps.py
+#   holds it to these constants);
 # - a turn's request is that window and a few numbers; a turn's answer at most 20,000 characters of text
 #   (240,000 bytes) and 8 calls of at most 8,000 characters of arguments, a 256-character id and a 64-character
 #   name (8 x 99,840 bytes): 1,038,720 bytes; a tool's result a JSON text of its call's fields, a refusal's
@@ -725,22 +727,42 @@ framing with a 64-character id and name, a 64-character order id, the truncation
 the lookup's result (147 at most; tests/test_loop_steps.py holds it to memory's count)."""
 
 
+MIN_WINDOW_TOKENS = 311
+"""The fewest window tokens any run can start with: memory's count of this code's system instructions (106),
+the shortest task (one character: 5) and one round (``ONE_ROUND_TOKENS``, 200). Stated, not counted here
+(``steps`` imports nothing of memory); tests/test_loop_steps.py holds it to memory's count, so a longer
+prompt moves it. A given task needs more: its own count (``check_loop_inputs``' ``start_tokens``)."""
+MIN_WINDOW_TOKENS_BEFORE = 200
+"""The floor the range check stated before ``MIN_WINDOW_TOKENS``, which the workflow keeps: its start check,
+with the run's own prompt and task, refuses whatever the real floor would, and a floor that moved with this
+code's prompt would decide a recorded run otherwise on replay."""
+
+
 def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS,
                       window_messages: Any = DEFAULT_WINDOW_MESSAGES,
                       start_tokens: int | None = None,
-                      max_window_tokens: int = MAX_WINDOW_TOKENS) -> tuple[int, int, int]:
+                      max_window_tokens: int = MAX_WINDOW_TOKENS,
+                      min_window_tokens: int = MIN_WINDOW_TOKENS) -> tuple[int, int, int]:
     """The loop's numbers, checked (``InputError`` saying what to give otherwise). ``start_tokens``: memory's
     count of the system instructions and the task (``system_message``, ``task_message``; the caller counts,
     ``steps`` imports nothing of memory). Given, the window must hold them and one round
     (``ONE_ROUND_TOKENS``): memory pins only the system instructions, so a window that cannot would evict
     the task before the model's first tool result, and a model that needs it would fail on every attempt.
+    Whatever the task, the window tokens are at least ``min_window_tokens`` (``MIN_WINDOW_TOKENS``: what
+    the shortest task needs; the workflow passes ``MIN_WINDOW_TOKENS_BEFORE``).
     ``max_window_tokens``: ``MAX_WINDOW_TOKENS`` (what a payload holds); a run recorded before that cap
     replays under the one it started with, ``WINDOW_TOKENS_BEFORE_CAP``."""
     for name, value, low, high in (("max turns", max_turns, 1, MAX_TURNS_LIMIT),
-                                   ("window tokens", window_tokens, 200, max_window_tokens),
+                                   ("window tokens", window_tokens, min_window_tokens, max_window_tokens),
                                    ("window messages", window_messages, 4, 100_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+            why = ""
+            if name == "window tokens" and isinstance(value, int) and not isinstance(value, bool) and value < low:
+                why = (f": the window must hold the system instructions and the task ({low - ONE_ROUND_TOKENS} "
+                       f"tokens at the least, a one-character task) and one round of a tool call and its result "
+                       f"({ONE_ROUND_TOKENS}); give at least {low} window tokens, more for a longer task (the "
+                       f"default is {DEFAULT_WINDOW_TOKENS})")
+            raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}{why}")
     if start_tokens is not None and start_tokens + ONE_ROUND_TOKENS > window_tokens:
         need = start_tokens + ONE_ROUND_TOKENS
         raise InputError(f"window tokens of {window_tokens} cannot hold the system instructions and the task "

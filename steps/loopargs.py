@@ -23,8 +23,9 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
                              "that still asks for tools at the limit fails the run, naming it")
     parser.add_argument("--window-tokens", default=None, metavar="N",
-                        help=f"the prompt window's token bound (default {loop.DEFAULT_WINDOW_TOKENS}); recorded, so "
-                             "a resume derives the same windows")
+                        help=f"the prompt window's token bound, {loop.MIN_WINDOW_TOKENS}-{loop.MAX_WINDOW_TOKENS} "
+                             f"(default {loop.DEFAULT_WINDOW_TOKENS}; a long task needs more than the least: the "
+                             "refusal says how many); recorded, so a resume derives the same windows")
     parser.add_argument("--window-messages", default=None, metavar="N",
                         help=f"the prompt window's message bound (default {loop.DEFAULT_WINDOW_MESSAGES}); recorded")
     parser.add_argument("--orders", nargs="+", action="extend", default=[], metavar="ORDER=CENTS",

@@ -25,7 +25,7 @@ cannot be written from outside a run, so it is only reported there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from steps.controls import printable
@@ -85,17 +85,44 @@ def what_retry_does(entry: Mapping[str, Any]) -> str:
     return "it is sent with the same key, and the provider applies it once"
 
 
-def render_settle(run_id: str, report: list[dict[str, Any]], *, retry: str,
+def settle_advice(run_id: str, state: str, *, retry: str, refused: str | None, in_doubt: Sequence[str],
+                  follow: str, status: str) -> tuple[bool, str]:
+    """What the report says to do next, from the run's own state (``state``: ``steps.runstate``'s word for
+    the run), so it never points at a retry the engine would refuse: (whether each key's lines say what
+    ``retry`` meets, the closing line). ``refused``: why the engine's retry refuses this run, or None;
+    ``in_doubt``: the steps its status shows in doubt; ``follow`` and ``status``: the engine's commands that
+    follow an open run and show a run."""
+    if state == "completed":
+        return False, (f"run {run_id} completed: nothing to do. Its steps are done and the answers above are what "
+                       "the provider applied under their keys; a completed run cannot be retried (a new RUN_ID "
+                       "does the task again).")
+    if state == "parked":
+        return False, (f"run {run_id} is parked (open; its workflow task keeps failing): `{status}` says what "
+                       "parked it and what to do; a retry is refused while it is open.")
+    if state == "running":
+        return False, (f"run {run_id} is still running: nothing to do by hand. Its own next attempts send the same "
+                       f"keys, so what the provider holds is replayed, never applied again; `{follow}` follows it "
+                       "(a retry is for a run that failed).")
+    if refused is not None:
+        return False, f"`{retry}` is refused for this run: {refused}"
+    doubt = f"{', '.join(in_doubt)} in doubt: the answers above settle it. " if in_doubt else ""
+    return True, (f"run {run_id} {state}. {doubt}`{retry}` restarts it at its failed step; each key then meets "
+                  "what its lines say.")
+
+
+def render_settle(run_id: str, report: list[dict[str, Any]], *, retry: str | None,
                   recorded: Mapping[str, str] | None = None, footer: str | None = None) -> str:
-    """The report for a terminal. ``retry``: the engine's retry command; ``recorded``:
-    by step, what the engine did with the answer; ``footer``: a closing line."""
+    """The report for a terminal. ``retry``: the engine's retry command, or None where a retry is not the
+    next step (``settle_advice``); ``recorded``: by step, what the engine did with the answer; ``footer``: a
+    closing line."""
     lines = [f"run {run_id}: what the provider holds under each effect step's key"]
     for e in report:
         lines.append(f"  {e['step']}: {answer_text(e)}")
         lines.append(f"    key {e['key']}")
         if recorded and e["step"] in recorded:
             lines.append(f"    {recorded[e['step']]}")
-        lines.append(f"    `{retry}`: {what_retry_does(e)}")
+        if retry is not None:
+            lines.append(f"    `{retry}`: {what_retry_does(e)}")
     if footer:
         lines.append(footer)
     # The ids and times are the provider's answer: data, escaped for the terminal.

@@ -16,6 +16,7 @@ from typing import Any
 
 from lab.model_standin import turns_asked
 from providerclient import EffectRecord, fetch_effects, lookup_counts
+from steps.loop import MIN_WINDOW_TOKENS
 
 ORDERS = {"A-1001": 2500, "B-2002": 1200}
 TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
@@ -25,7 +26,7 @@ TURNS = 6
 BAD_LOOP_INPUT = [
     (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
     (["--max-turns", "many"], "max turns must be a whole number from 1 to 10000, got 'many'"),
-    (["--window-tokens", "10"], "window tokens must be a whole number from 200"),
+    (["--window-tokens", "10"], f"window tokens must be a whole number from {MIN_WINDOW_TOKENS}"),
     (["--email", "not-an-address"], "malformed"),
 ]
 """Bad input to ``loop`` after ``RUN_ID TASK --email ADDR``, and the words every engine's CLI refuses it with."""

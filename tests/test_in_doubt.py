@@ -87,6 +87,7 @@ async def test_temporal_lost_answers_leave_the_step_in_doubt_and_settle_says_app
     assert "send_confirmation: applied at" in told.stdout, told.stdout
     assert f"`python starter.py retry {run_id}`: the same key gets this answer back" in told.stdout, told.stdout
     assert "Temporal's history cannot record these answers" in told.stdout, told.stdout
+    assert "still shows send_confirmation in_doubt" in told.stdout, told.stdout
     assert (await wait_closed(client, run_id))["steps"][1]["status"] == "in_doubt"
 
     async with ProviderClient(provider.url) as pc:
@@ -98,6 +99,11 @@ async def test_temporal_lost_answers_leave_the_step_in_doubt_and_settle_says_app
     assert done["status"] == "completed"
     assert done["steps"][1]["result"]["message_id"] == report["send_confirmation"]["ids"]["message_id"]
     assert email_counts(provider, run_id) == (requests + 1, 1)
+    # Completed now: settle says so, with no retry (it would refuse the run) and nothing in doubt.
+    after = subprocess.run([sys.executable, "starter.py", "settle", run_id], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and f"run {run_id} completed: nothing to do" in after.stdout, after
+    assert "starter.py retry" not in after.stdout and "in_doubt" not in after.stdout, after.stdout
 
 
 async def test_temporal_refused_connections_are_not_in_doubt(client, workers, provider, run_id, task_queue):

@@ -6,7 +6,7 @@ runrecord`` processes, SIGKILLed at a crash point.
 - ``starter.py loop``: starts a loop run (seeding the orders its task names), attaches to it when started
   again, follows it turn by turn to its end; ``status`` (text and ``--json``, the shape docs/commands.md
   shows) shows every turn, each call's key and status, the answer and the chain's Temporal runs; the
-  Temporal UI's details say the turn the run is at;
+  Temporal UI's details say the turn the run is at; ``settle`` of the completed run: nothing to do;
 - bad input: exit 2 with what to give, and nothing started;
 - the driver interface (``lab.engines``: ``start_loop``, ``resume``, ``loop_status``) on the run record and
   on Temporal: killed right after a refund, resumed, read back in one shape, the same on both engines;
@@ -32,6 +32,7 @@ from lab.engines import InMemoryDriver, LoopStatus, RunRecordDriver, TemporalDri
 from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import REPO, wait_until
 from providerclient import fetch_effects, seed_orders
+from steps.loop import MIN_WINDOW_TOKENS
 from tests.loop_support import model_env
 from tests.support import EMAIL, TASK
 
@@ -150,6 +151,17 @@ async def test_starter_loop_starts_attaches_and_status_shows_every_turn(client, 
     assert {c["key"] for t in status["turns"] for c in t["calls"] if c["key"]} == {
         e.key for e in fetch_effects(provider.url, run_id=run_id)}
 
+    # settle of the completed run: each key applied, and nothing to do: no retry (which refuses it), none in doubt.
+    settled = starter(env, "settle", run_id)
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+    assert settled.stdout.count(": applied at ") == 3 and f"run {run_id} completed: nothing to do" in settled.stdout
+    assert "starter.py retry" not in settled.stdout and "in_doubt" not in settled.stdout, settled.stdout
+    report = json.loads(starter(env, "settle", run_id, "--json").stdout)
+    assert (report["run_status"], report["in_doubt"]) == ("completed", []), report
+    assert {e["state"] for e in report["steps"]} == {"applied"} and "nothing to do" in report["advice"], report
+    refused = starter(env, "retry", run_id)  # what settle no longer suggests
+    assert refused.returncode == 2 and "a completed run cannot be retried" in refused.stderr, refused
+
 
 async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_server, provider, run_id, task_queue):
     env = starter_env(dev_server, provider.url, task_queue)
@@ -162,7 +174,9 @@ async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_s
     cases = [
         (loop_args + ["--max-turns", "abc"], "max turns must be a whole number from 1 to 10000, got 'abc'"),
         (loop_args + ["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),
-        (loop_args + ["--window-tokens", "5"], "window tokens must be a whole number from 200"),
+        (loop_args + ["--window-tokens", "5"], f"window tokens must be a whole number from {MIN_WINDOW_TOKENS}"),
+        (loop_args + ["--window-tokens", str(MIN_WINDOW_TOKENS - 1)],
+         f"give at least {MIN_WINDOW_TOKENS} window tokens"),
         (loop_args + ["--window-messages", "many"], "window messages must be a whole number from 4"),
         (loop_args + ["--history-bound", "5"], "history bound must be a whole number of events from 10 to 20000"),
         (loop_args + ["--orders", "A-1001"], "give ORDER=CENTS"),

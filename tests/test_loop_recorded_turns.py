@@ -1,7 +1,8 @@
 """Where a reset run looks for a turn already recorded (``activities.recorded_turns``), on histories built
 here, in process: the base of the reset, the base of a base (a reset of a reset run), the run a base
 continued as new into (a reset of an earlier run of a chain), the runs the reset run continued into; and
-no reuse once a turn since the reset was asked of the model, even where a base holds the turn.
+no reuse once a turn since the reset was asked of the model, even where a base holds the turn; and how
+``status`` and ``watch`` show a reused turn.
 (tests/test_loop_resets.py proves the whole of it with the CLI, worker processes and the provider.)"""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from temporalio.converter import DataConverter
 
 from activities.loop import MODEL_TURN
 from activities.recorded_turns import recorded_turn
+from flowclient.loop import REUSED_NOTE, loop_lines, loop_ticker
 from steps.loop import TurnResult
 from workflows.agent_loop import LOOP_RESET_PATCH
 
@@ -117,3 +119,20 @@ def test_the_reset_patch_keeps_its_recorded_id():
     reused its base's turns); a changed value would send a reset of a run recorded under it down the old
     path, asking its turns again."""
     assert LOOP_RESET_PATCH == "loop-reset-reuses-turns"
+
+
+def test_a_reused_turn_says_so_in_status_and_watch():
+    """``loop_status`` marks each turn ``reused`` (tests/test_loop_resets.py reads it from real resets); the
+    text of ``status`` and the lines of ``watch`` say so on that turn's line, and on no other."""
+    call = {"index": 0, "name": "lookup_order", "key": None, "status": "completed", "attempts": 1, "crashes": 0,
+            "last_error": None, "run": 0, "outcome": "ok", "arguments": '{"order_id": "A-1001"}', "result": "{}"}
+    status = {"run_id": WF, "status": "completed", "turn": 2, "max_turns": 20, "answer": "Done.",
+              "turns": [{"turn": 1, "status": "completed", "attempts": 1, "reused": False, "calls": [call]},
+                        {"turn": 2, "status": "completed", "attempts": 1, "reused": True, "calls": []}]}
+    lines = loop_lines(status)
+    assert "  turn 1: completed: asked for lookup_order" in lines, lines
+    assert f"  turn 2: completed: the final answer (no tool) ({REUSED_NOTE})" in lines, lines
+    ticked: list[str] = []
+    loop_ticker(out=ticked.append)(status)
+    turn_lines = [line for line in ticked if ": completed (attempt 1): " in line and " turn-" in line]
+    assert [REUSED_NOTE in line for line in turn_lines] == [False, True], ticked

@@ -17,6 +17,7 @@ the keys the provider holds.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -28,10 +29,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from flowclient.loop import loop_status, start_loop
+from flowclient.loop import REUSED_NOTE, loop_status, start_loop
 from lab.model_standin import start_model_standin
 from lab.processes import REPO, temporal_cli, wait_until
-from providerclient import fetch_effects, seed_orders
+from providerclient import fetch_effects, lookup_counts, seed_orders
 from tests.loop_support import CUSTOMER, ORDERS, TASK, assert_each_effect_once, model_env
 
 pytestmark = pytest.mark.process
@@ -114,6 +115,46 @@ async def test_reset_to_every_task_of_a_completed_run_applies_each_effect_once(
     await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12)
     _check_after(provider.url, run_id, await _completed(client, run_id, ""))
     assert await _reset_every_point_of_a_closed_run(client, dev_server.address, provider.url, run_id) >= 10
+
+
+def _starter(address: str, provider_url: str, task_queue: str, *args: str) -> str:
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "TASK_QUEUE": task_queue, "PROVIDER_URL": provider_url}
+    done = subprocess.run([sys.executable, "starter.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+async def test_a_reset_shows_the_turns_it_reused_and_reads_the_keyless_lookup_again(
+        client, dev_server, workers, provider, run_id, task_queue, standin):
+    """Reset a completed run to the workflow task that scheduled turn 2: turns 2 to 6 are the base's, reused,
+    and ``status`` (text and ``--json``) and ``watch`` say so for them and not for turn 1. Their calls ran
+    again: each effect replayed under its key (once at the provider), and turn 3's ``lookup_order``, which has
+    no key, read its order once more (docs/operations.md); turn 1's lookup, before the point, did not."""
+    seed_orders(provider.url, ORDERS)
+    workers(extra_env=model_env(standin))
+    await start_loop(client, run_id, TASK, CUSTOMER, task_queue=task_queue, max_turns=12)
+    _check_after(provider.url, run_id, await _completed(client, run_id, ""))
+    assert lookup_counts(provider.url, run_id)["by_order"] == {"A-1001": 1, "B-2002": 1}
+    base = (await client.get_workflow_handle(run_id).describe()).run_id
+    events = (await client.get_workflow_handle(run_id, run_id=base).fetch_history()).events
+    turn_2 = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                  and e.activity_task_scheduled_event_attributes.activity_id.startswith("turn-2/"))
+    point = max(e.event_id for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and e.event_id < turn_2)
+    _reset(dev_server.address, run_id, base, point)
+    status = await _completed(client, run_id, base)
+    _check_after(provider.url, run_id, status)
+    assert {t["turn"]: t["reused"] for t in status["turns"]} == {1: False, **{n: True for n in range(2, 7)}}, status
+    assert lookup_counts(provider.url, run_id)["by_order"] == {"A-1001": 1, "B-2002": 2}
+
+    text = _starter(dev_server.address, provider.url, task_queue, "status", run_id)
+    marked = [line for line in text.splitlines() if line.startswith("  turn ")]
+    assert [REUSED_NOTE in line for line in marked] == [False] + [True] * 5, text
+    as_json = json.loads(_starter(dev_server.address, provider.url, task_queue, "status", run_id, "--json"))
+    assert [t["reused"] for t in as_json["turns"]] == [False] + [True] * 5, as_json
+    watched = _starter(dev_server.address, provider.url, task_queue, "watch", run_id)
+    assert f"turn-3: completed (attempt 1): asked for lookup_order ({REUSED_NOTE})" in watched, watched
 
 
 async def test_reset_to_every_task_of_a_run_in_flight_applies_each_effect_once(

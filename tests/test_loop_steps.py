@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +17,10 @@ from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat
 from payloadcodec import data_converter_from_env
 from steps.errors import IdempotencyConflict, PermanentError, Refused
 from steps.flow import StepDeps
-from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError
+from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError, check_task
 from steps.loop import (
     CALL_RESERVE_TOKENS,
+    CARRIED_REST_BYTES,
     DEFAULT_WINDOW_TOKENS,
     KEPT_TURNS,
     MAX_ARGUMENTS_CHARS,
@@ -28,7 +31,10 @@ from steps.loop import (
     MAX_LOOP_BODY_CHARS,
     MAX_TURNS_LIMIT,
     MAX_WINDOW_TOKENS,
+    MIN_WINDOW_TOKENS,
+    MIN_WINDOW_TOKENS_BEFORE,
     ONE_ROUND_TOKENS,
+    PAYLOAD_BUDGET_BYTES,
     PAYLOAD_LIMIT_BYTES,
     TURN_SUMMARY_BYTES,
     WINDOW_BYTES_PER_TOKEN,
@@ -405,6 +411,25 @@ def test_a_window_that_cannot_hold_the_start_and_one_round_is_refused_naming_wha
     assert check_loop_inputs(20, DEFAULT_WINDOW_TOKENS, 40, start_tokens("Refund A-1001", chat_tokens))
 
 
+def test_the_least_window_stated_is_the_least_any_task_can_start_with():
+    """``MIN_WINDOW_TOKENS`` is memory's count of the system instructions, the shortest task the rules accept
+    and one round: one token under is refused whatever the task, saying what to give; at it, the shortest
+    task starts. (It was 200, which no task could start with.)"""
+    shortest = check_task("x")
+    assert MIN_WINDOW_TOKENS == start_tokens(shortest, chat_tokens) + ONE_ROUND_TOKENS
+    under = MIN_WINDOW_TOKENS - 1
+    for start in (None, start_tokens(shortest, chat_tokens)):
+        with pytest.raises(InputError, match=rf"window tokens must be a whole number from {MIN_WINDOW_TOKENS} to "
+                                             rf"{MAX_WINDOW_TOKENS}, got {under}: .* give at least "
+                                             rf"{MIN_WINDOW_TOKENS} window tokens"):
+            check_loop_inputs(20, under, 40, start)
+        assert check_loop_inputs(20, MIN_WINDOW_TOKENS, 40, start) == (20, MIN_WINDOW_TOKENS, 40)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent-loop.md").read_text()
+    assert f"`--window-tokens` is at least {MIN_WINDOW_TOKENS} (`MIN_WINDOW_TOKENS`" in " ".join(page.split())
+    # The workflow keeps the floor it always checked: a recorded run is decided as it was.
+    assert check_loop_inputs(20, MIN_WINDOW_TOKENS_BEFORE, 40, None, MAX_WINDOW_TOKENS, MIN_WINDOW_TOKENS_BEFORE)
+
+
 def test_one_round_holds_memorys_count_of_a_lookup_and_its_result():
     call = {"id": "c" * 64, "type": "function", "function": {"name": "n" * 64,
                                                              "arguments": json.dumps({"order_id": "O" * 64})}}
@@ -476,8 +501,34 @@ def test_no_payload_the_loop_can_make_is_over_temporals_limit():
     assert sizes["carried"] > PAYLOAD_LIMIT_BYTES // 2, sizes  # the budget is used, not wasted
 
 
+def _figures(text: str) -> list[int]:
+    """The numbers written with thousands commas in ``text`` (``1,835,008``), in order."""
+    return [int(n.replace(",", "")) for n in re.findall(r"\b\d{1,3}(?:,\d{3})+\b", text)]
+
+
+def test_the_window_cap_in_docs_agent_loop_is_the_codes_arithmetic():
+    """docs/agent-loop.md's table and the sentence after it give ``MAX_WINDOW_TOKENS`` step by step, as
+    ``steps.loop`` computes it: each figure the code's, the division and the rounding down to the thousand."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent-loop.md").read_text()
+    table = page.partition("### What a payload may hold")[2].partition("<!-- window-cap-arithmetic -->")
+    rows = {line.split("|")[1].strip(): _figures(line.split("|")[2]) for line in table[0].splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip()[:1].isdigit()}
+    summaries = KEPT_TURNS * TURN_SUMMARY_BYTES
+    left = PAYLOAD_BUDGET_BYTES - CARRIED_REST_BYTES - summaries
+    assert list(rows.values()) == [
+        [PAYLOAD_LIMIT_BYTES], [PAYLOAD_LIMIT_BYTES // 8], [PAYLOAD_BUDGET_BYTES], [summaries],
+        [CARRIED_REST_BYTES], [left]], rows
+    sentence = table[2].partition(";")[0]
+    assert _figures(sentence) == [left, left // WINDOW_BYTES_PER_TOKEN, MAX_WINDOW_TOKENS, PAYLOAD_BUDGET_BYTES,
+                                  CARRIED_REST_BYTES, TURN_SUMMARY_BYTES, 1000, 1000], sentence
+    assert f"{left:,} / {WINDOW_BYTES_PER_TOKEN} = {left // WINDOW_BYTES_PER_TOKEN:,} tokens" in sentence
+    assert f"- {KEPT_TURNS} x {TURN_SUMMARY_BYTES:,}) // {WINDOW_BYTES_PER_TOKEN} // 1,000 x 1,000" in sentence
+    assert MAX_WINDOW_TOKENS == left // WINDOW_BYTES_PER_TOKEN // 1000 * 1000
+
+
 def test_a_window_over_what_a_payload_holds_is_refused():
-    with pytest.raises(InputError, match=f"window tokens must be a whole number from 200 to {MAX_WINDOW_TOKENS}"):
+    with pytest.raises(InputError, match=f"window tokens must be a whole number from {MIN_WINDOW_TOKENS} to "
+                                         f"{MAX_WINDOW_TOKENS}"):
         check_loop_inputs(20, 1_000_000, 40)
 
 

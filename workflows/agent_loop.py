@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         LOOP_SYSTEM_PROMPT,
         MAX_INSTRUCTIONS_CHARS,
         MAX_WINDOW_TOKENS,
+        MIN_WINDOW_TOKENS_BEFORE,
         WINDOW_TOKENS_BEFORE_CAP,
         Chat,
         LoopInputs,
@@ -313,8 +314,11 @@ class AgentLoop:
             prompt = told.prompt if told is not None else LOOP_SYSTEM_PROMPT
             start = start_tokens(task, chat_tokens, prompt) if self._bounded and inp.carried is None else None
             most = MAX_WINDOW_TOKENS if self._bounded else WINDOW_TOKENS_BEFORE_CAP
+            # The floor as it always was: the start check refuses what the clients' floor does, and a floor
+            # that followed this code's prompt could refuse a recorded run on replay (MIN_WINDOW_TOKENS_BEFORE).
             max_turns, window_tokens, window_messages = check_loop_inputs(inp.max_turns, inp.window_tokens,
-                                                                          inp.window_messages, start, most)
+                                                                          inp.window_messages, start, most,
+                                                                          MIN_WINDOW_TOKENS_BEFORE)
             bound = inp.history_bound
             if isinstance(bound, bool) or not isinstance(bound, int) or \
                     not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
