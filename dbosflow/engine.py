@@ -88,8 +88,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
-from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
+try:
+    from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
+    from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
+except ImportError as err:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "dbosflow needs DBOS Transact, an optional extra of this project: pip install -e '.[dbos]' "
+        "(make test installs it with the dev extra)"
+    ) from err
 
 from dbosflow import sysdb
 from dbosflow.sysdb import SystemDb, system_db

@@ -104,6 +104,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypedDict
 
+from dbosflow.sides import DbosSide
 from lab.processes import REPO, DevServer, Proc
 from steps import startedline
 from steps.loop import (
@@ -118,7 +119,6 @@ from steps.loop import (
     turn_step,
 )
 from steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
-from steps.sides import DbosSide
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -60,6 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dbosflow.sides import DbosSide
 from lab.engines import (
     DbosDriver,
     EngineDriver,
@@ -100,9 +101,9 @@ from lesson.scenario import (
     state_and_stamp,
 )
 from providerclient import fetch_effects, seed_orders
+from runrecord.sides import RecordSide
 from steps.loop import call_step, parse_step
 from steps.runstate import unix
-from steps.sides import DbosSide, RecordSide
 from steps.startedline import parse_started
 from timeline import OBSERVED, RECORD
 
