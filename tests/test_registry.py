@@ -3,12 +3,14 @@ engine a test registers, and an unknown name is refused with the names there are
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
 
 from lab import engines, registry
 from lab.engines import EngineDriver, Settled, Status, driver_for
+from lab.loop_chaos import LoopChaosConfig, Session, run_engine, run_loop_chaos
 from lab.processes import Proc
 from steps.engine_row import Engine
 from steps.plan import FLOW, FlowStep
@@ -35,8 +37,16 @@ def stub_points(flow: Sequence[FlowStep]) -> tuple[str, ...]:
     return tuple(f"stub:{s.name}:after_record" for s in flow)
 
 
+class StubSession(Session):
+    """The loop chaos's session of the stub: it plans one wave and plays nothing."""
+
+    async def play(self) -> None:
+        self.plan_wave()
+        self.say("the stub's session played")
+
+
 STUB = Engine(name="stub", rank=99, label="a test's stub", driver=f"{__name__}:StubDriver",
-              loop_session="lab.loop_chaos:RunRecordSession", crash_points=stub_points, letter="S")
+              loop_session=f"{__name__}:StubSession", crash_points=stub_points, letter="S")
 
 
 @pytest.fixture
@@ -100,3 +110,33 @@ def test_a_server_engine_needs_its_server():
     for name in server_engines:
         with pytest.raises(ValueError, match="needs a dev server"):
             driver_for(name)
+
+
+def test_every_registration_names_classes_that_exist():
+    """Each engine's import strings resolve: its driver, and its loop chaos session where it runs the loop."""
+    for row in registry.engines():
+        assert issubclass(registry.driver_class(row.name), EngineDriver), row
+        if row.loop_session is not None:
+            assert issubclass(registry.session_class(row.name), Session), row
+
+
+def test_the_loop_chaos_lists_a_stub_engine_and_refuses_an_unknown_one(stub, tmp_path):
+    assert LoopChaosConfig().engines[-1] == "stub"
+    assert registry.session_class("stub") is StubSession
+    with pytest.raises(registry.UnknownEngine, match="choose from .*stub"):
+        asyncio.run(run_engine("nope", LoopChaosConfig(workdir=tmp_path)))
+
+
+@pytest.mark.process
+async def test_the_loop_chaos_reaches_a_stub_engine_through_the_registry(stub, tmp_path):
+    """The loop chaos of a stub engine: its session made from its row, played, checked (the provider and the
+    model stand-in are real processes; the stub's session starts nothing)."""
+    lines: list[str] = []
+    reports = await run_loop_chaos(LoopChaosConfig(engines=("stub",), runs=2, workdir=tmp_path, say=lines.append))
+    assert [r.engine for r in reports] == ["stub"] and reports[0].error is None, (reports, lines)
+    assert any("stub: the stub's session played" in line for line in lines), lines
+    # The checks ran over the stub's runs: planned, never run, so each fails the first check.
+    assert len(reports[0].findings.failed) == 2 and not reports[0].ok
+    assert all("its engine holds no such run" in line for line in reports[0].findings.failed)
+    assert {r.run.run_id.split("-")[1] for r in reports[0].runs} == {"stub"}
+    assert all(order.startswith("S-") for r in reports[0].runs for order in r.run.orders)
