@@ -132,6 +132,15 @@ def of_driver(cls: type) -> Engine | None:
     return None
 
 
+def registration_of(cls: type) -> Engine:
+    """``of_driver``, for a driver that must be a registered engine's (``UnknownEngine`` otherwise): how a
+    tool that has a lane of its own for one engine (a benchmark) names it without writing its name again."""
+    found = of_driver(cls)
+    if found is None:
+        raise UnknownEngine(f"{cls.__name__} is no registered engine's driver: choose from {', '.join(names())}")
+    return found
+
+
 def engine_points(flow: Sequence[FlowStep]) -> dict[str, tuple[str, ...]]:
     """Each engine's own crash points for ``flow``, as its code names them (its ``crash_points``)."""
     return {e.name: e.crash_points(tuple(flow)) for e in engines()}
