@@ -1,7 +1,10 @@
 """One driver per engine: how the lab, the lessons and the tests start a run, kill it, resume it and read it.
 
-The four engines run the same flow (``steps.plan``), each in processes of its
-own. What it takes to drive each is written here and nowhere else:
+The engines are the registry's (``lab.registry``: each engine's package
+registers a row naming its driver here; ``driver_for(name)`` makes it), and the
+in-memory flow is a lane beside them (``LANES``). All run the same flow
+(``steps.plan``), each in processes of its own. What it takes to drive each is
+written here and nowhere else:
 
 =============  ===============================================  ==============================================
 engine         ``start``: the process that dies at ``crash_at``  ``resume``: followed until the run stops
@@ -15,7 +18,7 @@ engine         ``start``: the process that dies at ``crash_at``  ``resume``: fol
                                                                  recovery on launch)
 =============  ===============================================  ==============================================
 
-One interface, ``EngineDriver``:
+One interface, ``EngineDriver``, the engine protocol:
 
 - ``start(run_id, task, email, crash_at=...)`` returns the process that runs
   the run, armed with ``CRASH_AT`` (``steps.crashpoints``; docs/crashpoints.md
