@@ -448,9 +448,12 @@ class _CliDriver(EngineDriver):
         found: Status | None = await self.cli_json("status", run_id)
         return found
 
-    def spawn_loop(self, run_id: str, task: str, email: str, *, crash_at: str, max_turns: int, window_tokens: int,
-                   window_messages: int) -> Proc:
-        """``python -m MODULE loop RUN_ID TASK``, which runs the loop to its end in that process."""
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """``python -m MODULE loop RUN_ID TASK``, which runs the loop to its end in that process (on DBOS each
+        turn and each call a DBOS step); ``resume`` is the engine's, as for the flow. Neither the run record nor
+        DBOS keeps a history to bound: ``history_bound`` is Temporal's, ignored here."""
         argv = ["-m", self.module, "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
                 "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
         return self.spawn(f"{self.module}-loop", argv, crash_at=crash_at)
@@ -503,15 +506,6 @@ class RunRecordDriver(_CliDriver):
         await self.exit_code(self.spawn(f"{self.module}-retry", ["-m", self.module, "retry", run_id]), timeout)
         return await self.status(run_id)
 
-    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
-                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
-                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
-        """``python -m runrecord loop RUN_ID TASK``, which runs the loop to its end in that process. The record
-        has no history to bound: ``history_bound`` is Temporal's, ignored here."""
-        return self.spawn_loop(run_id, task, email, crash_at=crash_at, max_turns=max_turns,
-                               window_tokens=window_tokens, window_messages=window_messages)
-
-
 
 class DbosDriver(_CliDriver):
     """The flow and the agent loop on DBOS Transact (``python -m dbosflow``; the optional ``dbos`` extra)."""
@@ -522,16 +516,6 @@ class DbosDriver(_CliDriver):
         """DBOS's own rows for the run (``python -m dbosflow steps --json``): this process imports no DBOS."""
         side: DbosSide | None = await self.cli_json("steps", run_id)
         return side
-
-    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
-                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
-                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
-        """``python -m dbosflow loop RUN_ID TASK``, which runs the loop to its end in that process (each turn and
-        each call a DBOS step); ``resume`` is DBOS's recovery, as for the flow. DBOS keeps one workflow with
-        every step's output, no history to bound: ``history_bound`` is Temporal's, ignored here."""
-        return self.spawn_loop(run_id, task, email, crash_at=crash_at, max_turns=max_turns,
-                               window_tokens=window_tokens, window_messages=window_messages)
-
 
 
 class TemporalDriver(EngineDriver):

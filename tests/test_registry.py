@@ -17,9 +17,7 @@ from steps.plan import FLOW, FlowStep
 
 
 class StubDriver(EngineDriver):
-    """An engine that keeps its runs in a dict and starts no process."""
-
-    runs: dict[str, Status] = {}
+    """An engine that starts no process and holds no run."""
 
     async def start(self, run_id: str, task: str, email: str, *, crash_at: str = "",
                     conversation: str | None = None, args: Sequence[str] = (), name: str | None = None) -> Proc:
@@ -30,7 +28,7 @@ class StubDriver(EngineDriver):
         raise NotImplementedError("the stub starts no process")
 
     async def status(self, run_id: str) -> Status | None:
-        return self.runs.get(run_id)
+        return None
 
 
 def stub_points(flow: Sequence[FlowStep]) -> tuple[str, ...]:
@@ -46,7 +44,8 @@ class StubSession(Session):
 
 
 STUB = Engine(name="stub", rank=99, label="a test's stub", driver=f"{__name__}:StubDriver",
-              loop_session=f"{__name__}:StubSession", crash_points=stub_points, letter="S")
+              loop_session=f"{__name__}:StubSession", crash_points=stub_points, letter="S",
+              sync_levels=("ON", "OFF"))
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def test_each_engine_registers_in_its_own_package():
     assert list(registry.names()) == sorted(found, key=lambda n: found[n].rank)
     drivers = [registry.driver_class(name) for name in found]
     assert all(issubclass(d, EngineDriver) for d in drivers) and len(set(drivers)) == len(drivers)
-    assert {registry.of_driver(d).name for d in drivers} == set(found)  # type: ignore[union-attr]
+    assert {registry.registration_of(d).name for d in drivers} == set(found)
 
 
 def test_the_lab_reaches_a_stub_engine_registered_by_a_test(stub):
@@ -73,6 +72,16 @@ def test_the_lab_reaches_a_stub_engine_registered_by_a_test(stub):
     assert driver.registration is stub
     assert registry.engine_points(FLOW)["stub"] == stub_points(FLOW)
     assert registry.engine("stub").letter == "S"
+
+
+def test_the_power_cut_matrix_cuts_a_stub_engine_at_each_of_its_levels(stub):
+    from lab import powercut_matrix
+
+    assert "stub" in powercut_matrix.engine_names()
+    chosen = powercut_matrix.cases(["stub"], points=["between"], dirs=["strict"])
+    assert sorted({(c.engine, c.sync) for c in chosen}) == [("stub", "OFF"), ("stub", "ON")]
+    assert [c.own_default for c in chosen if c.placement == "laptop"] == [True, False]
+    assert powercut_matrix.crash_at("stub", "between") == "stub:send_confirmation:after_record"
 
 
 def test_a_registered_name_is_not_taken_twice(stub):
