@@ -74,7 +74,10 @@ from dbos import DBOS  # noqa: E402
 from dbosflow import engine as dbos_engine  # noqa: E402
 from dbosflow import sysdb  # noqa: E402
 from dbosflow.sysdb import system_db  # noqa: E402
+from lab import registry  # noqa: E402
+from lab.engines import DbosDriver, RunRecordDriver, TemporalDriver  # noqa: E402
 from lab.postgres import Postgres  # noqa: E402
+from lab.powercut_postgres import ENGINE as DBOS_PG  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from runrecord.runner import Runner  # noqa: E402
@@ -89,8 +92,12 @@ from wiring import deps_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-ENGINES = ("temporal", "dbos", "record")
-DBOS_PG = "dbos-pg"  # DBOS with its system database on PostgreSQL (dbos_on_postgres)
+# Each engine's lane here, named by its registration (lab.registry), and DBOS on PostgreSQL (dbos_on_postgres),
+# the variant lab.powercut_postgres derives from DBOS's registration.
+TEMPORAL = registry.registration_of(TemporalDriver).name
+DBOS_ENGINE = registry.registration_of(DbosDriver).name
+RECORD = registry.registration_of(RunRecordDriver).name
+ENGINES = (TEMPORAL, DBOS_ENGINE, RECORD)
 RESULTS = [
     to_jsonable(DraftResult(subject="Re: " + TASK, body="Hello,\n\n" + "x" * 300,
                             summary="Drafted a reply to: " + TASK, model="offline")),
@@ -190,12 +197,12 @@ class Engines:
 
     async def run(self, engine: str) -> None:
         run_id = f"b-{engine}-{uuid.uuid4().hex[:10]}"
-        if engine == "temporal":
+        if engine == TEMPORAL:
             from flowclient.runs import start_run
 
             await start_run(self.client, run_id, TASK, EMAIL, queue=self.queue)
             await self.client.get_workflow_handle(run_id).result()
-        elif engine == "dbos":
+        elif engine == DBOS_ENGINE:
             handle = await dbos_engine.start_run(run_id, dbos_engine.new_inputs(
                 run_id, TASK, EMAIL, run_id, uuid.uuid4().hex[:16], RetryRule()))
             await handle.get_result()
@@ -209,9 +216,9 @@ class Engines:
 
     async def noop(self, engine: str) -> float:
         start = time.perf_counter()
-        if engine == "temporal":
+        if engine == TEMPORAL:
             await self.client.execute_workflow(BareN.run, 3, id=f"bare-{uuid.uuid4().hex}", task_queue=self.queue)
-        elif engine == "dbos":
+        elif engine == DBOS_ENGINE:
             handle = await DBOS.start_workflow_async(dbos_noop3)
             await handle.get_result()
         else:
@@ -271,22 +278,22 @@ async def dbos_on_postgres(work: Path, url: str, server: DevServer, pg_url: str,
     # DBOS made its thread pool this loop's default executor and shut it down with DBOS.destroy: a new one.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
     async with Engines(work, url, server, dbos_db=pg_url) as eng:
-        await eng.run("dbos")  # warm-up: the schema, connections, the first workflow
-        await eng.noop("dbos")
+        await eng.run(DBOS_ENGINE)  # warm-up: the schema, connections, the first workflow
+        await eng.noop(DBOS_ENGINE)
         DBOS_STEP_TIMES.clear()
-        noop = [await eng.noop("dbos") for _ in range(max(args.latency_runs, 20))]
+        noop = [await eng.noop(DBOS_ENGINE) for _ in range(max(args.latency_runs, 20))]
         out["step"][DBOS_PG] = statistics.median(DBOS_STEP_TIMES)
         out["noop"][DBOS_PG] = statistics.median(noop)
         lat = []
         for _ in range(args.latency_runs):
             t = time.perf_counter()
-            await eng.run("dbos")
+            await eng.run(DBOS_ENGINE)
             lat.append(time.perf_counter() - t)
         out["latency"][DBOS_PG] = (statistics.median(lat), sorted(lat)[int(0.9 * (len(lat) - 1))])
         thr = []
         for r in range(args.rounds_throughput):
             t = time.perf_counter()
-            await asyncio.gather(*(eng.run("dbos") for _ in range(args.batch)))
+            await asyncio.gather(*(eng.run(DBOS_ENGINE) for _ in range(args.batch)))
             thr.append(args.batch / (time.perf_counter() - t))
             print(f"  throughput round {r + 1} {DBOS_PG:<9} {thr[-1]:6.1f} runs/s", flush=True)
         out["throughput"][DBOS_PG] = statistics.median(thr)
@@ -310,13 +317,13 @@ async def main_async(args) -> dict:
             # Per step: floor (two journal modes) and the record, interleaved run by run.
             wal, rollback = bare_db(work / "bare-wal.db", "WAL"), bare_db(work / "bare-rollback.db", "DELETE")
             record = RunRecord(work / "record-step.db")
-            cells: dict[str, list[float]] = {"floor (WAL)": [], "floor (rollback journal)": [], "record": []}
+            cells: dict[str, list[float]] = {"floor (WAL)": [], "floor (rollback journal)": [], RECORD: []}
             for r in range(args.rounds):
                 per: dict[str, list[float]] = {k: [] for k in cells}
                 for i in range(args.step_runs):
                     per["floor (WAL)"].append(bare_step(wal, f"r{r}-{i}"))
                     per["floor (rollback journal)"].append(bare_step(rollback, f"r{r}-{i}"))
-                    per["record"].append(record_step(record, f"r{r}-{i}"))
+                    per[RECORD].append(record_step(record, f"r{r}-{i}"))
                 for k in cells:
                     cells[k].append(statistics.median(per[k]))
             record.close()
@@ -331,7 +338,7 @@ async def main_async(args) -> dict:
                 for _ in range(max(args.latency_runs, 20)):
                     for engine in ENGINES:
                         noop[engine].append(await eng.noop(engine))
-                cells["dbos"] = [statistics.median(DBOS_STEP_TIMES)]
+                cells[DBOS_ENGINE] = [statistics.median(DBOS_STEP_TIMES)]
                 out["noop"] = {e: statistics.median(v) for e, v in noop.items()}
                 lat: dict[str, list[float]] = {e: [] for e in ENGINES}
                 for _ in range(args.latency_runs):
@@ -354,11 +361,11 @@ async def main_async(args) -> dict:
             for trial in range(args.trials):
                 for point in args.points:
                     for engine in [*ENGINES, *([DBOS_PG] if pg is not None else [])]:
-                        if engine == "temporal":
+                        if engine == TEMPORAL:
                             # worker.py as shipped (a cache, 100 ms sticky timeout): bench_resume's tuned+cache
                             from_ready, total = await temporal_resume(server, url, point, "tuned+cache", work)
                             part = total - from_ready
-                        elif engine == "dbos":
+                        elif engine == DBOS_ENGINE:
                             total, part = await dbos_resume(url, point, work)
                         elif engine == DBOS_PG and pg is not None:
                             total, part = await dbos_resume(url, point, work, pg.url("bench_resume"))
@@ -382,22 +389,22 @@ def report(out: dict, args) -> None:
 
     import temporalio
 
-    print(f"dbos {version('dbos')} (SQLite system database; dbos-pg: PostgreSQL), temporalio "
+    print(f"dbos {version('dbos')} (SQLite system database; {DBOS_PG}: PostgreSQL), temporalio "
           f"{temporalio.__version__}; files under .state/; dev server in memory with LAB_SERVER_CONFIG")
     step = out["step"]
-    floor, rec = step["floor (WAL)"], step["record"]
+    floor, rec = step["floor (WAL)"], step[RECORD]
     print(f"\nper durable step (no-op steps; medians of {args.rounds} rounds x {args.step_runs} runs x 3 steps; "
           f"DBOS: {max(args.latency_runs, 20)} workflows x 3 steps; Temporal: no-op workflows / 3)")
     print(f"  {'what':<44} {'us/step':>10} {'x floor':>8} {'x record':>9}")
     rows = [("floor: bare INSERT + commit, WAL, sync FULL", floor),
             ("floor: the same, rollback journal (DBOS's mode)", step["floor (rollback journal)"]),
             ("record: complete_step (one commit)", rec),
-            ("DBOS: run_step_async in a workflow", step["dbos"]),
+            ("DBOS: run_step_async in a workflow", step[DBOS_ENGINE]),
             *([("DBOS on PostgreSQL: run_step_async", step[DBOS_PG])] if DBOS_PG in step else []),
-            ("record: runner end to end, no-op steps", out["noop"]["record"]),
-            ("DBOS: workflow end to end, no-op steps", out["noop"]["dbos"]),
+            ("record: runner end to end, no-op steps", out["noop"][RECORD]),
+            ("DBOS: workflow end to end, no-op steps", out["noop"][DBOS_ENGINE]),
             *([("DBOS on PostgreSQL: the same", out["noop"][DBOS_PG])] if DBOS_PG in out["noop"] else []),
-            ("Temporal: 3 no-op activities end to end", out["noop"]["temporal"])]
+            ("Temporal: 3 no-op activities end to end", out["noop"][TEMPORAL])]
     for label, value in rows:
         print(f"  {label:<44} {value * 1e6:>10.1f} {value / floor:>7.1f}x {value / rec:>8.2f}x")
     print(f"\nthe real flow (offline model, provider, memory), {args.latency_runs} runs one at a time; "
@@ -407,11 +414,11 @@ def report(out: dict, args) -> None:
     lat, thr = out["latency"], out["throughput"]
     shown = [*ENGINES, *([DBOS_PG] if DBOS_PG in lat else [])]
     for e in shown:
-        print(f"  {e:<10} {lat[e][0] * 1000:>9.1f}ms {lat[e][1] * 1000:>7.1f}ms {lat[e][0] / lat['record'][0]:>8.2f}x "
-              f"{lat[e][0] / (3 * floor):>8.0f}x   {thr[e]:>7.1f} {thr[e] / thr['record']:>8.2f}x")
+        print(f"  {e:<10} {lat[e][0] * 1000:>9.1f}ms {lat[e][1] * 1000:>7.1f}ms {lat[e][0] / lat[RECORD][0]:>8.2f}x "
+              f"{lat[e][0] / (3 * floor):>8.0f}x   {thr[e]:>7.1f} {thr[e] / thr[RECORD]:>8.2f}x")
     print(f"\nresume after SIGKILL, from the kill to the run done ({args.trials} trials x {len(args.points)} points)")
     print(f"  {'engine':<10} {'median':>7} {'worst':>7} {'x record':>9}   replacement up and at the step: median")
-    med_rec = statistics.median(t for t, _ in out["resume"]["record"])
+    med_rec = statistics.median(t for t, _ in out["resume"][RECORD])
     for e in shown:
         totals = [t for t, _ in out["resume"][e]]
         parts = [p for _, p in out["resume"][e]]

@@ -92,6 +92,8 @@ from dbosflow import loop as dbos_loop  # noqa: E402
 from flowclient.connect import connect  # noqa: E402
 from flowclient.loop import read_chain, start_loop  # noqa: E402
 from flowclient.worker_options import TUNED_OPTIONS  # noqa: E402
+from lab import registry  # noqa: E402
+from lab.engines import DbosDriver, RunRecordDriver, TemporalDriver  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from memory import DerivedWindow, MemoryPolicy  # noqa: E402
@@ -123,8 +125,14 @@ from workflows.agent_loop import AgentLoop  # noqa: E402
 from workflows.loop_state import MAX_HISTORY_BOUND  # noqa: E402
 
 EMAIL = "ada@example.com"
-ENGINES = ("bare", "temporal", "record", "dbos")
-DURABLE = ("temporal", "record", "dbos")
+# The bare loop, a lane of this bench's own (bare_loop: no engine, nothing recorded), then each engine's lane,
+# named by its registration (lab.registry).
+BARE = "bare"
+TEMPORAL = registry.registration_of(TemporalDriver).name
+RECORD = registry.registration_of(RunRecordDriver).name
+DBOS_ENGINE = registry.registration_of(DbosDriver).name
+DURABLE = (TEMPORAL, RECORD, DBOS_ENGINE)
+ENGINES = (BARE, *DURABLE)
 POINTS = ("tool:issue_refund:after_effect", "turn:after_answer")
 # The scripted model in the loop's own process, never slowed down, whatever this process's environment says.
 STEP_ENV = {"LLM_BASE_URL": "", "LLM_OFFLINE_VARY": "0", "LAB_STEP_SECONDS": "0"}
@@ -256,14 +264,14 @@ class InProcess:
         self.env = {"PROVIDER_URL": provider_url, "MEMORY_DB": str(work / "memory.db"), **STEP_ENV}
         self.provider_url = provider_url
         self.probe = Probe()
-        self.deps = {e: probed_deps(self.env, self.probe) for e in ("bare", "temporal", "record")}
+        self.deps = {e: probed_deps(self.env, self.probe) for e in (BARE, TEMPORAL, RECORD)}
         self.rule = rule_from_env({})
 
     async def __aenter__(self) -> InProcess:
         self.client = await connect({"TEMPORAL_ADDRESS": self.server.address, "TEMPORAL_NAMESPACE": "default"})
         self.queue = f"bench-loop-{uuid.uuid4().hex[:6]}"
         self.worker: Worker | None = Worker(self.client, task_queue=self.queue, workflows=[AgentLoop],
-                                            activities=LoopActivities(self.deps["temporal"]).all(),
+                                            activities=LoopActivities(self.deps[TEMPORAL]).all(),
                                             **TUNED_OPTIONS)
         await self.worker.__aenter__()
         db = self.work / "dbos-loop.db"
@@ -294,15 +302,15 @@ class InProcess:
         run_id = f"loop-{engine}-{uuid.uuid4().hex[:10]}"
         max_turns = turns + 2
         began = time.perf_counter()
-        if engine == "bare":
-            answer = await bare_loop(self.deps["bare"], LoopInputs(run_id, task, EMAIL, max_turns=max_turns))
-        elif engine == "temporal":
+        if engine == BARE:
+            answer = await bare_loop(self.deps[BARE], LoopInputs(run_id, task, EMAIL, max_turns=max_turns))
+        elif engine == TEMPORAL:
             await start_loop(self.client, run_id, task, EMAIL, task_queue=self.queue, max_turns=max_turns,
                              history_bound=history_bound, rule=self.rule)
             result = await self.client.get_workflow_handle(run_id).result()
             answer = result["answer"] if isinstance(result, dict) else result.answer
-        elif engine == "record":
-            runner = Runner(self.work / "record-loop.db", self.deps["record"], say=lambda line: None, rule=self.rule)
+        elif engine == RECORD:
+            runner = Runner(self.work / "record-loop.db", self.deps[RECORD], say=lambda line: None, rule=self.rule)
             try:
                 row = await runner.start_loop(run_id, task, EMAIL, max_turns=max_turns)
             finally:
@@ -322,7 +330,7 @@ class InProcess:
         timed = Timed(engine, marks, end - began)
         if timed.turns != turns:
             raise RuntimeError(f"{engine} run {run_id} took {timed.turns} turns, not {turns}")
-        if engine == "temporal":
+        if engine == TEMPORAL:
             chain = await read_chain(self.client, run_id)
             timed.extra["events"] = [r.history_length for r in chain.runs]
             timed.extra["handovers"] = await self.handovers(run_id, [r.temporal_run_id for r in chain.runs])
@@ -419,9 +427,9 @@ def _in_flight(proc: Proc, point: str) -> str:
 
 async def cli_kill(engine: str, point: str, turns: int, work: Path, provider_url: str) -> Kill:
     """``python -m runrecord|dbosflow loop`` killed at ``point``; ``resume`` started as soon as it is dead."""
-    module = "runrecord" if engine == "record" else "dbosflow"
+    module = registry.engine(engine).cli
     db = work / f"{module}-kills.db"
-    env = {"RUNRECORD_DB" if engine == "record" else "DBOSFLOW_DB": str(db), "PROVIDER_URL": provider_url,
+    env = {"RUNRECORD_DB" if engine == RECORD else "DBOSFLOW_DB": str(db), "PROVIDER_URL": provider_url,
            "MEMORY_DB": str(work / f"{module}-kills-memory.db"), "PYTHONUNBUFFERED": "1", **STEP_ENV}
     task, orders = new_task(turns)
     await asyncio.to_thread(seed_orders, provider_url, orders)
@@ -443,7 +451,7 @@ async def cli_kill(engine: str, point: str, turns: int, work: Path, provider_url
         second.kill()
     if second.popen.returncode != 0:
         raise RuntimeError(f"{module} resume exited {second.popen.returncode}:\n{second.output()}")
-    if engine == "record":
+    if engine == RECORD:
         with RunRecord(db) as record:
             run = record.load(run_id)
         if run.status != "completed":
@@ -532,7 +540,7 @@ async def temporal_kill(client: Any, server: DevServer, point: str, turns: int, 
     noticed = at.get((killed, "timed_out"))
     if noticed is None or (again, "started") not in at:
         raise RuntimeError(f"run {run_id}: the killed attempt {killed} was not timed out and retried: {sorted(at)}")
-    return Kill("temporal", point, step, done - died, at[(again, "started")] - died,
+    return Kill(TEMPORAL, point, step, done - died, at[(again, "started")] - died,
                 {"noticed": noticed - died, "attempt_started": at[(killed, "started")] - died,
                  "runs_before": runs_before})
 
@@ -561,8 +569,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         out["runs"][engine].append(await eng.run(engine, args.turns))
                     print(f"  round {r + 1}: " + ", ".join(
                         f"{e} {out['runs'][e][-1].end * 1000:.0f} ms" for e in ENGINES), flush=True)
-                long_cases = {"bare": ("bare", 1000), "no CAN": ("temporal", MAX_HISTORY_BOUND),
-                              "CAN": ("temporal", args.can_bound)}
+                long_cases = {"bare": (BARE, 1000), "no CAN": (TEMPORAL, MAX_HISTORY_BOUND),
+                              "CAN": (TEMPORAL, args.can_bound)}
                 for r in range(args.long_runs):
                     for label, (engine, bound) in long_cases.items():
                         timed = await eng.run(engine, args.long_turns, history_bound=bound)
@@ -578,12 +586,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for trial in range(args.kills):
                     for point in POINTS:
                         for engine in DURABLE:
-                            if engine == "temporal":
+                            if engine == TEMPORAL:
                                 kill = await temporal_kill(client, server, point, args.turns, work, provider.url)
                                 out["redone"] += kill.detail.pop("runs_before")
                             else:
                                 kill = await cli_kill(engine, point, args.turns, work, provider.url)
-                            bare = await eng.run("bare", args.turns)
+                            bare = await eng.run(BARE, args.turns)
                             kill.bare_rest = bare.from_step(order.index(kill.step))
                             out["kills"].append(kill)
                             print(f"  kill {trial + 1} {point:<31} {engine:<8} at {kill.step:<14} "
@@ -616,13 +624,13 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     def ratio(engine: str, what: str) -> float:
         """The median over rounds of the engine's figure over the bare loop's in the same round: the
         machine's load drifts from round to round, less so within one."""
-        return _med([value(t, what) / value(b, what) for t, b in zip(runs[engine], runs["bare"], strict=True)])
+        return _med([value(t, what) / value(b, what) for t, b in zip(runs[engine], runs[BARE], strict=True)])
 
     print(f"\n1. a task of k={k} orders: {n_turns} turns, {n_calls} tool calls; {args.runs} runs per engine, "
           "interleaved; ms: medians of per-run means; x bare: medians of the per-round ratios")
     print(f"  {'engine':<9} {'per turn':>8} {'overhead':>9} {'x bare':>7} {'per call':>9} {'overhead':>9} "
           f"{'x bare':>7} {'start':>6} {'end to end':>10} {'x bare':>7} {'per step':>8}")
-    bare = {w: med("bare", w) for w in ("turn", "call", "start", "end")}
+    bare = {w: med(BARE, w) for w in ("turn", "call", "start", "end")}
     steps = n_turns + n_calls
     for engine in ENGINES:
         m = {w: med(engine, w) for w in ("turn", "call", "start", "end")}
@@ -684,7 +692,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"  {'point':<31} {'engine':<9} {'in flight':<10} {'raw':>5} {'worst':>5} {'again':>5} {'rest':>5} "
           f"{'bare rest':>9} {'raw - bare rest':>15} {'x record':>8}")
     for point in POINTS:
-        record = _med([x.total for x in kills if x.point == point and x.engine == "record"])
+        record = _med([x.total for x in kills if x.point == point and x.engine == RECORD])
         for engine in DURABLE:
             cell = [x for x in kills if x.point == point and x.engine == engine]
             where = ",".join(w.replace("turn-", "t").replace("/call-", "c")
@@ -694,7 +702,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
                   f"{_med([x.to_step for x in cell]):>5.2f} {_med([x.total - x.to_step for x in cell]):>5.2f} "
                   f"{_med([x.bare_rest for x in cell]):>9.2f} {_med([x.total - x.bare_rest for x in cell]):>15.2f} "
                   f"{raw / record:>7.1f}x")
-    on_temporal = [x for x in kills if x.engine == "temporal"]
+    on_temporal = [x for x in kills if x.engine == TEMPORAL]
     if on_temporal:
         heartbeat = rule_from_env({}).heartbeat_timeout_seconds()
         before = _med([-x.detail["attempt_started"] for x in on_temporal])

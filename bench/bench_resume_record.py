@@ -47,6 +47,8 @@ from bench_resume import POINTS  # noqa: E402  (bench/bench_resume.py)
 from bench_resume import one as temporal_one
 
 from flowclient.connect import exit_now  # noqa: E402
+from lab import registry  # noqa: E402
+from lab.engines import RunRecordDriver, TemporalDriver  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 from runrecord import RunRecord  # noqa: E402
@@ -54,7 +56,12 @@ from steps.plan import STEP_NAMES  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-ENGINES = ("record", "temporal", "temporal+server")
+# The two engines' lanes, named by their registrations (lab.registry), and Temporal's variant on the lab's
+# tuned, file-backed server, derived from Temporal's.
+RECORD = registry.registration_of(RunRecordDriver).name
+TEMPORAL = registry.registration_of(TemporalDriver).name
+ON_SERVER = registry.registration_of(TemporalDriver).variant("+server")
+ENGINES = (RECORD, TEMPORAL, ON_SERVER)
 
 
 async def _exited(proc: Proc, timeout: float, what: str) -> int:
@@ -108,10 +115,10 @@ async def main_async(trials: int, points: list[str]) -> dict[tuple[str, str], li
             for trial in range(trials):
                 for point in points:
                     for engine in ENGINES:
-                        if engine == "record":
+                        if engine == RECORD:
                             total, startup = await record_one(url, point, work)
                         else:
-                            server = lab if engine == "temporal+server" else stock
+                            server = lab if engine == ON_SERVER else stock
                             from_ready, total = await temporal_one(server, url, point, "tuned", work)
                             startup = total - from_ready
                         results.setdefault((point, engine), []).append((total, startup))
@@ -134,10 +141,10 @@ def report(results: dict, trials: int) -> None:
     def row(label: str, cells: dict[str, list[float]]) -> None:
         med = {e: statistics.median(v) for e, v in cells.items()}
         worst = {e: max(v) for e, v in cells.items()}
-        print(f"{label:<32} {med['record']:>9.2f}s {worst['record']:>5.2f}s {med['temporal']:>11.2f}s "
-              f"{worst['temporal']:>5.2f}s {med['record'] / med['temporal']:>5.2f}x "
-              f"{med['temporal+server']:>10.2f}s {worst['temporal+server']:>5.2f}s "
-              f"{med['record'] / med['temporal+server']:>5.2f}x")
+        print(f"{label:<32} {med[RECORD]:>9.2f}s {worst[RECORD]:>5.2f}s {med[TEMPORAL]:>11.2f}s "
+              f"{worst[TEMPORAL]:>5.2f}s {med[RECORD] / med[TEMPORAL]:>5.2f}x "
+              f"{med[ON_SERVER]:>10.2f}s {worst[ON_SERVER]:>5.2f}s "
+              f"{med[RECORD] / med[ON_SERVER]:>5.2f}x")
 
     every: dict[str, list[float]] = {e: [] for e in ENGINES}
     for point in points:
@@ -148,7 +155,7 @@ def report(results: dict, trials: int) -> None:
     row("all points", every)
     print("\nratio: record median / Temporal median (below 1: the record is done sooner)")
     print("worst-case ratio, all points: "
-          + ", ".join(f"record / {e} {max(every['record']) / max(every[e]):.2f}x" for e in ENGINES[1:]))
+          + ", ".join(f"{RECORD} / {e} {max(every[RECORD]) / max(every[e]):.2f}x" for e in ENGINES[1:]))
     print("\nof which the replacement's start-up (record: to its first commit; Temporal: to 'worker ready'), "
           "all points:")
     for e in ENGINES:

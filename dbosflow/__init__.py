@@ -12,12 +12,9 @@ of its own; ``dbosflow.status`` maps DBOS's record onto the shared state
 vocabulary; ``python -m dbosflow`` (``dbosflow.cli``) mirrors ``python -m
 runrecord``; ``dbosflow.sysdb`` says where DBOS's system database is, a SQLite
 file or a PostgreSQL database, and reads it directly on either.
-"""
 
-try:
-    import dbos as _dbos  # noqa: F401
-except ImportError as err:  # pragma: no cover - the message is the point
-    raise ImportError(
-        "dbosflow needs DBOS Transact, an optional extra of this project: pip install -e '.[dbos]' "
-        "(make test installs it with the dev extra)"
-    ) from err
+Importing the package imports no DBOS: its registration in the lab's engine
+registry (``dbosflow.registration``) and its side of the comparison
+(``dbosflow.sides``) are read where the extra is not installed.
+``dbosflow.engine``, where DBOS is first imported, says how to install it.
+"""

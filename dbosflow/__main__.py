@@ -3,6 +3,7 @@
 import os
 import sys
 
+from dbosflow import engine as _engine  # noqa: F401 - DBOS installed, or the message that says how
 from dbosflow.cli import main
 
 if __name__ == "__main__":

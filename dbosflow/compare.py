@@ -20,11 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dbosflow import sysdb
+from dbosflow.sides import DbosRow, DbosSide, DbosStep, DbosTotals
 from dbosflow.status import DbosRunNotFound, read, status_of
 from dbosflow.sysdb import SystemDb
 from steps.runstate import iso
 from steps.runview import short_result
-from steps.sides import DbosRow, DbosSide, DbosStep, DbosTotals
 
 TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
 

@@ -88,10 +88,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
-from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
+try:
+    from dbos import DBOS, DBOSConfig, SetWorkflowID, StepOptions
+    from dbos import error as dbos_errors  # DBOS's public name for its exceptions (``dbos.error`` in __all__)
+except ImportError as err:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "dbosflow needs DBOS Transact, an optional extra of this project: pip install -e '.[dbos]' "
+        "(make test installs it with the dev extra)"
+    ) from err
 
 from dbosflow import sysdb
+from dbosflow.registration import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_ENV
 from dbosflow.sysdb import SystemDb, system_db
 from steps import flow as step_functions
 from steps.crashpoints import crash_point
@@ -114,10 +121,6 @@ started it. Runs started before the digest was added carry the label alone."""
 WORKFLOW_NAME = "agent_flow"
 DEFAULT_DB = ".state/dbosflow.db"
 DB_ENV = "DBOSFLOW_DB"
-SYNCHRONOUS_ENV = "DBOSFLOW_SYNCHRONOUS"
-DEFAULT_SYNCHRONOUS = "EXTRA"
-"""The system database's ``synchronous`` level: EXTRA keeps every acknowledged commit under a power cut
-(the rollback journal's deletion synced to its directory); FULL is SQLite's default and DBOS's."""
 VERSION_ENV = "DBOSFLOW_APP_VERSION"
 RESULT_POLL_SECONDS = 0.05  # how often a waiting CLI reads the run's status (DBOS's default is 1 s)
 DBOS_MAX_RETRY_INTERVAL = 3600.0  # DBOS caps one step-retry interval at an hour (dbos._core.invoke_step)

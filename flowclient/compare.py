@@ -2,7 +2,7 @@
 compare``): what the event history records for one run, read through
 ``flowclient.status`` as ``starter.py status`` reads it.
 
-``temporal_side(client, run_id)`` returns a ``steps.sides.TemporalSide``:
+``temporal_side(client, run_id)`` returns a ``flowclient.sides.TemporalSide``:
 
 - ``steps``: per step, the activity's events, attempts, scheduled / started /
   closed times and result (the status ``run_status`` reads);
@@ -26,9 +26,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+from flowclient.sides import TemporalSide, TemporalStep, WorkflowTask
 from flowclient.status import activity_traces, read_history
 from flowclient.status import run_status as temporal_status
-from steps.sides import TemporalSide, TemporalStep, WorkflowTask
 
 
 def _camel(event_type: EventType.ValueType) -> str:

@@ -6,8 +6,11 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
   with: ``Proc`` (an OS process, its output, its ready line awaited with a
   deadline), the Temporal dev server (``DevServer``, with the lab's server
   settings ``LAB_SERVER_CONFIG``), workers and the codec server, free ports.
-- ``lab.engines``: one driver per engine (in memory, run record, Temporal,
-  DBOS): start a run with a crash point, resume it, read its status and the
+- ``lab.registry``: the engines there are, each registered by its own package
+  (its ``registration.py``): what every tool below iterates, and a test's stub
+  engine joins.
+- ``lab.engines``: one driver per engine (the registry's), and the in-memory
+  lane's: start a run with a crash point, resume it, read its status and the
   steps a process started; what the tools, the lessons and the tests use.
 - ``lab.provider_process``: the provider as a real process: started, SIGKILLed
   (a crash, or an outage) and restarted on the same store and port.

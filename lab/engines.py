@@ -1,7 +1,10 @@
 """One driver per engine: how the lab, the lessons and the tests start a run, kill it, resume it and read it.
 
-The four engines run the same flow (``steps.plan``), each in processes of its
-own. What it takes to drive each is written here and nowhere else:
+The engines are the registry's (``lab.registry``: each engine's package
+registers a row naming its driver here; ``driver_for(name)`` makes it), and the
+in-memory flow is a lane beside them (``LANES``). All run the same flow
+(``steps.plan``), each in processes of its own. What it takes to drive each is
+written here and nowhere else:
 
 =============  ===============================================  ==============================================
 engine         ``start``: the process that dies at ``crash_at``  ``resume``: followed until the run stops
@@ -15,7 +18,7 @@ engine         ``start``: the process that dies at ``crash_at``  ``resume``: fol
                                                                  recovery on launch)
 =============  ===============================================  ==============================================
 
-One interface, ``EngineDriver``:
+One interface, ``EngineDriver``, the engine protocol:
 
 - ``start(run_id, task, email, crash_at=...)`` returns the process that runs
   the run, armed with ``CRASH_AT`` (``steps.crashpoints``; docs/crashpoints.md
@@ -104,8 +107,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypedDict
 
+from dbosflow.sides import DbosSide
+from lab import registry
 from lab.processes import REPO, DevServer, Proc
 from steps import startedline
+from steps.engine_row import Engine
 from steps.loop import (
     DEFAULT_MAX_TURNS,
     DEFAULT_WINDOW_MESSAGES,
@@ -118,7 +124,6 @@ from steps.loop import (
     turn_step,
 )
 from steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
-from steps.sides import DbosSide
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -126,7 +131,6 @@ if TYPE_CHECKING:
 Status = RunEntry
 """A run's status in the shape every engine prints (``steps.runstate``)."""
 
-ENGINES = ("in_memory", "runrecord", "temporal", "dbos")
 DEFAULT_TIMEOUT = 120.0  # seconds for one process or one run: generous on a busy 2-core machine
 
 
@@ -264,9 +268,11 @@ def started_steps(proc: Proc) -> list[str]:
 
 
 class EngineDriver(ABC):
-    """The part every driver shares: the processes it started, their environment, the deadlines."""
+    """The engine protocol, and the part every driver shares: the processes it started, their environment,
+    the deadlines. An engine's registration (``lab.registry``) names its driver; a lane's driver (not an
+    engine: the in-memory flow) names itself, ``lane``."""
 
-    name: ClassVar[str]
+    lane: ClassVar[str | None] = None
     knew: ClassVar[str] = ""
     """Words of the line a restarted process prints once it knows what was done ("" if it never does)."""
 
@@ -278,6 +284,26 @@ class EngineDriver(ABC):
         self.code = code
         self.timeout = timeout
         self.procs: list[Proc] = []
+
+    @classmethod
+    def made(cls, env: Mapping[str, str] | None = None, *, server: DevServer | None = None,
+             **options: Any) -> EngineDriver:
+        """The driver, as ``driver_for`` makes it: ``server`` is for the engines whose record is a server's
+        (``Engine.needs_server``), which override this."""
+        return cls(env, **options)
+
+    @property
+    def registration(self) -> Engine:
+        """The engine's row in the registry; ``EngineError`` for a lane's driver, which has none."""
+        found = registry.of_driver(type(self))
+        if found is None:
+            raise EngineError(f"{type(self).__name__} is no registered engine's driver (lab.registry)")
+        return found
+
+    @property
+    def name(self) -> str:
+        """The engine's name (its registration's), or the lane's."""
+        return self.lane or self.registration.name
 
     # -- the interface ------------------------------------------------------------------------
 
@@ -370,7 +396,7 @@ class EngineDriver(ABC):
 class InMemoryDriver(EngineDriver):
     """The "before" (``lesson.in_memory``): one process runs the whole flow and keeps nothing."""
 
-    name = "in_memory"
+    lane = "in_memory"
 
     def __init__(self, env: Mapping[str, str] | None = None, *, code: Path = REPO,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -397,9 +423,15 @@ class InMemoryDriver(EngineDriver):
 
 
 class _CliDriver(EngineDriver):
-    """An engine whose CLI runs a run to its end in one process: ``start``, ``resume``, ``status --json``."""
+    """An engine whose CLI runs a run to its end in one process: ``start``, ``resume``, ``status --json``;
+    ``python -m`` runs its registration's ``cli``."""
 
-    module: ClassVar[str]
+    @property
+    def module(self) -> str:
+        cli = self.registration.cli
+        if cli is None:
+            raise EngineError(f"the {self.name} engine registers no CLI (Engine.cli)")
+        return cli
 
     async def start(self, run_id: str, task: str, email: str, *, crash_at: str = "",
                     conversation: str | None = None, args: Sequence[str] = (), name: str | None = None) -> Proc:
@@ -415,6 +447,21 @@ class _CliDriver(EngineDriver):
     async def status(self, run_id: str) -> Status | None:
         found: Status | None = await self.cli_json("status", run_id)
         return found
+
+    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
+                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
+                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
+        """``python -m MODULE loop RUN_ID TASK``, which runs the loop to its end in that process (on DBOS each
+        turn and each call a DBOS step); ``resume`` is the engine's, as for the flow. Neither the run record nor
+        DBOS keeps a history to bound: ``history_bound`` is Temporal's, ignored here."""
+        argv = ["-m", self.module, "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
+                "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
+        return self.spawn(f"{self.module}-loop", argv, crash_at=crash_at)
+
+    async def loop_status(self, run_id: str) -> LoopStatus | None:
+        """``python -m MODULE status RUN_ID --json``, read turn by turn."""
+        found = await self.status(run_id)
+        return None if found is None else loop_status_of(found)
 
     async def cli_json(self, command: str, run_id: str) -> Any:
         """``python -m MODULE COMMAND RUN_ID --json``: what it printed (the caller names its shape), or None if it
@@ -435,8 +482,6 @@ class _CliDriver(EngineDriver):
 class RunRecordDriver(_CliDriver):
     """The hand-rolled SQLite run record (``python -m runrecord``)."""
 
-    name = "runrecord"
-    module = "runrecord"
     knew = "read the record of run"
     LEASE_HELD: ClassVar[int] = 5  # ``runrecord.cli.EXIT_LEASE_HELD``, read as a user reads it: the exit code
 
@@ -448,7 +493,7 @@ class RunRecordDriver(_CliDriver):
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         refused = 0
         while True:
-            proc = self.spawn(name or "runrecord-resume", ["-m", "runrecord", "resume", run_id, *args])
+            proc = self.spawn(name or f"{self.module}-resume", ["-m", self.module, "resume", run_id, *args])
             code = await self.exit_code(proc, max(1.0, deadline - time.monotonic()))
             if code != self.LEASE_HELD or time.monotonic() > deadline:
                 break
@@ -458,29 +503,13 @@ class RunRecordDriver(_CliDriver):
 
     async def retry(self, run_id: str, timeout: float | None = None) -> Status | None:
         """``python -m runrecord retry RUN_ID``: the failed step again, with a fresh budget, to the run's end."""
-        await self.exit_code(self.spawn("runrecord-retry", ["-m", "runrecord", "retry", run_id]), timeout)
+        await self.exit_code(self.spawn(f"{self.module}-retry", ["-m", self.module, "retry", run_id]), timeout)
         return await self.status(run_id)
-
-    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
-                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
-                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
-        """``python -m runrecord loop RUN_ID TASK``, which runs the loop to its end in that process. The record
-        has no history to bound: ``history_bound`` is Temporal's, ignored here."""
-        argv = ["-m", "runrecord", "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
-                "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
-        return self.spawn("runrecord-loop", argv, crash_at=crash_at)
-
-    async def loop_status(self, run_id: str) -> LoopStatus | None:
-        """``python -m runrecord status RUN_ID --json``, read turn by turn."""
-        found = await self.status(run_id)
-        return None if found is None else loop_status_of(found)
 
 
 class DbosDriver(_CliDriver):
     """The flow and the agent loop on DBOS Transact (``python -m dbosflow``; the optional ``dbos`` extra)."""
 
-    name = "dbos"
-    module = "dbosflow"
     knew = "launched DBOS"
 
     async def steps(self, run_id: str) -> DbosSide | None:
@@ -488,28 +517,19 @@ class DbosDriver(_CliDriver):
         side: DbosSide | None = await self.cli_json("steps", run_id)
         return side
 
-    async def start_loop(self, run_id: str, task: str, email: str, *, crash_at: str = "",
-                         max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
-                         window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int | None = None) -> Proc:
-        """``python -m dbosflow loop RUN_ID TASK``, which runs the loop to its end in that process (each turn and
-        each call a DBOS step); ``resume`` is DBOS's recovery, as for the flow. DBOS keeps one workflow with
-        every step's output, no history to bound: ``history_bound`` is Temporal's, ignored here."""
-        argv = ["-m", "dbosflow", "loop", run_id, task, "--email", email, "--max-turns", str(max_turns),
-                "--window-tokens", str(window_tokens), "--window-messages", str(window_messages)]
-        return self.spawn("dbosflow-loop", argv, crash_at=crash_at)
-
-    async def loop_status(self, run_id: str) -> LoopStatus | None:
-        """``python -m dbosflow status RUN_ID --json``, read turn by turn."""
-        found = await self.status(run_id)
-        return None if found is None else loop_status_of(found)
-
 
 class TemporalDriver(EngineDriver):
     """Temporal: worker processes on one task queue of ``server`` (a ``DevServer`` its caller started), and
     the runs started there as ``starter.py`` starts them (``flowclient.runs``)."""
 
-    name = "temporal"
     knew = "history events of run"
+
+    @classmethod
+    def made(cls, env: Mapping[str, str] | None = None, *, server: DevServer | None = None,
+             **options: Any) -> EngineDriver:
+        if server is None:
+            raise ValueError("the Temporal driver needs a dev server: pass server=DevServer(...).start()")
+        return cls(server, env, **options)
 
     def __init__(self, server: DevServer, env: Mapping[str, str] | None = None, *, queue: str | None = None,
                  code: Path = REPO, timeout: float = DEFAULT_TIMEOUT, poll: float = 0.1) -> None:
@@ -675,15 +695,22 @@ class TemporalDriver(EngineDriver):
         return super().how_it_knew(proc).split("temporalio.workflow: ", 1)[-1]
 
 
+LANES: dict[str, type[EngineDriver]] = {d.lane: d for d in (InMemoryDriver,) if d.lane}
+"""The drivers of lanes that are not engines, by the name each gives itself."""
+
+
+def engine_names() -> tuple[str, ...]:
+    """What ``driver_for`` drives: the lanes, then every registered engine (``lab.registry``)."""
+    return (*LANES, *registry.names())
+
+
 def driver_for(engine: str, env: Mapping[str, str] | None = None, *, server: DevServer | None = None,
                **options: Any) -> EngineDriver:
-    """The driver of ``engine`` (one of ``ENGINES``); Temporal's needs the ``server``."""
-    if engine == "temporal":
-        if server is None:
-            raise ValueError("the Temporal driver needs a dev server: pass server=DevServer(...).start()")
-        return TemporalDriver(server, env, **options)
-    drivers: dict[str, type[EngineDriver]] = {"in_memory": InMemoryDriver, "runrecord": RunRecordDriver,
-                                              "dbos": DbosDriver}
-    if engine not in drivers:
-        raise ValueError(f"no engine {engine!r}: choose from {', '.join(ENGINES)}")
-    return drivers[engine](env, **options)
+    """The driver of ``engine`` (one of ``engine_names()``); a server's engine (Temporal) needs the ``server``."""
+    if engine in LANES:
+        return LANES[engine](env, **options)
+    try:
+        cls: type[EngineDriver] = registry.driver_class(engine)
+    except registry.UnknownEngine:
+        raise registry.UnknownEngine(f"no engine {engine!r}: choose from {', '.join(engine_names())}") from None
+    return cls.made(env, server=server, **options)

@@ -89,6 +89,7 @@ from typing import Any
 
 import httpx
 
+from lab import registry
 from lab.chaos_moves import (
     clear_faults,
     inject_faults,
@@ -98,28 +99,19 @@ from lab.chaos_moves import (
     terminate_open,
     wants_standby,
 )
-from lab.engines import (
-    DbosDriver,
-    EngineDriver,
-    LoopStatus,
-    LoopTurn,
-    RunRecordDriver,
-    TemporalDriver,
-    started_steps,
-)
+from lab.engines import EngineDriver, LoopStatus, LoopTurn, TemporalDriver, driver_for, started_steps
 from lab.model_standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 from providerclient import EffectRecord, ProviderClient, fetch_effects
 from steps.controls import printable
+from steps.engine_row import Engine
 from steps.loop import EFFECT_OF_TOOL
 
-ENGINES = ("temporal", "runrecord", "dbos")
 KINDS = ("refund", "email", "ticket")
 ITEMS = {"refund": ("/v1/refunds", "refunds", "refund_id"), "email": ("/v1/emails", "emails", "message_id"),
          "ticket": ("/v1/tickets", "tickets", "ticket_id")}
 """Each kind of effect: the provider's list of what it applied (``GET``), the list's name, the effect's id."""
-ORDER_LETTER = {"temporal": "T", "runrecord": "R", "dbos": "D"}
 TASKS = (
     "Order {0} arrived broken: please refund it.",
     "Orders {0} and {1} never arrived. Refund both, please.",
@@ -136,7 +128,7 @@ CHECK_NAMES = {"failed": "every run completed", "duplicate": "no duplicate effec
 
 @dataclass
 class LoopChaosConfig:
-    engines: tuple[str, ...] = ENGINES
+    engines: tuple[str, ...] = field(default_factory=lambda: registry.names(loop=True))  # each one's session
     runs: int = 20  # per wave
     kills: int = 10  # per engine, each landed on a process running a run
     seed: int = 1
@@ -392,13 +384,13 @@ class EngineReport:
         return sum(1 for r in self.runs for n in r.asked.values() if n > 1)
 
 
-class _Session:
-    """One engine's chaos: the provider and the stand-in are up; ``play`` runs waves, kills, the drain."""
+class Session:
+    """One engine's chaos: the provider and the stand-in are up; ``play`` runs waves, kills, the drain. An
+    engine's registration names its session (``Engine.loop_session``), made with the engine's row."""
 
-    engine: str
-
-    def __init__(self, config: LoopChaosConfig, report: EngineReport, work: Path, provider: ProviderProcess,
-                 standin_url: str, began: float) -> None:
+    def __init__(self, registration: Engine, config: LoopChaosConfig, report: EngineReport, work: Path,
+                 provider: ProviderProcess, standin_url: str, began: float) -> None:
+        self.registration, self.engine = registration, registration.name
         self.config, self.report, self.work = config, report, work
         self.provider_url, self.standin_url = provider.url, standin_url
         self.rng = random.Random(f"{config.seed}/{self.engine}")
@@ -419,7 +411,7 @@ class _Session:
     def plan_wave(self) -> list[PlannedRun]:
         """``--runs`` runs, each with 1-3 orders of its own (ids unique in this provider's store)."""
         wave = self.report.waves = self.report.waves + 1
-        letter = ORDER_LETTER[self.engine]
+        letter = self.registration.letter
         planned = []
         for i in range(self.config.runs):
             n = self.rng.randint(1, 3)
@@ -469,15 +461,18 @@ class _Session:
         await asyncio.gather(*(one(r) for r in self.facts))
 
 
-class _TemporalSession(_Session):
+class TemporalSession(Session):
     """Workers on one task queue of a dev server (``TemporalDriver``), killed and replaced as ``lab.chaos``
-    does: A always replaced, B the standby."""
+    does: A always replaced, B the standby. The server is ``config.server``, else one of the session's own."""
 
-    engine = "temporal"
-
-    def __init__(self, *args: Any, server: DevServer) -> None:
+    def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.driver = TemporalDriver(server, self.env, queue=f"loopchaos-{self.config.seed}-{self.nonce}")
+        server = self.config.server
+        self.own_server = None if server is not None else DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
+        driver = driver_for(self.engine, self.env, server=server or self.own_server,
+                            queue=f"loopchaos-{self.config.seed}-{self.nonce}")
+        assert isinstance(driver, TemporalDriver)  # a worker's queue, its slots: this session's own moves
+        self.driver = driver
         self.slots: dict[str, Proc] = {}
         self.spawning: list[asyncio.Task[Proc]] = []
         self.open: set[str] = set()
@@ -576,9 +571,11 @@ class _TemporalSession(_Session):
         await asyncio.gather(*self.spawning, return_exceptions=True)
         self.report.processes = sum(1 for p in self.driver.procs if p.argv[1:2] == ["worker.py"])
         await super().close()
+        if self.own_server is not None:
+            self.own_server.stop()
 
 
-class _ProcessSession(_Session):
+class ProcessSession(Session):
     """An engine whose CLI runs one run in one process (the run record, DBOS): a process per run, at most
     ``--parallel`` at once; a killed one is resumed once the kill has been observed."""
 
@@ -592,7 +589,10 @@ class _ProcessSession(_Session):
         self.gate = asyncio.Semaphore(self.config.parallel)
 
     def driver_of(self, run_id: str) -> EngineDriver:
-        raise NotImplementedError
+        """The driver of the run's process: one for every run, on one record file of the session's."""
+        if "all" not in self.drivers:
+            self.drivers["all"] = driver_for(self.engine, self.env)
+        return self.drivers["all"]
 
     def start_wave(self) -> None:
         planned = self.plan_wave()
@@ -689,25 +689,20 @@ class _ProcessSession(_Session):
         await super().close()
 
 
-class _RunRecordSession(_ProcessSession):
-    engine = "runrecord"
-
-    def driver_of(self, run_id: str) -> EngineDriver:
-        if "all" not in self.drivers:
-            self.drivers["all"] = RunRecordDriver({**self.env, "RUNRECORD_DB": str(self.work / "runrecord.db")})
-        return self.drivers["all"]
+class RunRecordSession(ProcessSession):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.env["RUNRECORD_DB"] = str(self.work / "runrecord.db")
 
 
-class _DbosSession(_ProcessSession):
-    engine = "dbos"
-
+class DbosSession(ProcessSession):
     def driver_of(self, run_id: str) -> EngineDriver:
         """A database per run (the module docstring: DBOS's launch recovers every pending run in its database)."""
         if run_id not in self.drivers:
             (self.work / "dbos").mkdir(exist_ok=True)
             db = (self.config.dbos_database(run_id) if self.config.dbos_database is not None
                   else str(self.work / "dbos" / f"{run_id}.db"))
-            self.drivers[run_id] = DbosDriver({**self.env, "DBOSFLOW_DB": db})
+            self.drivers[run_id] = driver_for(self.engine, {**self.env, "DBOSFLOW_DB": db})
         return self.drivers[run_id]
 
 
@@ -722,30 +717,20 @@ async def provider_state(url: str) -> ProviderState:
 
 
 async def run_engine(engine: str, config: LoopChaosConfig) -> EngineReport:
-    """One engine's session (the module docstring), checked; every process it started is stopped."""
+    """One engine's session (the module docstring), checked; every process it started is stopped.
+    ``registry.UnknownEngine`` for an engine that is not registered or runs no loop, before anything starts."""
+    make: type[Session] = registry.session_class(engine)
     report = EngineReport(engine, config)
     began = time.monotonic()
     tmp = tempfile.TemporaryDirectory(prefix=f"loop-chaos-{engine}-", dir=config.workdir)
     work = Path(tmp.name)
-    server = config.server
-    own_server = None
     provider = None
     standin = None
-    session: _Session | None = None
+    session: Session | None = None
     try:
         provider = start_provider(work / "provider.db")
         standin, standin_url = start_model_standin(vary=config.vary, delay=config.model_delay)
-        args = (config, report, work, provider, standin_url, began)
-        if engine == "temporal":
-            if server is None:
-                own_server = server = DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-            session = _TemporalSession(*args, server=server)
-        elif engine == "runrecord":
-            session = _RunRecordSession(*args)
-        elif engine == "dbos":
-            session = _DbosSession(*args)
-        else:
-            raise ValueError(f"no engine {engine!r}: choose from {', '.join(ENGINES)}")
+        session = make(registry.engine(engine), config, report, work, provider, standin_url, began)
         session.say(f"seed {config.seed}, {config.runs} runs a wave, {config.kills} kills, "
                     f"{model_words(config.vary)} ({config.model_delay:g} s a turn)")
         try:
@@ -766,8 +751,6 @@ async def run_engine(engine: str, config: LoopChaosConfig) -> EngineReport:
             standin.kill()
         if provider is not None:
             provider.kill()
-        if own_server is not None:
-            own_server.stop()
         tmp.cleanup()
     return report
 
@@ -817,7 +800,8 @@ def summary(reports: Sequence[EngineReport]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.loop_chaos", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=[*ENGINES, "all"], default="all", help="default all, one after another")
+    looping = registry.names(loop=True)
+    parser.add_argument("--engine", choices=[*looping, "all"], default="all", help="default all, one after another")
     parser.add_argument("--runs", type=int, default=20, help="loop runs a wave (default 20)")
     parser.add_argument("--kills", type=int, default=10,
                         help="SIGKILLs of a process running a run, per engine (default 10)")
@@ -836,11 +820,11 @@ def main(argv: list[str] | None = None) -> int:
             0 <= args.model_delay <= 60):
         parser.error(f"give --runs 1-{MOST_RUNS}, --kills >= 0, --max-seconds > 0, --parallel >= 1 and "
                      "--model-delay 0-60 (seconds)")
-    engines = ENGINES if args.engine == "all" else (args.engine,)
+    engines = looping if args.engine == "all" else (args.engine,)
     config = LoopChaosConfig(engines=engines, runs=args.runs, kills=args.kills, seed=args.seed,
                              max_seconds=args.max_seconds, vary=args.vary, model_delay=args.model_delay,
                              parallel=args.parallel)
-    if args.dbos_on == "postgres" and "dbos" in engines:
+    if args.dbos_on == "postgres" and any(registry.engine(e).on_postgres for e in engines):
         return _on_postgres(config)
     reports = asyncio.run(run_loop_chaos(config))
     print(summary(reports), flush=True)

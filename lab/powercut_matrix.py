@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import powercut_postgres, registry
 from lab.engines import EngineDriver, TemporalDriver, driver_for, started_steps
 from lab.postgres import scratch_dir
 from lab.powercut import CutReport, PowerCut
@@ -75,19 +76,39 @@ from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import ProviderProcess, start_provider
 from memory import open_store
 from providerclient import fetch_effects
+from steps.engine_row import Engine
 from steps.flow import exchange_message_ids
 from steps.keys import idempotency_key
 from steps.plan import EFFECT_STEPS, STEP_NAMES
 from steps.runstate import DONE_STEP_STATES
 
-ENGINES = ("runrecord", "temporal", "dbos", "dbos-pg")  # dbos-pg: DBOS on PostgreSQL (lab.powercut_postgres)
 PLACEMENTS = ("worker", "laptop")
 POINTS = ("start", "email", "between", "memory")
 DIR_RULES = ("lenient", "strict")
-SYNC_LEVELS = {"runrecord": ("FULL", "NORMAL"), "temporal": ("EXTRA", "FULL"), "dbos": ("EXTRA", "FULL"),
-               "dbos-pg": ("defaults", "sync_commit=off", "fsync=off")}  # PostgreSQL's: lab.powercut_postgres.LEVELS
-DEFAULT_SYNC = {"runrecord": "FULL", "temporal": "EXTRA", "dbos": "EXTRA", "dbos-pg": "defaults"}
-"""The lab's own level for each engine's store: what ``make powercut`` holds to its promise."""
+ON_POSTGRES = powercut_postgres.ENGINE  # DBOS on PostgreSQL: a variant of its engine's, made there
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every registered engine (``lab.registry``), then the variant on PostgreSQL."""
+    return (*registry.names(), ON_POSTGRES)
+
+
+def engine_of(engine: str) -> Engine:
+    """The registration of ``engine``, or of the engine a variant is of."""
+    return powercut_postgres.OF if engine == ON_POSTGRES else registry.engine(engine)
+
+
+def sync_levels(engine: str) -> tuple[str, ...]:
+    """The levels of the engine's store the matrix cuts at, the lab's own first (its registration's;
+    PostgreSQL's: ``lab.powercut_postgres.LEVELS``)."""
+    return tuple(powercut_postgres.LEVELS) if engine == ON_POSTGRES else engine_of(engine).sync_levels
+
+
+def default_sync(engine: str) -> str:
+    """The lab's own level for the engine's store: what ``make powercut`` holds to its promise."""
+    return sync_levels(engine)[0]
+
+
 MEMORY_LEVELS = ("FULL", "NORMAL")
 DEFAULT_MEMORY = "FULL"
 
@@ -100,11 +121,11 @@ _COMPLETED = re.compile(r"\b(\w+): (?:completed|adopted) \(attempt \d+\)")
 def crash_at(engine: str, point: str) -> str:
     """The crash point that stops the engine's process at a cut point ("" for Temporal's start: no
     worker runs, and the cut follows the server's answer to the start at once)."""
-    engine = "dbos" if engine == "dbos-pg" else engine  # DBOS's points, whatever its database
+    of = engine_of(engine)  # a variant's points are its engine's, whatever its database
     return {
-        "start": {"runrecord": "runrecord:draft:after_start", "temporal": "", "dbos": "draft:before"}[engine],
+        "start": of.cut_start,
         "email": "send_confirmation:after_effect",
-        "between": f"{engine}:send_confirmation:after_record",
+        "between": f"{of.name}:send_confirmation:after_record",
         "memory": "memory:after_append",
     }[point]
 
@@ -122,7 +143,7 @@ class Case:
     def own_default(self) -> bool:
         """The engine's store at the lab's level (``DEFAULT_SYNC``): the configuration the lab promises
         things for (memory's part of the promise: ``memory_promised``)."""
-        return self.sync == DEFAULT_SYNC.get(self.engine)
+        return self.sync == default_sync(self.engine)
 
     @property
     def memory_promised(self) -> bool:
@@ -205,7 +226,7 @@ class _Case:
         self.case, self.work = case, work
         # DBOS on PostgreSQL: the server's data on the cut, its user let into the mount (lab.powercut_postgres).
         self.postgres = (OnTheCut(work / "disk" / "pgdata", work / "mnt" / "pgdata", work / "pgsock", case.sync)
-                         if case.engine == "dbos-pg" else None)
+                         if case.engine == ON_POSTGRES else None)
         self.disk = PowerCut(work / "disk", work / "mnt", dirs=case.dirs, allow_other=self.postgres is not None)
         self.provider: ProviderProcess | None = None
         self.driver: EngineDriver | None = None
@@ -226,10 +247,9 @@ class _Case:
         env = {"MEMORY_DB": str(self.memory_db), "PROVIDER_URL": self.provider.url,
                "RUNRECORD_DB": str(self.mnt / "runrecord.db"), "DBOSFLOW_DB": str(self.mnt / "dbosflow.db"),
                "RUNRECORD_LEASE_SECONDS": "2", "MEMORY_SYNCHRONOUS": self.case.memory}
-        if self.case.engine == "runrecord":
-            env["RUNRECORD_SYNCHRONOUS"] = self.case.sync
-        if self.case.engine == "dbos":
-            env["DBOSFLOW_SYNCHRONOUS"] = self.case.sync
+        level_env = engine_of(self.case.engine).sync_env if self.postgres is None else None
+        if level_env is not None:
+            env[level_env] = self.case.sync
         return env
 
     def temporal_server(self, port: int | None = None) -> DevServer:
@@ -243,8 +263,9 @@ class _Case:
     def make_driver(self) -> EngineDriver:
         if self.postgres is not None:
             return self.postgres.driver(self.env(), timeout=RUN_TIMEOUT)
-        if self.case.engine == "temporal":
-            return TemporalDriver(self.temporal_server(), self.env(), timeout=RUN_TIMEOUT, poll=0.2)
+        if engine_of(self.case.engine).needs_server:  # its store is the server's: the level is the server's
+            return driver_for(self.case.engine, self.env(), server=self.temporal_server(), timeout=RUN_TIMEOUT,
+                              poll=0.2)
         return driver_for(self.case.engine, self.env(), timeout=RUN_TIMEOUT)
 
     def effects(self) -> dict[str, int]:
@@ -359,21 +380,24 @@ async def run_case(case: Case, work: Path) -> Outcome:
     return await _Case(case, work).run()
 
 
-def cases(engines: Iterable[str] = ENGINES, placements: Iterable[str] = PLACEMENTS, points: Iterable[str] = POINTS,
+def cases(engines: Iterable[str] | None = None, placements: Iterable[str] = PLACEMENTS, points: Iterable[str] = POINTS,
           dirs: Iterable[str] = DIR_RULES, syncs: Iterable[str] | None = None,
           memory: Iterable[str] = MEMORY_LEVELS) -> list[Case]:
-    """Every engine at each of its levels with memory at its default; then, for memory's other levels, the
-    run record at its default, cut at the memory point (what memory loses does not depend on the engine)."""
-    engines, placements, points, dirs = list(engines), list(placements), list(points), list(dirs)
+    """Every engine (by default every one there is, ``engine_names``) at each of its levels with memory at its
+    default; then, for memory's other levels, the first engine of those that runs without a server (the run
+    record), at its default, cut at the memory point (what memory loses does not depend on the engine)."""
+    engines = list(engine_names() if engines is None else engines)
+    placements, points, dirs = list(placements), list(points), list(dirs)
     chosen = []
     for engine in engines:
-        for sync in SYNC_LEVELS[engine]:
+        for sync in sync_levels(engine):
             if syncs is not None and sync not in syncs:
                 continue
             chosen += [Case(engine, p, point, d, sync) for p in placements for point in points for d in dirs]
-    record = DEFAULT_SYNC["runrecord"]
-    if "runrecord" in engines and "memory" in points and (syncs is None or record in syncs):
-        chosen += [Case("runrecord", p, "memory", d, record, level) for level in memory if level != DEFAULT_MEMORY
+    serverless = [e for e in engines if e != ON_POSTGRES and not engine_of(e).needs_server]
+    if serverless and "memory" in points and (syncs is None or default_sync(serverless[0]) in syncs):
+        on, level_of_on = serverless[0], default_sync(serverless[0])
+        chosen += [Case(on, p, "memory", d, level_of_on, level) for level in memory if level != DEFAULT_MEMORY
                    for p in placements for d in dirs]
     return chosen
 
@@ -393,7 +417,7 @@ def markdown(outcomes: list[Outcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engines", default=",".join(engine_names()))
     parser.add_argument("--placements", default=",".join(PLACEMENTS))
     parser.add_argument("--points", default=",".join(POINTS))
     parser.add_argument("--dirs", default=",".join(DIR_RULES))
@@ -412,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown {unknown}: choose from {', '.join(allowed)}")
         return chosen
 
-    chosen = cases(pick(args.engines, ENGINES), pick(args.placements, PLACEMENTS), pick(args.points, POINTS),
+    chosen = cases(pick(args.engines, engine_names()), pick(args.placements, PLACEMENTS), pick(args.points, POINTS),
                    pick(args.dirs, DIR_RULES), args.sync.split(",") if args.sync else None,
                    pick(args.memory, MEMORY_LEVELS))
     # PostgreSQL's user walks down to its data directory on the mount (lab.powercut_postgres).

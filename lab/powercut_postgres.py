@@ -29,11 +29,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from lab import registry
 from lab.engines import DbosDriver
 from lab.postgres import Postgres, check_reachable, initdb
 from lab.processes import Proc
 
-ENGINE = "dbos-pg"
+OF = registry.registration_of(DbosDriver)
+"""The engine whose variant this is: the one that registered the driver below derives from."""
+ENGINE = OF.variant("-pg")
+"""The variant's name, derived from its engine's registration: the matrix's cases of DBOS on PostgreSQL."""
 LEVELS = {
     "defaults": {"fsync": "on", "synchronous_commit": "on"},
     "sync_commit=off": {"fsync": "on", "synchronous_commit": "off"},

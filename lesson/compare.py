@@ -60,21 +60,24 @@ from typing import NotRequired, TypedDict
 
 from temporalio.client import Client
 
+from dbosflow.sides import DbosSide
 from flowclient.compare import temporal_side
 from flowclient.connect import connect
+from flowclient.sides import TemporalSide
 from flowclient.status import TemporalRunNotFound
 from lesson.effects import provider_side
 from lesson.lanes import dbos_lane, record_lane, temporal_lane
 from payloadcodec import CodecConfigError
 from providerclient import provider_url_from_env
 from runrecord.compare import record_side
+from runrecord.sides import RecordSide
 from runrecord.store import RecordRunNotFound, RunRecord, SchemaError, SettingError, db_path_from
 from steps.controls import basic_config, printable
 from steps.keys import idempotency_key
 from steps.limits import InputError, check_run_id
 from steps.plan import EFFECT_STEPS
 from steps.runstate import JsonValue
-from steps.sides import DbosSide, EffectEntry, RecordSide, Side, SideStep, TemporalSide
+from steps.sides import EffectEntry, Side, SideStep
 from timeline import render_page
 
 EXIT_OK, EXIT_INPUT = 0, 2

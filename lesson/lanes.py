@@ -39,10 +39,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dbosflow.sides import DbosSide
+from flowclient.sides import TemporalSide
+from lesson.sides import EngineSide
+from runrecord.sides import RecordSide
 from steps.plan import FLOW, FlowStep, effect_kinds
 from steps.runstate import unix
 from steps.runview import short_result
-from steps.sides import DbosSide, EffectEntry, EngineSide, RecordSide, Side, TemporalSide
+from steps.sides import EffectEntry, Side
 from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span
 from timeline.model import (
     EXECUTED,

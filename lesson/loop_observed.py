@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab import registry
 from lab.engines import LoopStatus
 from lesson.lanes import Watched
 from lesson.scenario import HAVE_DBOS
@@ -26,13 +27,9 @@ MAX_TURNS = 10
 MODEL_DELAY = 0.1
 """Seconds the stand-in takes to answer a turn: a model is slow, and the turns show as bars on the page."""
 PROCESS_TIMEOUT = 120.0  # generous: a busy 2-core machine; a healthy run takes seconds
-ENGINES = ("temporal", "runrecord", "dbos")
-LABELS = {"temporal": "Temporal", "runrecord": "run record (SQLite)", "dbos": "DBOS (SQLite)"}
-ORDER_LETTER = {"temporal": "T", "runrecord": "R", "dbos": "D"}
-# The line a restarted process prints once it knows what was done (Temporal's replay is read from history).
-KNEW = {"runrecord": "read the record of run", "dbos": "launched DBOS"}
-NAMES = {"temporal": ("worker 1", "worker 2"), "runrecord": ("process 1", "process 2"),
-         "dbos": ("process 1", "process 2")}
+LABELS = {e.name: e.label for e in registry.engines()}
+NAMES = {e.name: (f"{e.runner} 1", f"{e.runner} 2") for e in registry.engines()}
+"""What runs each engine's run before the kill and after it: a worker, or a process."""
 SUMMARY_HEADER = ("engine", "turns", "tool calls", "model asked (stand-in)", "effects applied (provider)",
                   "kill to completed", "check")
 

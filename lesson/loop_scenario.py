@@ -60,6 +60,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dbosflow.sides import DbosSide
+from lab import registry
 from lab.engines import (
     DbosDriver,
     EngineDriver,
@@ -75,12 +77,10 @@ from lesson.effects import effect_entries
 from lesson.lanes import Watched
 from lesson.loop_observed import (
     EMAIL,
-    KNEW,
     LABELS,
     MAX_TURNS,
     MODEL_DELAY,
     NAMES,
-    ORDER_LETTER,
     POINT,
     PROCESS_TIMEOUT,
     Attempt,
@@ -100,9 +100,9 @@ from lesson.scenario import (
     state_and_stamp,
 )
 from providerclient import fetch_effects, seed_orders
+from runrecord.sides import RecordSide
 from steps.loop import call_step, parse_step
 from steps.runstate import unix
-from steps.sides import DbosSide, RecordSide
 from steps.startedline import parse_started
 from timeline import OBSERVED, RECORD
 
@@ -235,7 +235,7 @@ class LoopScenario:
         return f"loop-scenario-{engine}-{self.stamp}"
 
     def orders(self, engine: str) -> dict[str, int]:
-        letter = ORDER_LETTER[engine]
+        letter = registry.engine(engine).letter
         return {f"{letter}-{self.base}": 2500, f"{letter}-{self.base + 1}": 4000}
 
     async def one(self, driver: EngineDriver, provider_url: str, standin_url: str) -> LoopObserved:
@@ -305,7 +305,7 @@ class LoopScenario:
             results = {s["name"]: s["result"] for s in dbos["steps"]}
         obs.replayed = {name: bool(result.get("replayed")) for name, result in results.items()
                         if isinstance(result, dict) and parse_step(name)[1] is not None}
-        at = knew_at(second, KNEW[driver.name])
+        at = knew_at(second, driver.knew)
         obs.knew = (at, at, OBSERVED) if at is not None else None
 
     async def play_on(self, server: DevServer, provider_url: str, standin_url: str) -> list[LoopObserved]:

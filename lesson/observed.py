@@ -16,8 +16,9 @@ from typing import Any
 
 from lesson.effects import describe
 from lesson.lanes import Watched
+from lesson.sides import EngineSide
 from steps.plan import STEP_NAMES
-from steps.sides import EffectEntry, EngineSide
+from steps.sides import EffectEntry
 
 LABELS = {
     "in_memory": "in memory (the before)",

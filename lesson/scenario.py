@@ -77,12 +77,12 @@ from lab.provider_process import ProviderProcess, start_provider
 from lesson.effects import effect_entries, per_step
 from lesson.in_memory import completed_steps
 from lesson.observed import CRASH, EXPECTED, Observed, summary
+from lesson.sides import EngineSide
 from providerclient import fetch_effects
 from runrecord.compare import record_side
 from runrecord.store import RunRecord
 from steps.controls import printable
 from steps.limits import InputError, check_task
-from steps.sides import EngineSide
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

@@ -2,7 +2,7 @@
 runrecord compare``): what the SQLite record holds for one run, read from its
 own rows.
 
-``record_side(record, run_id)`` returns a ``steps.sides.RecordSide``:
+``record_side(record, run_id)`` returns a ``runrecord.sides.RecordSide``:
 
 - ``steps``: per step, its rows (the step row plus one intent per attempt of
   an effect step), attempts, started / completed times, result and intents
@@ -21,10 +21,10 @@ counts. This package imports neither engine.
 
 from __future__ import annotations
 
+from runrecord.sides import RecordSide, RecordStep
 from runrecord.status import iso, status_of
 from runrecord.store import RunRecord
 from steps.runstate import step_state
-from steps.sides import RecordSide, RecordStep
 
 
 def record_side(record: RunRecord, run_id: str) -> RecordSide:

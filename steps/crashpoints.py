@@ -30,25 +30,12 @@ After the run, every engine: ``memory:after_append``: the run's exchange is
 committed to conversation memory, the process has not closed memory (not in
 ``step_points``: the crash matrix does not run it; the power-cut tests do).
 
-Points reached by one engine only, for each step S (``engine_points``):
-
-==========================================  =======================================
-``temporal:S:after_record``                 workflow code, never on replay: S's
-                                            ActivityTaskCompleted is in history,
-                                            the next activity not yet scheduled
-``runrecord:S:after_start`` (S no effect)   the attempt is committed as started,
-                                            the step not yet called (``draft``)
-``runrecord:S:after_intent`` (S an effect)  the attempt and its intent are
-                                            committed, no request sent
-``runrecord:S:after_record``                S's result and the advance committed
-``dbos:S:after_record``                     DBOS has written S's output, the next
-                                            step not started
-==========================================  =======================================
-
-Both lists are derived from the flow, by ``steps.plan.step_points(FLOW)``
-and ``steps.plan.engine_points(FLOW)``: a step declares the points its
-function reaches (``FlowStep.crash_points``); each engine's own points follow
-from the step's name and effect flag, as that engine's code builds them.
+Points reached by one engine only are each engine's own, named by its code
+and listed by its registration (``crash_points`` of its ``registration.py``,
+``lab.registry.engine_points(FLOW)`` for them all): ``<engine>:S:<where>``
+for a step S. The steps' points are derived from the flow,
+``steps.plan.step_points(FLOW)``: a step declares the points its function
+reaches (``FlowStep.crash_points``).
 This module is only the mechanism (arm, reach, die) and imports nothing of
 the project: the plan names the points, the step functions reach them.
 

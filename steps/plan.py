@@ -11,22 +11,17 @@ Everything else that names the steps or their effects reads them from here:
   ``effect_kinds``), for whoever lists, counts, draws or settles steps: the
   status views, ``settle``, the effects table (``lesson.effects``), the
   timeline's lanes (``lesson.lanes``), chaos (``lab.chaos``), the grader;
-- the crash points every engine reaches (``step_points`` and
-  ``engine_points`` below, given ``FLOW`` or a changed flow); the mechanism
+- the crash points every engine's step functions reach (``step_points``
+  below, given ``FLOW`` or a changed flow; an engine's own points are its
+  registration's, ``steps.engine_row.Engine.crash_points``); the mechanism
   that arms and reaches them is ``steps.crashpoints``, which the step
   functions import and which imports nothing back;
-- the engines that drive the steps themselves walk ``FLOW``: the run record
-  (``runrecord.runner``, as its ``DEFAULT_FLOW``), DBOS (``dbosflow.engine``)
-  and the in-memory "before" (``lesson.in_memory``);
-- the Temporal workflow (``workflows.agent_flow``) spells the same calls in
-  workflow code, since each run's history records them by name and position:
-  a step added here reaches Temporal only by a versioned change there
-  (``workflow.patched``). It takes each step's position and effect flag from
-  here, and ``tests/test_workflow_bounds.py`` checks that it calls this
-  plan's steps in this plan's order.
+- the engines that drive the steps themselves walk ``FLOW``, given as a
+  parameter; an engine whose history records each call by name and position
+  spells the same calls in its own code, and a step added here reaches it
+  only by a versioned change there (the engine's package says how).
 
-The flow is a plain tuple, a parameter of the engines that walk it
-(``runrecord.runner.Runner(flow=...)``, ``dbosflow.engine.set_flow``; the
+The flow is a plain tuple, a parameter of the engines that walk it (the
 lab's ``FLOW`` by default). Their commands take it from ``LAB_FLOW``
 (``module:NAME``, ``flow_from_env``), so a flow that exists only in a test
 runs on the real processes, and a test can hand an engine a changed flow and
@@ -140,20 +135,6 @@ KIND_OF_STEP: dict[str, str] = kind_of_step(FLOW)
 def step_points(flow: Iterable[FlowStep]) -> tuple[str, ...]:
     """The crash points the step functions of ``flow`` reach, on every engine, in flow order."""
     return tuple(f"{step.name}:{point}" for step in flow for point in step.crash_points)
-
-
-def engine_points(flow: Iterable[FlowStep]) -> dict[str, tuple[str, ...]]:
-    """Each engine's own crash points for ``flow``, in flow order, named as the engine's code names them
-    (``workflows.agent_flow``, ``runrecord.runner``, ``dbosflow.engine``; ``steps.crashpoints`` lists them)."""
-    steps = tuple(flow)
-    return {
-        "temporal": tuple(f"temporal:{s.name}:after_record" for s in steps),
-        "runrecord": tuple(point for s in steps for point in (
-            f"runrecord:{s.name}:{'after_intent' if s.effect else 'after_start'}",
-            f"runrecord:{s.name}:after_record",
-        )),
-        "dbos": tuple(f"dbos:{s.name}:after_record" for s in steps),
-    }
 
 
 FLOW_ENV = "LAB_FLOW"

@@ -213,3 +213,52 @@ def test_the_workflows_schedule_their_attempts_in_one_place():
     scheduling = re.compile(r"workflow\.(execute_activity\w*|start_activity\w*|sleep)\(")
     found = {path.name for path in (REPO / "workflows").glob("*.py") if scheduling.search(path.read_text())}
     assert found == {"attempts.py", "before_live.py"}, found
+
+
+def _code_words(path) -> list[tuple[int, str]]:
+    """What a module's code says, its prose left out: every name it defines, imports or reads, and every string
+    it holds that is not a docstring (a string standing as a statement), each with its line."""
+    tree = ast.parse(path.read_text())
+    prose = {id(node.value) for node in ast.walk(tree)  # docstrings, a constant's too: a string as a statement
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    words = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            words.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            words.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.lineno, node.attr))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            words.append((node.lineno, node.name))
+        elif isinstance(node, ast.arg):
+            words.append((node.lineno, node.arg))
+        elif isinstance(node, ast.ImportFrom):
+            words += [(node.lineno, node.module or "")] + [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            words += [(node.lineno, a.name) for a in node.names]
+    return words
+
+
+def _engine_words(paths) -> list[str]:
+    from lab import registry
+
+    banned = {word.lower() for e in registry.engines() for word in (e.name, e.cli or e.name)}
+    return [f"{path.name}:{line}: {word!r}" for path in paths for line, word in _code_words(path)
+            if any(b in word.lower() for b in banned)]
+
+
+def test_the_core_names_no_engine():
+    """``steps/`` is engine-agnostic in its code: no name it defines, imports or reads, and no string it holds,
+    names a registered engine (``lab.registry``); each engine's shapes and crash points are its package's.
+    Docstrings and comments may say which engine does what."""
+    found = _engine_words(sorted((REPO / "steps").glob("*.py")))
+    assert not found, "steps/ names an engine (move it to the engine's package):\n" + "\n".join(found)
+
+
+def test_the_core_check_can_fail(tmp_path):
+    """The check above finds an engine's name in a class name and in a string, not in a docstring."""
+    module = tmp_path / "m.py"
+    module.write_text('"""Temporal and dbos, in prose."""\nclass DbosRow:\n    """runrecord"""\nX = "temporal:x"\n')
+    found = _engine_words([module])
+    assert [line.split(": ", 1)[1] for line in found] == ["'DbosRow'", "'temporal:x'"], found

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 import pytest
 
 from lab.processes import Proc
+from lab.registry import engine_points
 from providerclient import fetch_effects
 from runrecord import RunRecord
 from runrecord.status import run_status as record_status
 from steps.keys import idempotency_key
-from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES, engine_points, step_points
+from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES, step_points
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
 
 
@@ -99,8 +100,9 @@ class Case:
         return 1
 
 
-# The steps' points, then each engine's own (steps.plan, from the flow). DBOS records nothing when a step starts,
-# so its only own point is after it recorded a step's output; the steps' points are the rest of its matrix.
+# The steps' points (steps.plan), then each engine's own (its registration's, from the flow). DBOS records
+# nothing when a step starts, so its only own point is after it recorded a step's output; the steps' points are
+# the rest of its matrix.
 POINTS = step_points(FLOW)
 ENGINE_POINTS = engine_points(FLOW)
 HAVE_DBOS = importlib.util.find_spec("dbos") is not None

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from lab import registry
 from lab.engines import LoopStatus
 from lab.loop_chaos import (
-    ENGINES,
     LoopChaosConfig,
     PlannedRun,
     ProviderState,
@@ -34,7 +34,7 @@ from steps.loop import tool_key
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", registry.names(loop=True))
 async def test_small_loop_chaos_duplicates_loses_and_asks_again_nothing(engine, request, tmp_path):
     if engine == "dbos" and importlib.util.find_spec("dbos") is None:
         pytest.skip("DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")

@@ -91,9 +91,9 @@ def test_the_projects_postgres_runs_as_its_user_and_leaves_nothing(state_dir):
 
 
 async def test_dbos_on_postgres_keeps_what_it_acknowledged_through_a_cut(state_dir):
-    from lab.powercut_matrix import DEFAULT_SYNC, Case, run_case
+    from lab.powercut_matrix import Case, default_sync, run_case
 
-    case = Case("dbos-pg", "laptop", "between", "strict", DEFAULT_SYNC["dbos-pg"])
+    case = Case("dbos-pg", "laptop", "between", "strict", default_sync("dbos-pg"))
     assert case.sync == "defaults" and case.own_default
     outcome = await run_case(case, state_dir / "cut")
     assert outcome.error is None, outcome.error

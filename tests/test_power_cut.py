@@ -35,7 +35,7 @@ import uuid
 
 import pytest
 
-from lab.powercut_matrix import DEFAULT_SYNC, Case, run_case
+from lab.powercut_matrix import Case, default_sync, run_case
 from lab.processes import Proc
 from memory import open_store
 from runrecord import RunRecord
@@ -61,7 +61,7 @@ async def test_run_record_and_memory_lose_nothing_they_acknowledged(powercut_dir
 async def test_the_engines_we_start_keep_an_acknowledged_start_through_a_cut(powercut_dir, engine):
     # At SQLite's default (FULL) the start is the server's (DBOS's) last transaction and is lost here:
     # the rollback journal's deletion was never synced to its directory (docs/powercut.md).
-    case = Case(engine, "laptop", "start", "strict", DEFAULT_SYNC[engine])
+    case = Case(engine, "laptop", "start", "strict", default_sync(engine))
     assert case.sync == "EXTRA" and case.own_default
     outcome = await run_case(case, powercut_dir)
     assert outcome.error is None, outcome.error
