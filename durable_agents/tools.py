@@ -90,6 +90,15 @@ class ToolContext:
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     services: Any = None
 
+    @property
+    def key(self) -> str:
+        """The call's idempotency key, for a handler of a tool with an effect to pass to its service;
+        ``ValueError`` when there is none (a read-only tool)."""
+        if not self.idempotency_key:
+            raise ValueError(f"call {self.turn}/{self.index} of run {self.run_id} has no idempotency key: only "
+                             "a tool declared with an effect is given one")
+        return self.idempotency_key
+
 
 @dataclass(frozen=True)
 class ToolOutput:
