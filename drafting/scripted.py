@@ -40,10 +40,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from steps.loop import AskedCall, ModelAnswer
+from steps.refund_agent import REFUND_TOOLS
 
 __all__ = ["ORDER_ID", "ScriptedModel", "orders_in"]
 
 ORDER_ID = re.compile(r"\b[A-Z]-\d{3,8}\b")
+SUMMARY_CHARS = next(spec["function"]["parameters"]["properties"]["summary"]["maxLength"]
+                     for spec in REFUND_TOOLS.specs() if spec["function"]["name"] == "create_ticket") - 20
+"""The script's ticket summary, at most: the lab's agent declares 500 (``steps.refund_agent``), less room for
+the tag of a varying script (`` [answer N]``)."""
 
 
 def orders_in(task: str) -> list[str]:
@@ -101,7 +106,8 @@ class ScriptedModel:
         place = orders.index(after) + 1 if after in orders else len(orders)
         if place < len(orders):
             return self._calls(messages, [("lookup_order", {"order_id": orders[place]})])
-        summary = f"Went through {_count(len(orders), 'order')} named by the customer: {', '.join(orders)}"[:480] + tag
+        summary = f"Went through {_count(len(orders), 'order')} named by the customer: {', '.join(orders)}"
+        summary = summary[:SUMMARY_CHARS] + tag
         return self._calls(messages, [("create_ticket", {"summary": summary})])
 
     def _calls(self, messages: list[dict], calls: list[tuple[str, dict[str, Any]]]) -> ModelAnswer:

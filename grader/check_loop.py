@@ -37,10 +37,11 @@ from grader.evidence import Effect
 from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.todos import todo
 from providerclient import seed_orders
+from steps.refund_agent import REFUND_TOOLS
 
 ORDER_TOTAL = 4200  # cents
 TURNS = {1: ("lookup_order",), 2: ("issue_refund", "send_email"), 3: ("create_ticket",), 4: ()}
-KINDS = {"issue_refund": "refund", "send_email": "email", "create_ticket": "ticket"}
+KINDS = REFUND_TOOLS.effects  # each tool with an effect and its kind, as the lab's agent declares them
 MAX_KEY_CHARS = 255  # the provider's key rule (provider/validation.py): printable ASCII, no space
 
 # (crash point, where the run is, the record's turns and call results right after the kill)

@@ -1,5 +1,9 @@
 """The agent's four tools as plain functions against the lab's provider, shared by every peer lane.
 
+The bodies are the lab's own declaration (``steps.refund_agent.REFUND_TOOLS``: the arguments' check and the
+handlers), called here with the key the lane chose; these functions give each the signature a framework
+reads as the tool's.
+
 Each lane wraps these bodies the way its framework's documentation shows a tool (pydantic-ai's
 ``@agent.tool``, the Agents SDK's ``function_tool`` or ``activity_as_tool``); the bodies are the same in every
 lane, so what differs between lanes is only what the framework does around them. No framework is imported
@@ -29,11 +33,13 @@ import json
 import uuid
 from typing import Any
 
+from durable_agents import ToolContext, ToolRefused
 from providerclient import ProviderClient, provider_url_from_env
 from steps.crashpoints import crash_point
-from steps.errors import Refused
+from steps.flow import StepDeps
 from steps.keys import KEY_PREFIX
-from steps.loop import AskedCall, call_id_digest, checked_arguments
+from steps.loop import call_id_digest
+from steps.refund_agent import REFUND_TOOLS
 
 __all__ = ["call_key", "create_ticket", "fresh_key", "issue_refund", "lookup_order", "provider", "send_email"]
 
@@ -62,61 +68,41 @@ def call_key(run_id: str, tool: str, identity: str) -> str:
     return f"{KEY_PREFIX}/{run_id[:160]}/peer/{tool}-{call_id_digest(identity)}"
 
 
-def _checked(tool: str, args: JsonDict) -> JsonDict | str:
-    """The arguments held to the lab's rule for the tool (``steps.loop.TOOL_FIELDS``), or why they are refused."""
-    return checked_arguments(AskedCall("peer", tool, json.dumps(args, ensure_ascii=False)))
+async def _declared(client: ProviderClient, tool: str, run_id: str, args: JsonDict, *, key: str | None = None,
+                    to: str = "") -> JsonDict:
+    """The lab's tool as it declares it (``steps.refund_agent.REFUND_TOOLS``): its arguments checked, its handler
+    run against ``client`` under ``key``, the email to ``to``; a refusal as ``{"error": reason}``. A lane calls a
+    tool outside any turn of the lab's loop: its place is given as turn 0, call 0."""
+    context = ToolContext(run_id, 0, 0, idempotency_key=key, params={"email": to},
+                          services=StepDeps(provider=client, llm=None))
+    try:
+        out = await REFUND_TOOLS.call(tool, json.dumps(args, ensure_ascii=False), context)
+    except ToolRefused as err:
+        return {"error": err.reason}
+    if tool in REFUND_TOOLS.effects:
+        crash_point(f"tool:{tool}:after_effect")
+    return dict(out.content)
 
 
 async def lookup_order(client: ProviderClient, *, run_id: str, order_id: str) -> JsonDict:
     """The order's total and what of it was refunded already, in cents."""
-    args = _checked("lookup_order", {"order_id": order_id})
-    if isinstance(args, str):
-        return {"error": args}
-    order = await client.lookup_order(order_id, run_id=run_id)
-    if order is None:
-        return {"error": f"no order {order_id!r}"}
-    return {"order_id": order.order_id, "total": order.total, "refunded": order.refunded, "currency": order.currency}
+    return await _declared(client, "lookup_order", run_id, {"order_id": order_id})
 
 
 async def issue_refund(client: ProviderClient, *, run_id: str, order_id: str, amount: int,
                        idempotency_key: str) -> JsonDict:
     """Refund ``amount`` cents of the order; the provider refuses a refund past the order's total."""
-    args = _checked("issue_refund", {"order_id": order_id, "amount": amount})
-    if isinstance(args, str):
-        return {"error": args}
-    try:
-        refund = await client.issue_refund(idempotency_key=idempotency_key, run_id=run_id, order_id=order_id,
-                                           amount=amount)
-    except Refused as err:
-        return {"error": f"the provider refused it: {err.message}"}
-    crash_point("tool:issue_refund:after_effect")
-    return {"refund_id": refund.refund_id, "order_id": order_id, "amount": amount}
+    return await _declared(client, "issue_refund", run_id, {"order_id": order_id, "amount": amount},
+                           key=idempotency_key)
 
 
 async def send_email(client: ProviderClient, *, run_id: str, to: str, subject: str, body: str,
                      idempotency_key: str) -> JsonDict:
     """Email the run's customer (``to``: the lane's, from the run's inputs)."""
-    args = _checked("send_email", {"subject": subject, "body": body})
-    if isinstance(args, str):
-        return {"error": args}
-    try:
-        email = await client.send_email(idempotency_key=idempotency_key, run_id=run_id, to=to, subject=subject,
-                                        body=body)
-    except Refused as err:
-        return {"error": f"the provider refused it: {err.message}"}
-    crash_point("tool:send_email:after_effect")
-    return {"message_id": email.message_id, "to": to}
+    return await _declared(client, "send_email", run_id, {"subject": subject, "body": body}, key=idempotency_key,
+                           to=to)
 
 
 async def create_ticket(client: ProviderClient, *, run_id: str, summary: str, idempotency_key: str) -> JsonDict:
     """Record the outcome in the ticket system, in one line."""
-    args = _checked("create_ticket", {"summary": summary})
-    if isinstance(args, str):
-        return {"error": args}
-    try:
-        ticket = await client.create_ticket(idempotency_key=idempotency_key, run_id=run_id, summary=summary,
-                                            email_message_id="")
-    except Refused as err:
-        return {"error": f"the provider refused it: {err.message}"}
-    crash_point("tool:create_ticket:after_effect")
-    return {"ticket_id": ticket.ticket_id}
+    return await _declared(client, "create_ticket", run_id, {"summary": summary}, key=idempotency_key)

@@ -35,6 +35,9 @@ MAX_CONVERSATION_ID_CHARS = 128
 MAX_SUBJECT_CHARS = 200
 MAX_BODY_CHARS = 20000
 MAX_SUMMARY_CHARS = 500
+MAX_ARGUMENTS_CHARS = 8000
+"""A tool call's arguments, as the model wrote them (JSON text): a longer call is refused back to the model
+(``steps.loop.recorded_calls``), and the loop's email body is derived from it (``steps.refund_agent``)."""
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Deliberately simple: one @, a dot in the domain, no spaces, no quotes or

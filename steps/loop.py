@@ -29,8 +29,9 @@ The contract every engine keeps (CONVENTIONS.md, "An agent that loops"):
   (whatever its length or characters), and the key does not rely on ids being
   unique, across turns or within one (the turn and the place tell calls apart).
 - **Tool arguments and results are untrusted model output.** Arguments are
-  parsed and checked here (``TOOL_FIELDS``: the fields, their types, the text
-  rule of ``steps.limits``) before anything reaches a request, a header or a
+  parsed and checked by the tools' declaration (``TOOLBOX``, the lab's
+  ``steps.refund_agent.REFUND_TOOLS``: each tool's pydantic model, holding the
+  text rule of ``steps.limits``) before anything reaches a request, a header or a
   terminal; what is wrong (not JSON, an unknown tool, a missing or extra
   field, a control character, a refund the provider refuses) becomes the
   call's result, ``status="refused"``, given back to the model, and nothing
@@ -69,18 +70,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from steps.adoption import start_metadata
+from durable_agents import Toolbox, ToolContext, ToolRefused
 from steps.crashpoints import crash_point
-from steps.errors import IdempotencyConflict, PermanentError, Refused
+from steps.errors import PermanentError
 from steps.flow import StepDeps, pace
 from steps.keys import KEY_PREFIX
-from steps.limits import (
-    MAX_BODY_CHARS,
-    MAX_SUBJECT_CHARS,
-    MAX_SUMMARY_CHARS,
-    InputError,
-    check_text,
-)
+from steps.limits import MAX_ARGUMENTS_CHARS, MAX_BODY_CHARS, InputError, check_text
+from steps.refund_agent import MAX_LOOP_BODY_CHARS, REFUND_TOOLS
 
 LOOP_SYSTEM_PROMPT = (
     "You are a customer-service agent with tools. Use lookup_order before you refund an order; never refund "
@@ -101,15 +97,9 @@ MAX_CALLS_PER_TURN = 8
 (``recorded_calls``)."""
 MAX_CALL_ID_CHARS = 256
 MAX_TOOL_NAME_CHARS = 64
-MAX_ARGUMENTS_CHARS = 8000
-MAX_ORDER_ID_CHARS = 64
 MAX_CONTENT_CHARS = MAX_BODY_CHARS
-MAX_LOOP_BODY_CHARS = (MAX_ARGUMENTS_CHARS - 64 - 2 * MAX_SUBJECT_CHARS) // 2
-"""A loop email's body, at most 3,768 characters: derived so that every ``send_email`` call the field rule
-accepts fits ``MAX_ARGUMENTS_CHARS`` as JSON written with its short escapes (each character of the subject
-and the body at most 2: ``\\n``, ``\\"``; the keys and the punctuation under 64). A client that writes
-every non-ASCII character as ``\\uXXXX`` takes up to 6 characters for one: such a call can be refused for
-its length, back to the model, never a failure of the run."""
+# MAX_ARGUMENTS_CHARS (steps.limits) and MAX_LOOP_BODY_CHARS (steps.refund_agent) are read
+# here under these names too.
 WINDOW_RESERVE_TOKENS = 160
 CALL_RESERVE_TOKENS = 48
 """The prompt window's tokens (memory's estimate, ``memory.approx_tokens``) a turn's arguments may not use:
@@ -160,42 +150,18 @@ MAX_INSTRUCTIONS_CHARS = 4000
 WINDOW_TOKENS_BEFORE_CAP = 1_000_000
 """The most window tokens a run was accepted with before ``MAX_WINDOW_TOKENS``: such a run replays."""
 
-# The tools, as the model is told of them (chat-completions ``tools``), and the fields each accepts:
-# (name, JSON type, required, text rule: "line" single-line | "text" multi-line | None, max chars).
-TOOL_FIELDS: dict[str, tuple[tuple[str, str, bool, str | None, int], ...]] = {
-    "lookup_order": (("order_id", "string", True, "line", MAX_ORDER_ID_CHARS),),
-    "issue_refund": (("order_id", "string", True, "line", MAX_ORDER_ID_CHARS),
-                     ("amount", "integer", True, None, 0)),
-    "send_email": (("subject", "string", True, "line", MAX_SUBJECT_CHARS),
-                   ("body", "string", True, "text", MAX_LOOP_BODY_CHARS)),
-    "create_ticket": (("summary", "string", True, "line", MAX_SUMMARY_CHARS),),
-}
-TOOL_DESCRIPTIONS = {
-    "lookup_order": "Look up an order: its total and how much of it was already refunded, in cents.",
-    "issue_refund": "Refund part or all of an order, in cents. Never more than the order's total in all.",
-    "send_email": "Send an email to the customer of this conversation.",
-    "create_ticket": "Record the outcome in the ticket system, in one line.",
-}
-EFFECT_OF_TOOL = {"issue_refund": "refund", "send_email": "email", "create_ticket": "ticket"}
+# The tools: declared data (durable_agents.Tool), the lab's four in steps.refund_agent. What the loop reads of
+# them is read from this toolbox; the names below are values derived from it, for the modules that import them.
+TOOLBOX: Toolbox = REFUND_TOOLS
+EFFECT_OF_TOOL: dict[str, str] = dict(TOOLBOX.effects)
 """Each tool with an effect and the provider's kind of it; ``lookup_order`` has none (read-only, no key)."""
-TOOL_NAMES: tuple[str, ...] = tuple(TOOL_FIELDS)
+TOOL_NAMES: tuple[str, ...] = TOOLBOX.names
+TOOL_DESCRIPTIONS: dict[str, str] = {tool.name: tool.description for tool in TOOLBOX}
 
 
 def tool_specs() -> list[dict[str, Any]]:
-    """The tools in the chat-completions form (``tools=``), built from ``TOOL_FIELDS``."""
-    specs = []
-    for name, fields in TOOL_FIELDS.items():
-        specs.append({"type": "function", "function": {
-            "name": name,
-            "description": TOOL_DESCRIPTIONS[name],
-            "parameters": {
-                "type": "object",
-                "properties": {f: {"type": kind} for f, kind, _, _, _ in fields},
-                "required": [f for f, _, required, _, _ in fields if required],
-                "additionalProperties": False,
-            },
-        }})
-    return specs
+    """The tools in the chat-completions form (``tools=``), from their arguments' JSON Schemas."""
+    return TOOLBOX.specs()
 
 
 # ---------------------------------------------------------------- shapes
@@ -581,7 +547,7 @@ def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None)
         elif not 1 <= len(call.id) <= MAX_CALL_ID_CHARS:
             why = f"a tool call id must be 1-{MAX_CALL_ID_CHARS} characters; this one has {len(call.id)}"
         elif name != call.name:
-            why = f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
+            why = TOOLBOX.unknown(call.name)
         elif not _json_text(call.arguments):
             # No call's arguments; and such a character costs a payload more than memory counts of it.
             why = f"the arguments of {name} are not JSON (a control character or a lone surrogate); give a JSON object"
@@ -605,111 +571,41 @@ def _refused(req: ToolRequest, reason: str) -> ToolResult:
                       json.dumps({"error": reason[:MAX_REASON_CHARS]}, ensure_ascii=False))
 
 
-class _RepeatedKey(Exception):
-    """A JSON object of the model's arguments names a key twice (its first argument: the key)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict, refusing a key given twice: JSON parsers disagree on which one
-    wins (Python's and pydantic's take the last), and the status shows the arguments cut to 200
-    characters, so the one that counted could lie past the cut."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _RepeatedKey(key)
-        out[key] = value
-    return out
-
-
 def checked_arguments(call: AskedCall) -> dict[str, Any] | str:
-    """The call's arguments, parsed and held to ``TOOL_FIELDS``; or the reason they are refused, said so
-    the model can correct it (and safe to print: the model's text is quoted through ``repr``)."""
-    fields = TOOL_FIELDS.get(call.name)
-    if fields is None:
-        return f"unknown tool {call.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}"
+    """The call's arguments, parsed and held to its tool's declaration (``TOOLBOX``: duplicate keys refused
+    first, then its pydantic model); or the reason they are refused, said so the model can correct it (and
+    safe to print: the model's text is quoted through ``repr``)."""
     try:
-        args = json.loads(call.arguments, object_pairs_hook=_once) if call.arguments.strip() else {}
-    except _RepeatedKey as err:
-        return (f"the arguments of {call.name} give {str(err)[:40]!r} more than once; give each field once "
-                "(which one was meant cannot be told)")
-    except ValueError:
-        return f"the arguments of {call.name} are not JSON; give a JSON object"
-    if not isinstance(args, dict):
-        return f"the arguments of {call.name} must be a JSON object"
-    known = {f for f, _, _, _, _ in fields}
-    extra = sorted(set(args) - known)
-    if extra:
-        return f"{call.name} takes {', '.join(sorted(known))}; it has no {', '.join(repr(e[:40]) for e in extra)}"
-    for name, kind, required, rule, limit in fields:
-        if name not in args:
-            if required:
-                return f"{call.name} needs {name!r}"
-            continue
-        value = args[name]
-        if kind == "integer":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                return f"{name} must be a whole number of cents from 1, got {value!r:.40}"
-            continue
-        if not isinstance(value, str) or not value.strip():
-            return f"{name} must be a non-empty string"
-        try:
-            check_text(name, value, multiline=rule == "text", what_to_do="")
-        except InputError as err:
-            return str(err)
-        if len(value) > limit:
-            return f"{name} is {len(value)} characters; at most {limit}"
-    return args
+        return TOOLBOX.check(call.name, call.arguments).model_dump()
+    except ToolRefused as err:
+        return err.reason
 
 
 async def run_tool(req: ToolRequest, deps: StepDeps) -> ToolResult:
-    """Run one recorded tool call. Refused arguments and a request the provider refuses (``Refused``) give
-    a ``refused`` result, nothing applied; a transient failure raises (the engine retries with the same
-    key); a key held by another request (``IdempotencyConflict``) fails the run."""
+    """Run one recorded tool call through its declared handler (``TOOLBOX``). Refused arguments, an unknown
+    tool and a request the provider refuses give a ``refused`` result, nothing applied; a transient failure
+    raises (the engine retries with the same key); a key held by another request (``IdempotencyConflict``)
+    fails the run."""
     await pace(deps)
     if req.call.refused:
         return _refused(req, req.call.refused)
-    args = checked_arguments(req.call)
-    if isinstance(args, str):
-        return _refused(req, args)
     name = req.call.name
-    metadata = start_metadata(req.start_id)
+    context = ToolContext(req.run_id, req.turn, req.index, call_id=req.call.id,
+                          idempotency_key=req.idempotency_key,
+                          params={"email": req.customer_email, "start_id": req.start_id}, services=deps)
     try:
-        if name == "lookup_order":
-            order = await deps.provider.lookup_order(args["order_id"], run_id=req.run_id)
-            if order is None:
-                return _refused(req, f"no order {args['order_id']!r}")
-            content = {"order_id": order.order_id, "total": order.total, "refunded": order.refunded,
-                       "currency": order.currency}
-            return ToolResult(req.turn, req.index, name, "ok", json.dumps(content))
-        key = req.idempotency_key
-        if name == "issue_refund":
-            refund = await deps.provider.issue_refund(idempotency_key=key, run_id=req.run_id,
-                                                      order_id=args["order_id"], amount=args["amount"],
-                                                      metadata=metadata)
-            effect_id, replayed = refund.refund_id, refund.replayed
-            content = {"refund_id": effect_id, "order_id": args["order_id"], "amount": args["amount"]}
-        elif name == "send_email":
-            email = await deps.provider.send_email(idempotency_key=key, run_id=req.run_id, to=req.customer_email,
-                                                   subject=args["subject"], body=args["body"], metadata=metadata)
-            effect_id, replayed = email.message_id, email.replayed
-            content = {"message_id": effect_id, "to": req.customer_email}
-        else:
-            ticket = await deps.provider.create_ticket(idempotency_key=key, run_id=req.run_id,
-                                                       summary=args["summary"], email_message_id="",
-                                                       metadata=metadata)
-            effect_id, replayed = ticket.ticket_id, ticket.replayed
-            content = {"ticket_id": effect_id}
-    except IdempotencyConflict:
-        raise
-    except Refused as err:
-        return _refused(req, f"the provider refused it: {err.message}")
+        out = await TOOLBOX.call(name, req.call.arguments, context)
+    except ToolRefused as err:
+        return _refused(req, err.reason)
+    kind = TOOLBOX.effects.get(name)
+    if kind is None:
+        # A read-only call's result, written as the loop always wrote it (ASCII JSON).
+        return ToolResult(req.turn, req.index, name, "ok", json.dumps(out.content))
     # Applied (or replayed) at the provider; the call's result is not recorded yet.
     crash_point(f"tool:{name}:after_effect")
-    return ToolResult(req.turn, req.index, name, "ok", json.dumps(content, ensure_ascii=False),
-                      idempotency_key=key, kind=EFFECT_OF_TOOL[name], effect_id=effect_id, replayed=replayed)
+    return ToolResult(req.turn, req.index, name, "ok", json.dumps(out.content, ensure_ascii=False),
+                      idempotency_key=req.idempotency_key, kind=kind, effect_id=out.effect_id,
+                      replayed=out.replayed)
 
 
 TURN_LIMIT = "turn limit of"
@@ -789,10 +685,7 @@ def loop_signature() -> tuple[str, ...]:
     two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
     names = LoopPlan(LoopInputs("run", "task", "a@example.com"), lambda inputs, messages: []).names(
         {turn_step(1): two_calls, turn_step(2): {"calls": []}})
-    tools = [f"tool {name}:{EFFECT_OF_TOOL.get(name) or ''}:"
-             + ",".join(f"{field}={kind}{'' if required else '?'}" for field, kind, required, _, _ in fields)
-             for name, fields in TOOL_FIELDS.items()]
-    return ("steps " + " ".join(names), "key " + tool_key("run", 1, 0, "call"), *tools)
+    return ("steps " + " ".join(names), "key " + tool_key("run", 1, 0, "call"), *TOOLBOX.signature())
 
 
 def loop_digest(signature: tuple[str, ...] | None = None) -> str:

@@ -13,6 +13,7 @@ import argparse
 
 from steps import loop
 from steps.limits import InputError, check_text
+from steps.refund_agent import MAX_ORDER_ID_CHARS
 
 
 def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +64,8 @@ def orders_given(items: list[str]) -> dict[str, int]:
             raise InputError(f"--orders {item!r}: give ORDER=CENTS, an order id and its total in cents from 1, "
                              "e.g. --orders A-1001=2500 A-1002=4000")
         check_text("order id", order, what_to_do="Give the order id as the task names it")
-        if len(order) > loop.MAX_ORDER_ID_CHARS:
+        if len(order) > MAX_ORDER_ID_CHARS:
             raise InputError(f"--orders: order id {order[:20]!r}... is {len(order)} characters; at most "
-                             f"{loop.MAX_ORDER_ID_CHARS}")
+                             f"{MAX_ORDER_ID_CHARS}")
         orders[order] = int(cents)
     return orders

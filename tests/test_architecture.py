@@ -88,9 +88,33 @@ def test_the_run_record_imports_nothing_of_temporal():
         m for m in loaded if m.split(".")[0] in TEMPORAL_SIDE)
 
 
+LAB_SIDE = ("lab", "lesson", "grader", "bench", "peers", "exercises")
+
+
+def test_the_adapter_imports_nothing_of_the_lab():
+    """``durable_agents`` is what an agent builder imports (CONVENTIONS.md, "The adapter"): none of the lab's
+    packages, at the top or inside a function."""
+    graph = edges(units())
+    assert not [b for a, b in graph if a == "durable_agents" and b in LAB_SIDE], sorted(
+        b for a, b in graph if a == "durable_agents")
+
+
+@pytest.mark.process
+def test_importing_the_adapter_loads_no_module_of_the_lab():
+    import subprocess
+    import sys
+
+    check = ("import sys, durable_agents\n"
+             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LAB_SIDE!r}))")
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_the_core_and_the_judge_stay_apart():
     graph = edges(units())
-    assert not [b for a, b in graph if a == "steps"], "steps imports nothing outside itself"
+    assert not [b for a, b in graph if a == "steps" and b != "durable_agents"], \
+        "steps imports nothing outside itself but the adapter"
+    assert not [b for a, b in graph if a == "durable_agents"], "the adapter, beneath the core, imports nothing of it"
     assert [b for a, b in graph if a == "provider"] == ["storage"], "the provider shares no code with its clients"
     assert not [b for a, b in graph if a == "storage"], "storage is neutral"
     assert not [a for a, b in graph if b in ("starter", "worker") and a != "bench"], "nothing imports the scripts"

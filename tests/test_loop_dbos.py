@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ pytest.importorskip("dbos",
 from dbosflow import loop as dbos_loop  # noqa: E402
 from dbosflow import status as dbos_status  # noqa: E402
 from drafting import ScriptedModel  # noqa: E402
+from durable_agents import Toolbox  # noqa: E402
 from lab.model_standin import turns_asked  # noqa: E402
 from lab.processes import REPO  # noqa: E402
 from memory import MemoryPolicy, derive_window  # noqa: E402
@@ -224,11 +226,12 @@ def test_a_changed_loop_is_another_application_version(monkeypatch):
     (DBOS recovers a run only in a process of its own), and a run recorded by the other loop is refused."""
     before, signature = dbos_loop.loop_version_of(), dbos_loop.loop_signature()
     assert before == dbos_loop.LOOP_APP_VERSION and before.startswith(dbos_loop.LOOP_VERSION_LABEL + "+")
-    monkeypatch.setitem(loop.EFFECT_OF_TOOL, "lookup_order", "refund")
+    tools = list(loop.TOOLBOX)
+    monkeypatch.setattr(loop, "TOOLBOX", Toolbox([replace(tools[0], effect="refund"), *tools[1:]]))
     assert dbos_loop.loop_version_of() != before
     assert "was started by an agent loop" in (dbos_loop.loop_changed(list(signature)) or "")
     monkeypatch.undo()
-    monkeypatch.setitem(loop.TOOL_FIELDS, "cancel_order", (("order_id", "string", True, "line", 64),))
+    monkeypatch.setattr(loop, "TOOLBOX", Toolbox([*tools, replace(tools[0], name="cancel_order")]))
     assert dbos_loop.loop_version_of() != before
     monkeypatch.undo()
     assert dbos_loop.loop_version_of() == before and dbos_loop.loop_changed(list(signature)) is None

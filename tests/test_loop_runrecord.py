@@ -236,7 +236,7 @@ async def test_a_bad_tool_call_is_answered_refused_and_nothing_is_applied(provid
     assert [c["status"] for c in calls] == ["refused"] * len(bad), calls
     reasons = [json.loads(c["content"])["error"] for c in calls]
     assert "the provider refused it" in reasons[0] and "the provider refused it" in reasons[1], reasons
-    assert "send_email takes body, subject; it has no 'to'" in reasons[2]
+    assert "send_email takes subject, body; it has no 'to'" in reasons[2]
     assert reasons[3].startswith("unknown tool 'delete_everything'") and "not JSON" in reasons[4]
     # Nothing applied: the two refunds reached the provider under their keys and were refused there.
     effects = fetch_effects(provider.url, run_id=run_id)

@@ -208,8 +208,17 @@ def test_a_request_is_built_from_the_recorded_turn_only():
 @pytest.mark.parametrize(("name", "arguments", "says"), [
     ("drop_database", "{}", "unknown tool 'drop_database'"),
     ("issue_refund", '{"order_id": "A-1001"}', "issue_refund needs 'amount'"),
-    ("issue_refund", '{"order_id": "A-1001", "amount": -5}', "whole number of cents"),
-    ("issue_refund", '{"order_id": "A-1001", "amount": true}', "whole number of cents"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": -5}', "amount of issue_refund: input should be greater than 0"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": true}', "amount of issue_refund: input should be a valid int"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": 1e3}', "valid integer, got 1000.0"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": "5"}', "valid integer, got '5'"),
+    ("issue_refund", '{"order_id": "A-1001", "amount": NaN}', "are not JSON"),
+    ("issue_refund", '{"order_id": "A-1001 ", "amount": 5, "amount": 5}', "more than once"),
+    ("lookup_order", '{"order_id": "   "}', "order_id must be a non-empty string"),
+    ("lookup_order", '{"order_id": 1001}', "order_id of lookup_order: input should be a valid string"),
+    ("lookup_order", json.dumps({"order_id": "A" * 65}), "string should have at most 64 characters"),
+    ("send_email", '{"subject": "Hi", "body": "b\\u001b[2J"}', "body holds U+001B (ESC) at position 2"),
+    ("send_email", '{"subject": "Hi", "body": "b", "to": "x@evil"}', "send_email takes subject, body; it has no 'to'"),
     ("issue_refund", '{"order_id": "A-1001", "amount": 5, "to": "x@evil"}', "it has no 'to'"),
     ("send_email", '{"subject": "Hi\\r\\nBcc: x@evil", "body": "b"}', "subject"),
     ("send_email", '{"subject": "Hi \\u202e", "body": "b"}', "subject"),
@@ -334,7 +343,7 @@ def test_the_field_caps_agree_with_the_arguments_cap():
     assert not isinstance(checked_arguments(call), str)
     assert recorded_calls([call], DEFAULT_WINDOW_TOKENS * 10)[0].refused == ""
     too_long = AskedCall("c", "send_email", json.dumps({"subject": "s", "body": "b" * (MAX_LOOP_BODY_CHARS + 1)}))
-    assert "body is 3769 characters; at most 3768" in checked_arguments(too_long)
+    assert "body of send_email: string should have at most 3768 characters" in checked_arguments(too_long)
 
 
 @pytest.mark.parametrize("calls", range(1, MAX_CALLS_PER_TURN + 1))

@@ -1,0 +1,140 @@
+"""The lab's refund agent, one user of the adapter (``durable_agents``): its four tools, declared.
+
+``REFUND_TOOLS`` is the one table of them every engine, reader, grader and peer lane reads: their names,
+what the model is told, their arguments (pydantic models holding the lab's text rules, ``steps.limits``),
+their effect kinds at the lab's provider, and their handlers:
+
+- ``lookup_order(order_id)``: read-only (no key): an order's total and what of it was refunded, in cents;
+  an order the provider does not keep is refused back to the model ("no order").
+- ``issue_refund(order_id, amount)``: effect ``refund``; ``amount`` a whole number of cents from 1 (a
+  boolean, ``1e3`` or ``"5"`` refused); the provider refuses a refund past the order's total.
+- ``send_email(subject, body)``: effect ``email``, to the run's customer (the run's parameter ``email``),
+  never to an address the model wrote: the arguments have no address field, and an extra field is refused.
+- ``create_ticket(summary)``: effect ``ticket``.
+
+The handlers are given the run's ``steps.flow.StepDeps`` as the context's services (its ``provider``) and
+its parameters ``email`` and ``start_id``; each effect goes to the provider under the call's key. A request
+the provider refuses (``steps.errors.Refused``) is refused back to the model, nothing applied; a key held by
+another request (``IdempotencyConflict``) and a transient failure raise, as the engines expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, Field, ValidationInfo
+
+from durable_agents import Arguments, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
+from steps.adoption import start_metadata
+from steps.errors import Refused
+from steps.flow import StepDeps
+from steps.limits import MAX_ARGUMENTS_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS, check_text
+
+__all__ = ["MAX_LOOP_BODY_CHARS", "MAX_ORDER_ID_CHARS", "REFUND_TOOLS"]
+
+MAX_ORDER_ID_CHARS = 64
+MAX_LOOP_BODY_CHARS = (MAX_ARGUMENTS_CHARS - 64 - 2 * MAX_SUBJECT_CHARS) // 2
+"""A loop email's body, at most 3,768 characters: derived so that every ``send_email`` call the field rule
+accepts fits ``MAX_ARGUMENTS_CHARS`` as JSON written with its short escapes (each character of the subject
+and the body at most 2: ``\\n``, ``\\"``; the keys and the punctuation under 64). A client that writes
+every non-ASCII character as ``\\uXXXX`` takes up to 6 characters for one: such a call can be refused for
+its length, back to the model, never a failure of the run."""
+
+
+def _text_rule(multiline: bool) -> AfterValidator:
+    """The lab's text rule for a field (``steps.limits.check_text``): not blank, no control character (a
+    multi-line text keeps newline and tab). Its ``InputError`` is the refusal the model reads."""
+
+    def check(value: str, info: ValidationInfo) -> str:
+        name = info.field_name or "the text"
+        if not value.strip():
+            raise ValueError(f"{name} must be a non-empty string")
+        return check_text(name, value, multiline=multiline, what_to_do="")
+
+    return AfterValidator(check)
+
+
+LINE = _text_rule(multiline=False)
+TEXT = _text_rule(multiline=True)
+OrderId = Annotated[str, Field(max_length=MAX_ORDER_ID_CHARS), LINE]
+
+
+class Lookup(Arguments):
+    order_id: OrderId
+
+
+class Refund(Arguments):
+    order_id: OrderId
+    amount: Annotated[int, Field(gt=0, description="in cents, a whole number from 1")]
+
+
+class Email(Arguments):
+    subject: Annotated[str, Field(max_length=MAX_SUBJECT_CHARS), LINE]
+    body: Annotated[str, Field(max_length=MAX_LOOP_BODY_CHARS), TEXT]
+
+
+class Ticket(Arguments):
+    summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS), LINE]
+
+
+T = TypeVar("T")
+
+
+async def _asked(request: Awaitable[T]) -> T:
+    """The provider's answer; its refusal (``Refused``) refused back to the model with nothing applied."""
+    try:
+        return await request
+    except Refused as err:
+        raise ToolRefused(f"the provider refused it: {err.message}") from None
+
+
+def _deps(ctx: ToolContext) -> StepDeps:
+    deps: Any = ctx.services
+    return deps
+
+
+def _metadata(ctx: ToolContext) -> dict[str, str] | None:
+    return start_metadata(str(ctx.params.get("start_id") or ""))
+
+
+async def lookup_order(args: Lookup, ctx: ToolContext) -> ToolOutput:
+    order = await _asked(_deps(ctx).provider.lookup_order(args.order_id, run_id=ctx.run_id))
+    if order is None:
+        raise ToolRefused(f"no order {args.order_id!r}")
+    return ToolOutput({"order_id": order.order_id, "total": order.total, "refunded": order.refunded,
+                       "currency": order.currency})
+
+
+async def issue_refund(args: Refund, ctx: ToolContext) -> ToolOutput:
+    refund = await _asked(_deps(ctx).provider.issue_refund(
+        idempotency_key=ctx.key, run_id=ctx.run_id, order_id=args.order_id, amount=args.amount,
+        metadata=_metadata(ctx)))
+    return ToolOutput({"refund_id": refund.refund_id, "order_id": args.order_id, "amount": args.amount},
+                      refund.refund_id, refund.replayed)
+
+
+async def send_email(args: Email, ctx: ToolContext) -> ToolOutput:
+    to = ctx.params["email"]
+    email = await _asked(_deps(ctx).provider.send_email(
+        idempotency_key=ctx.key, run_id=ctx.run_id, to=to, subject=args.subject, body=args.body,
+        metadata=_metadata(ctx)))
+    return ToolOutput({"message_id": email.message_id, "to": to}, email.message_id, email.replayed)
+
+
+async def create_ticket(args: Ticket, ctx: ToolContext) -> ToolOutput:
+    ticket = await _asked(_deps(ctx).provider.create_ticket(
+        idempotency_key=ctx.key, run_id=ctx.run_id, summary=args.summary, email_message_id="",
+        metadata=_metadata(ctx)))
+    return ToolOutput({"ticket_id": ticket.ticket_id}, ticket.ticket_id, ticket.replayed)
+
+
+REFUND_TOOLS = Toolbox([
+    Tool("lookup_order", "Look up an order: its total and how much of it was already refunded, in cents.",
+         Lookup, lookup_order),
+    Tool("issue_refund", "Refund part or all of an order, in cents. Never more than the order's total in all.",
+         Refund, issue_refund, effect="refund"),
+    Tool("send_email", "Send an email to the customer of this conversation.", Email, send_email, effect="email"),
+    Tool("create_ticket", "Record the outcome in the ticket system, in one line.", Ticket, create_ticket,
+         effect="ticket"),
+])
