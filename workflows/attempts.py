@@ -33,7 +33,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -42,7 +42,7 @@ from temporalio.workflow import ActivityCancellationType
 
 from activities import WORKER_SHUTDOWN_TYPE
 from steps.retry import StepLedger
-from steps.runstate import iso
+from steps.runstate import StepStateName, iso
 
 # Patch ids: histories record them, so their values never change.
 #
@@ -136,23 +136,26 @@ class ShownStep(Protocol):
     ``TurnState`` and ``CallState``): the attempts loop keeps these fields."""
 
     attempts: int
-    status: str
+    status: StepStateName
     next_try_at: str | None
     last_error: str | None
     crashes: int
     note: str | None
 
 
+StateT = TypeVar("StateT", bound=ShownStep)
+
+
 def _nothing(_what: str) -> None:
     return None
 
 
-def _as_is(message: str) -> str:
+def _as_is(message: str) -> str | None:
     return message
 
 
 @dataclass
-class StepAttempts:
+class StepAttempts(Generic[StateT]):
     """The attempts of one step until it succeeds or its ledger gives up (``steps.retry``).
 
     ``show`` puts the step's state where the Temporal UI reads it; ``seen`` hears of every outcome
@@ -162,12 +165,12 @@ class StepAttempts:
 
     name: str
     ledger: StepLedger
-    state: ShownStep
+    state: StateT
     attempt_timeout: timedelta
     heartbeat_timeout: timedelta | None
     show: Callable[[], None]
     seen: Callable[[str], None] = _nothing
-    error_text: Callable[[str], str] = _as_is
+    error_text: Callable[[str], str | None] = _as_is
     deciding: Callable[[Ending], None] | None = None
 
     @property
