@@ -132,15 +132,25 @@ any recorded rule lets a run of any flow reach (every step at its limit, then on
 always decides first."""
 
 
-class WorkerDeaths(PermanentError):
-    """A step whose dispatches died more often than the run's recorded rule allows: a poison pill.
+class RuleStop(PermanentError):
+    """The run's rule (``steps.retry.StepLedger``) stopped a step that DBOS would go on retrying.
 
-    ``failure`` is the run's error. Pickled by DBOS into the step's row: the
-    message is the only positional argument, the rest comes back as attributes."""
+    ``failure`` is the run's error, in the ledger's words. Pickled by DBOS into
+    the step's row: the message is the only positional argument, the rest comes
+    back as attributes."""
 
     def __init__(self, message: str, failure: str = "", *, in_doubt: bool = False) -> None:
         super().__init__(message, in_doubt=in_doubt)
         self.failure = failure
+
+
+class WorkerDeaths(RuleStop):
+    """A step whose dispatches died more often than the run's recorded rule allows: a poison pill."""
+
+
+class SameError(RuleStop):
+    """A loop's turn whose model answered the same error to the same window ``SAME_ERROR_LIMIT`` attempts in
+    a row (``steps.loop.same_error_limit``): its answer to that window, not an outage."""
 
 
 class StepFailed(Exception):
@@ -414,20 +424,40 @@ class AttemptedStep(Protocol):
 
 
 async def _attempt(step: AttemptedStep, request: Any, run_id: str, rule: RetryRule, dispatch: int,
-                   previous_dispatch: int, ran: dict[str, int]) -> dict[str, Any]:
+                   previous_dispatch: int, ran: dict[str, int], repeats: StepLedger | None = None) -> dict[str, Any]:
     """One attempt of a step, as DBOS runs it (again on each of its retries).
 
     The number printed counts the dispatches since the previous step's output
     was recorded (each of them reached this step, or died before it) and the
     attempts of this dispatch. The first attempt of a dispatch is refused when
-    those dispatches are more deaths than the run's rule allows."""
+    those dispatches are more deaths than the run's rule allows.
+
+    ``repeats``: a loop turn's ledger with its ``same_error_limit`` (``dbosflow.loop``), kept across DBOS's
+    retries of this dispatch: the same error on that many attempts in a row stops the step (``SameError``)."""
     if not ran["attempts"]:
         _refuse_a_death_too_many(step, rule, dispatch, previous_dispatch)
     ran["attempts"] += 1
     attempt = dispatch - previous_dispatch + ran["attempts"]
     _SAY[0](started_line(step.name, run_id, attempt))
-    result = await step.run(request, _deps())
+    try:
+        result = await step.run(request, _deps())
+    except (PermanentError, InputError):
+        raise
+    except Exception as err:  # what DBOS retries (``_should_retry``): the rule may stop it first
+        if repeats is not None:
+            _stop_on_the_same_error(repeats, attempt, err)
+        raise
     return {"result": to_jsonable(result), "dispatch": dispatch, "attempt": attempt}
+
+
+def _stop_on_the_same_error(repeats: StepLedger, attempt: int, err: Exception) -> None:
+    """Raise ``SameError`` when the ledger's row of the same error reaches its limit with ``err``. Only that
+    verdict is the ledger's here: DBOS's attempt count stands for the budget (``dbos_max_attempts``)."""
+    repeats.attempts = attempt
+    repeats.after_error(_reason(err), 0.0, retry_after=getattr(err, "retry_after", None),
+                        outage=getattr(err, "outage", False))
+    if repeats.same_error_limit is not None and repeats.same_errors >= repeats.same_error_limit:
+        raise SameError(_reason(err), repeats.failure or "") from None
 
 
 def _refuse_a_death_too_many(step: AttemptedStep, rule: RetryRule, dispatch: int, previous_dispatch: int) -> None:
@@ -443,7 +473,7 @@ def _refuse_a_death_too_many(step: AttemptedStep, rule: RetryRule, dispatch: int
 
 def _failure(step: str, err: BaseException, attempts: int) -> str:
     """The run's error in the other engines' words, with DBOS's reason."""
-    if isinstance(err, WorkerDeaths):
+    if isinstance(err, RuleStop):
         return err.failure
     if isinstance(err, dbos_errors.DBOSMaxStepRetriesExceeded):
         last = err.errors[-1] if err.errors else err

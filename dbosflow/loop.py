@@ -38,7 +38,11 @@ record, the rows of ``operation_outputs``:
   run's recorded rule gives DBOS's attempt count and backoff; a
   ``PermanentError`` fails at once; a turn's attempt may take the rule's model
   timeout (the draft's), a call's the provider's (the email's). A turn the
-  model step refuses (the turn limit, naming itself; a malformed answer) or a
+  model step refuses (the turn limit, naming itself; a malformed answer), a
+  turn whose model answers the same error word for word on
+  ``SAME_ERROR_LIMIT`` attempts in a row (``steps.loop.same_error_limit``,
+  ``dbosflow.engine.SameError``: the rule of every engine; counted across
+  DBOS's retries within one dispatch, as DBOS records no failed attempt) or a
   step whose retries are spent ends the run in ERROR (``StepFailed``, naming
   the step): terminal, as on the other engines. A step whose dispatches died
   more often than the run's rule allows fails as a flow's step does
@@ -96,7 +100,7 @@ from steps.errors import PermanentError
 from steps.limits import InputError
 from steps.loop import loop_changed as loop_changed  # re-exported: dbosflow.status and the CLI read it here
 from steps.loop import loop_digest, loop_signature
-from steps.retry import MOST_WORKER_DEATHS, RetryRule
+from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
 
 LOOP_WORKFLOW_NAME = "agent_loop"
 LOOP_VERSION_LABEL = "agentlab-loop-1"
@@ -280,8 +284,10 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
             raise StepFailed(f"step {name} failed before its first attempt: {err.message}") from None
         try:
             options = step_options(name, rule, timeout_of=TOOL_TIMEOUT_OF if "/" in name else TURN_TIMEOUT_OF)
+            limit = loop.same_error_limit(name)  # a turn's: the same rule as on the other engines
+            repeats = StepLedger(name, rule, same_error_limit=limit) if limit is not None else None
             recorded = await DBOS.run_step_async(options, _attempt, step, request, run_id, rule, dispatch,
-                                                 previous_dispatch, ran)
+                                                 previous_dispatch, ran, repeats)
         except (PermanentError, InputError, dbos_errors.DBOSMaxStepRetriesExceeded) as err:
             # The step's own failure, recorded by DBOS in the step's row. DBOS's errors about the workflow
             # itself (a recorded step name that differs, a cancellation) pass.

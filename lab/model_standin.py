@@ -28,7 +28,12 @@ Answers:
   (``finish_reason`` ``"stop"``). ``delay`` seconds are slept before each such answer;
 - a request without ``tools``: the offline model's draft of its messages as a JSON object (``subject``,
   ``body``, ``summary``) in ``content``, so the three-step flow runs against it too;
-- ``vary``: both word every answer differently and the tool call ids are random, as a real model's.
+- ``vary``: both word every answer differently and the tool call ids are random, as a real model's;
+- ``fail_status`` (an HTTP status, 400 to 599): a request with ``tools`` is answered with that status and an
+  OpenAI-style error body instead, the same words every time (``FAILED_WORDS``: the model side's answer to
+  the request, as a model that cannot serve a prompt gives it), counted as asked; ``fail_times`` N: only the
+  first N such requests of each run fail, then it answers as usual (an outage that clears); ``fail_varied``:
+  each error's words carry its number, so no two are alike.
 
 Routes: ``POST /v1/chat/completions``; ``GET /v1/counts?run=ID`` -> ``{"run": ID, "requests": n, "turns":
 {"1": 2, "2": 1}}``; ``GET /v1/counts`` -> every run's; ``GET /healthz`` -> 200. A body that is not JSON,
@@ -43,6 +48,7 @@ or as its own process, which prints one line, ``model stand-in listening on <url
 stops cleanly on SIGTERM or SIGINT::
 
     python -m lab.model_standin [--port N] [--vary] [--delay SECONDS]
+                                [--fail-status STATUS [--fail-times N] [--fail-varied]]
 
 (``start_model_standin`` starts that process and waits for the line; ``turns_asked`` reads one run's
 count from either form.)
@@ -84,8 +90,20 @@ STARTUP_TIMEOUT = 30.0
 _MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
+FAILED_WORDS = "the model could not serve this prompt"
+"""The message of a failed answer (``fail_status``): word for word the same every time unless ``fail_varied``."""
+
+
 class BadRequest(ValueError):
     """A request the stand-in refuses with a 400; the message says what was wrong."""
+
+
+class Failed(Exception):
+    """A request the stand-in answers with ``status`` (``fail_status``), already counted."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ModelStandIn:
@@ -95,12 +113,21 @@ class ModelStandIn:
     ``start()`` (or ``with``) serves, ``stop()`` shuts down and joins; ``url`` is the API root
     (``http://127.0.0.1:<port>/v1``), what ``LLM_BASE_URL`` takes."""
 
-    def __init__(self, *, vary: bool = False, delay: float = 0.0, port: int = 0) -> None:
+    def __init__(self, *, vary: bool = False, delay: float = 0.0, port: int = 0, fail_status: int | None = None,
+                 fail_times: int | None = None, fail_varied: bool = False) -> None:
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not (
                 math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
             raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:g}, got {delay!r}")
+        if fail_status is not None and not (isinstance(fail_status, int) and 400 <= fail_status <= 599):
+            raise ValueError(f"fail status must be an HTTP error status from 400 to 599, got {fail_status!r}")
+        if fail_times is not None and not (isinstance(fail_times, int) and fail_times >= 1):
+            raise ValueError(f"fail times must be a whole number from 1, got {fail_times!r}")
+        if fail_status is None and (fail_times is not None or fail_varied):
+            raise ValueError("fail times and fail varied need a fail status")
         self.vary = vary
         self.delay = float(delay)
+        self.fail_status, self.fail_times, self.fail_varied = fail_status, fail_times, fail_varied
+        self._failed: Counter[str] = Counter()  # failed answers, by run
         self.model = ScriptedModel(vary=vary)
         self.drafter = OfflineModel(vary=vary)
         self._lock = threading.Lock()  # the counts, the answer numbers and the scripted model's own count
@@ -161,6 +188,15 @@ class ModelStandIn:
         if turn == NO_LABEL and run != NO_LABEL and tools:  # a peer's request (see the module docstring)
             turn = str(1 + sum(1 for m in messages if m.get("role") == "assistant"))
         self.count(run, turn)
+        if tools and self.fail_status is not None:
+            with self._lock:
+                failing = self.fail_times is None or self._failed[run] < self.fail_times
+                if failing:
+                    self._failed[run] += 1
+                    number = sum(self._failed.values())
+            if failing:
+                raise Failed(self.fail_status, f"{FAILED_WORDS} (error {number})" if self.fail_varied
+                             else FAILED_WORDS)
         if tools:
             if self.delay:
                 time.sleep(self.delay)  # in this request's own thread: other requests are answered meanwhile
@@ -248,6 +284,8 @@ def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
                 completion = owner.complete(request, self._label(RUN_HEADER), self._label(TURN_HEADER))
             except ValueError as err:  # BadRequest, or a Content-Length that is not a number
                 return self._send(400, _error(f"bad request: {err}", "invalid_request_error"))
+            except Failed as err:
+                return self._send(err.status, _error(str(err), "server_error"))
             except Exception as err:  # a bug here: say so in the answer rather than drop the connection
                 return self._send(500, _error(f"the model stand-in failed: {type(err).__name__}: {err}",
                                               "server_error"))
@@ -266,8 +304,9 @@ def _handler(owner: ModelStandIn) -> type[BaseHTTPRequestHandler]:
 _live: set[Proc] = set()
 
 
-def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *,
-                        echo: bool = False) -> tuple[Proc, str]:
+def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *, echo: bool = False,
+                        fail_status: int | None = None, fail_times: int | None = None,
+                        fail_varied: bool = False) -> tuple[Proc, str]:
     """``python -m lab.model_standin`` as an OS process, serving when this returns: (the process, its API
     root for ``LLM_BASE_URL``). The caller stops it (``proc.stop()``: SIGTERM) or kills it; one still
     running when the interpreter exits is killed then. A start that fails raises with what it printed."""
@@ -276,6 +315,12 @@ def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *
         argv.append("--vary")
     if delay:
         argv += ["--delay", repr(float(delay))]
+    if fail_status is not None:
+        argv += ["--fail-status", str(fail_status)]
+    if fail_times is not None:
+        argv += ["--fail-times", str(fail_times)]
+    if fail_varied:
+        argv.append("--fail-varied")
     proc = Proc("model-standin", argv, env={"PYTHONUNBUFFERED": "1"}, cwd=REPO, echo=echo)
     _live.add(proc)
     try:
@@ -312,13 +357,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="word every answer differently and give random tool call ids, as a real model")
     parser.add_argument("--delay", type=float, default=0.0,
                         help="seconds to wait before answering each tool request (to kill a worker during one)")
+    parser.add_argument("--fail-status", type=int, default=None,
+                        help="answer each tool request with this HTTP status (400-599), the same error every time")
+    parser.add_argument("--fail-times", type=int, default=None,
+                        help="with --fail-status: fail only the first N tool requests of each run, then answer")
+    parser.add_argument("--fail-varied", action="store_true",
+                        help="with --fail-status: number each error, so that no two are alike")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is not a port: give 1-65535, or 0 for one the OS picks")
     try:
-        standin = ModelStandIn(vary=args.vary, delay=args.delay, port=args.port)
+        standin = ModelStandIn(vary=args.vary, delay=args.delay, port=args.port, fail_status=args.fail_status,
+                               fail_times=args.fail_times, fail_varied=args.fail_varied)
     except ValueError as err:
-        parser.error(f"--delay: {err}")
+        parser.error(str(err))
     except OSError as err:
         print(f"model stand-in: cannot listen on 127.0.0.1:{args.port} ({err}); "
               "give another --port, or 0 for one the OS picks", file=sys.stderr)

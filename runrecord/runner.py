@@ -27,7 +27,8 @@ One loop, whatever brought us here (start, or resume after a SIGKILL):
    Transient failure: record it with the step's ledger (the
    budget spent, whether the outcome is in doubt, when the next try is due),
    wait the backoff, next attempt. Non-retryable (``PermanentError``,
-   ``InputError``), budget spent or a death too many: the run becomes
+   ``InputError``), budget spent, a death too many, or (a loop's turn) the
+   same error on ``SAME_ERROR_LIMIT`` attempts in a row: the run becomes
    failed, naming the step, the attempts and the reason. Nothing loops.
 
 Crash points: the plan's (``runrecord.plans``), reached here around each
@@ -543,12 +544,15 @@ class Runner:
 
     @staticmethod
     def _ledger(run: RunRow, step: PlannedStep, row: StepRow) -> StepLedger:
-        """The step's ledger as the record holds it, under the rule the run recorded at start."""
+        """The step's ledger as the record holds it, under the rule the run recorded at start; a loop turn's
+        with its row of the same error (``steps.loop.same_error_limit``, as on the other engines)."""
         return StepLedger(
             step.name, RetryRule.from_dict(run.retry_rule), effect=step.effect, attempts=row.attempts,
             error_attempts=row.error_attempts, error_seconds=row.error_seconds, crashes=row.crashes,
             failed_attempts=row.error_attempts + row.crashes,  # the record has no resets to start it again
             in_doubt=row.in_doubt, last_error=row.last_error,
+            same_error_limit=loop.same_error_limit(step.name) if run.loop is not None else None,
+            same_errors=row.same_errors, same_error=row.same_error,
         )
 
     async def _open_attempt(self, run: RunRow, plan: RunPlan, step: PlannedStep, row: StepRow,
@@ -592,14 +596,15 @@ class Runner:
         # An unexpected exception says nothing of an effect's request: it may have been applied.
         doubtful = err.in_doubt if isinstance(err, StepError) else step.effect
         delay = ledger.after_error(reason, seconds, retry_after=getattr(err, "retry_after", None),
-                                   in_doubt=doubtful, u=random.random())
+                                   in_doubt=doubtful, u=random.random(), outage=getattr(err, "outage", False))
         if delay is None:
             self._fail(run.run_id, step, run.position, ledger, answered=not doubtful, doubtful=doubtful)
             return
         self.record.record_attempt_error(
             run.run_id, run.position, ledger.attempts, reason, self.holder, self.lease_seconds,
             error_attempts=ledger.error_attempts, error_seconds=ledger.error_seconds, in_doubt=ledger.in_doubt,
-            next_try_at=time.time() + delay, doubtful=doubtful)
+            next_try_at=time.time() + delay, doubtful=doubtful, same_errors=ledger.same_errors,
+            same_error=ledger.same_error)
         self.say(f"  {_clock()} {step.name}: attempt {ledger.attempts} failed ({reason}); retrying in {delay:.2f} s "
                  f"(budget {ledger.rule.budget_seconds - ledger.error_seconds:.0f} s left)")
         await self.sleep(delay)

@@ -54,7 +54,11 @@ the same way after its upgrade:
     version 2 what the retry rule keeps (``steps.retry.StepLedger``):
     ``crashes``, ``error_attempts``, ``error_seconds``, ``in_doubt``,
     ``next_try_at``, and ``attempt_open`` (1 from an attempt's start until its
-    outcome is recorded: still 1 on resume means the process died in it).
+    outcome is recorded: still 1 on resume means the process died in it);
+    since version 5 ``same_errors`` and ``same_error``: the newest error
+    answered to the step's request and how many attempts in a row ended in it
+    (the ledger's row of the same error, kept for a loop's turns only:
+    ``steps.loop.same_error_limit``; 0 and NULL otherwise).
 ``intents``
     one row per attempt of an effectful step: the idempotency key and the JSON
     request, written *before* the request can be sent, and its ``state``:
@@ -85,7 +89,7 @@ from typing import Any, NamedTuple, TypeVar
 from runrecord.lease import Verdict, check_holder
 from storage import sqlite
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
 SYNCHRONOUS_ENV = "RUNRECORD_SYNCHRONOUS"
@@ -162,9 +166,16 @@ def _v3_to_v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN loop TEXT")
 
 
+def _v4_to_v5(conn: sqlite3.Connection) -> None:
+    """A loop turn's row of the same error (``StepLedger.same_errors``, ``same_error``): a resumed process
+    goes on counting it. Every row before it starts with none."""
+    conn.execute("ALTER TABLE steps ADD COLUMN same_errors INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE steps ADD COLUMN same_error TEXT")
+
+
 # Key = the version a step upgrades *from*. Add a step for each new version;
 # never edit a released one.
-_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -289,6 +300,8 @@ class StepRow:
     in_doubt: bool = field(default=False, metadata=_FLAG)
     next_try_at: float | None = None
     attempt_open: bool = field(default=False, metadata=_FLAG)
+    same_errors: int = 0
+    same_error: str | None = None
 
 
 @dataclass
@@ -670,6 +683,7 @@ class RunRecord:
     def record_attempt_error(
         self, run_id: str, position: int, attempt: int, error: str, holder: str, lease_seconds: float,
         *, error_attempts: int, error_seconds: float, in_doubt: bool, next_try_at: float, doubtful: bool = False,
+        same_errors: int = 0, same_error: str | None = None,
     ) -> None:
         """A retryable failure of one attempt: the step stays running, the run goes on.
 
@@ -680,8 +694,9 @@ class RunRecord:
             self._renew(run_id, holder, lease_seconds, now)
             c.execute(
                 "UPDATE steps SET last_error = ?, attempt_open = 0, error_attempts = ?, error_seconds = ?, "
-                "in_doubt = ?, next_try_at = ? WHERE run_id = ? AND position = ?",
-                (error, error_attempts, error_seconds, int(in_doubt), next_try_at, run_id, position),
+                "in_doubt = ?, next_try_at = ?, same_errors = ?, same_error = ? WHERE run_id = ? AND position = ?",
+                (error, error_attempts, error_seconds, int(in_doubt), next_try_at, same_errors, same_error,
+                 run_id, position),
             )
             self._intent_error(run_id, position, attempt, error, doubtful, now)
 
@@ -783,7 +798,8 @@ class RunRecord:
             )
             c.execute(
                 "UPDATE steps SET status = 'running', attempt_open = 0, error_attempts = 0, error_seconds = 0, "
-                "crashes = 0, next_try_at = NULL WHERE run_id = ? AND position = ?",
+                "crashes = 0, next_try_at = NULL, same_errors = 0, same_error = NULL "
+                "WHERE run_id = ? AND position = ?",
                 (run_id, position),
             )
             return position

@@ -77,6 +77,7 @@ from steps.flow import StepDeps, pace
 from steps.keys import KEY_PREFIX
 from steps.limits import MAX_ARGUMENTS_CHARS, MAX_BODY_CHARS, InputError, check_text
 from steps.refund_agent import MAX_LOOP_BODY_CHARS, REFUND_TOOLS
+from steps.retry import SAME_ERROR_LIMIT
 
 LOOP_SYSTEM_PROMPT = (
     "You are a customer-service agent with tools. Use lookup_order before you refund an order; never refund "
@@ -282,6 +283,14 @@ def parse_step(name: str) -> tuple[int, int | None]:
     if not tail.startswith("call-") or not tail[5:].isdigit():
         raise ValueError(f"{name!r} is not a step of the agent loop (turn-<n> or turn-<n>/call-<i>)")
     return int(head[5:]), int(tail[5:])
+
+
+def same_error_limit(name: str) -> int | None:
+    """The ``steps.retry.StepLedger.same_error_limit`` of loop step ``name``, for every engine: a turn asks
+    with the same window on every attempt, so an error that comes back word for word ``SAME_ERROR_LIMIT``
+    times in a row is the model's answer to that window and stops the run; a call's request goes to the
+    provider, whose errors keep the step's whole budget (None)."""
+    return SAME_ERROR_LIMIT if parse_step(name)[1] is None else None
 
 
 def call_id_digest(call_id: str) -> str:

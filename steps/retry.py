@@ -323,9 +323,12 @@ class StepLedger:
         With ``same_error_limit`` set (the agent loop's turns: ``SAME_ERROR_LIMIT``), a step whose request
         never changes (a turn asks with the same window on every attempt) gives up when the same error,
         word for word, ends that many attempts in a row, an ``outage`` (the other side not reached, or
-        not answering this request: ``steps.errors``) not counting and not breaking the row: an error
-        the other side answers to the same request again and again is its answer to that request, not
-        bad luck, and waiting out the whole budget on it looks like a hang."""
+        not answering this request: ``steps.errors``; or any error that came with a ``retry_after``: the
+        other side asking to be given time) not counting and not breaking the row: an error the other side
+        answers to the same request again and again is its answer to that request, not bad luck, and
+        waiting out the whole budget on it looks like a hang. Every engine's loop sets the limit for its
+        turns from ``steps.loop.same_error_limit``."""
+        outage = outage or retry_after is not None
         self.error_attempts += 1
         self.error_seconds += max(float(seconds), 0.0) if math.isfinite(seconds) else 0.0
         self.last_error = message

@@ -14,9 +14,10 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from lab.model_standin import turns_asked
+from lab.model_standin import FAILED_WORDS, turns_asked
 from providerclient import EffectRecord, fetch_effects, lookup_counts
 from steps.loop import MIN_WINDOW_TOKENS
+from steps.retry import SAME_ERROR_LIMIT
 
 ORDERS = {"A-1001": 2500, "B-2002": 1200}
 TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
@@ -75,3 +76,26 @@ def assert_failed_at_the_turn_limit(status: Mapping[str, Any], provider_url: str
                                       "still asked for tools (lookup_order) at turn 3; none of them ran"), status
     assert "Start a new run (a new RUN_ID) with a higher turn limit" in status["error"]
     assert Counter(e.kind for e in fetch_effects(provider_url, run_id=run_id)) == {"refund": 1, "email": 1}
+
+
+SAME_ERROR_FAILS = {"fail_status": 500}
+"""The model stand-in's options (``lab.model_standin.ModelStandIn``) for a model that answers every turn with
+the same model-side error, word for word (a 500 is transient, not an outage: ``drafting.openai_compat``)."""
+OUTAGES_THAT_CLEAR = {
+    "an outage, the same words": {"fail_status": 503, "fail_times": SAME_ERROR_LIMIT + 1},
+    "errors that differ": {"fail_status": 500, "fail_times": SAME_ERROR_LIMIT + 1, "fail_varied": True},
+}
+"""Options for a model that fails more than ``SAME_ERROR_LIMIT`` times and then answers: neither stops a turn."""
+
+
+def assert_stopped_by_the_same_error(status: Mapping[str, Any], asked: Mapping[str, int]) -> None:
+    """``TASK``'s run whose model answered ``SAME_ERROR_FAILS`` to every turn, as its status (``status --json``)
+    and the stand-in's count show it: FAILED at turn 1 after ``SAME_ERROR_LIMIT`` attempts, naming the turn,
+    the rule and the error; the model asked exactly that many times, not for the whole retry budget."""
+    assert status["status"] == "failed" and status["current_step"] == "turn-1", status
+    assert status["error"].startswith(
+        f"step turn-1 failed after {SAME_ERROR_LIMIT} attempt(s): the same error on {SAME_ERROR_LIMIT} attempts "
+        "in a row on an unchanged request (an outage would clear or change; this is the answer to the request "
+        "itself): the LLM server at "), status
+    assert status["error"].endswith(f"answered HTTP 500: {FAILED_WORDS}"), status
+    assert dict(asked) == {"1": SAME_ERROR_LIMIT}, asked

@@ -31,22 +31,26 @@ from dbosflow import loop as dbos_loop  # noqa: E402
 from dbosflow import status as dbos_status  # noqa: E402
 from drafting import ScriptedModel  # noqa: E402
 from durable_agents import Toolbox  # noqa: E402
-from lab.model_standin import turns_asked  # noqa: E402
+from lab.model_standin import ModelStandIn, turns_asked  # noqa: E402
 from lab.processes import REPO  # noqa: E402
 from memory import MemoryPolicy, derive_window  # noqa: E402
 from providerclient import fetch_effects, seed_orders  # noqa: E402
 from steps import loop  # noqa: E402
 from steps.models import to_jsonable  # noqa: E402
-from steps.retry import RetryRule  # noqa: E402
+from steps.retry import SAME_ERROR_LIMIT, RetryRule  # noqa: E402
 from steps.startedline import started_steps  # noqa: E402
 from tests.loop_support import (  # noqa: E402
     BAD_LOOP_INPUT,
     CUSTOMER,
     ORDERS,
+    OUTAGES_THAT_CLEAR,
+    SAME_ERROR_FAILS,
     TASK,
     TURNS,
+    assert_each_effect_once,
     assert_failed_at_the_turn_limit,
     assert_resumed_asking_and_applying_once,
+    assert_stopped_by_the_same_error,
     model_env,
 )
 from tests.support import wait_exit  # noqa: E402
@@ -169,6 +173,28 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_procs, standin, provider, r
     assert wait_exit(refused, timeout=60) == 4, refused.output()
     assert "does not run a failed workflow again" in refused.output() and "started: run" not in refused.output()
     assert turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
+
+
+def test_the_same_model_error_on_every_attempt_stops_the_turn(loop_procs, run_id):
+    """As on Temporal (tests/test_loop_bounds.py): a model that answers every attempt of turn 1 with the same
+    error stops the run within ``SAME_ERROR_LIMIT`` attempts, naming the turn, not after DBOS's retries."""
+    with ModelStandIn(**SAME_ERROR_FAILS) as model:
+        run = loop_procs("loop", run_id, TASK, "--email", CUSTOMER, env=model_env(model.url))
+        assert wait_exit(run, timeout=90) == 1, run.output()
+        shown = loop_procs("status", run_id, "--json")
+        assert wait_exit(shown, timeout=60) == 1, shown.output()
+        status = json.loads(shown.output()[shown.output().index("{"):])
+        assert_stopped_by_the_same_error(status, turns_asked(model.url, run_id))
+
+
+@pytest.mark.parametrize("fails", list(OUTAGES_THAT_CLEAR))
+def test_an_outage_or_errors_that_differ_are_retried_until_the_model_answers(fails, loop_procs, provider, run_id):
+    with ModelStandIn(**OUTAGES_THAT_CLEAR[fails]) as model:
+        run = loop_procs("loop", run_id, TASK, "--email", CUSTOMER, env=model_env(model.url))
+        assert wait_exit(run, timeout=90) == 0, run.output()
+        asked = turns_asked(model.url, run_id)
+    assert asked == {"1": SAME_ERROR_LIMIT + 2, **{str(t): 1 for t in range(2, TURNS + 1)}}, asked
+    assert_each_effect_once(provider.url, run_id)
 
 
 @pytest.mark.process

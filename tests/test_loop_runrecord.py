@@ -26,7 +26,7 @@ import pytest
 
 from drafting import OfflineModel, ScriptedModel
 from lab.engines import started_steps
-from lab.model_standin import turns_asked
+from lab.model_standin import ModelStandIn, turns_asked
 from lab.processes import REPO
 from memory import Message, approx_tokens
 from providerclient import ProviderClient, fetch_effects, seed_orders
@@ -36,14 +36,19 @@ from runrecord.status import status_of
 from runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
 from steps.flow import StepDeps
 from steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
+from steps.retry import SAME_ERROR_LIMIT
 from tests.loop_support import (
     BAD_LOOP_INPUT,
     CUSTOMER,
     ORDERS,
+    OUTAGES_THAT_CLEAR,
+    SAME_ERROR_FAILS,
     TASK,
     TURNS,
+    assert_each_effect_once,
     assert_failed_at_the_turn_limit,
     assert_resumed_asking_and_applying_once,
+    assert_stopped_by_the_same_error,
     model_env,
 )
 from tests.support import finished, status_json
@@ -169,6 +174,26 @@ def test_the_turn_limit_fails_the_run_naming_it(loop_runner, standin, provider, 
     assert "Start a new RUN_ID with a higher --max-turns" in again.output()
     assert started_steps(again) == [] and turns_asked(standin, run_id) == {"1": 1, "2": 1, "3": 1}
     assert Counter(e.kind for e in fetch_effects(provider.url, run_id=run_id)) == {"refund": 1, "email": 1}
+
+
+def test_the_same_model_error_on_every_attempt_stops_the_turn(runrecord, provider, run_id):
+    """As on Temporal (tests/test_loop_bounds.py): a model that answers every attempt of turn 1 with the same
+    error stops the run within ``SAME_ERROR_LIMIT`` attempts, naming the turn, not after the whole budget."""
+    with ModelStandIn(**SAME_ERROR_FAILS) as model:
+        run = runrecord("loop", run_id, TASK, "--email", CUSTOMER, env=model_env(model.url))
+        assert finished(run) == 1, run.output()
+        assert_stopped_by_the_same_error(status_json(runrecord, run_id), turns_asked(model.url, run_id))
+
+
+@pytest.mark.parametrize("fails", list(OUTAGES_THAT_CLEAR))
+def test_an_outage_or_errors_that_differ_are_retried_until_the_model_answers(fails, runrecord, provider, run_id):
+    seed_orders(provider.url, ORDERS)
+    with ModelStandIn(**OUTAGES_THAT_CLEAR[fails]) as model:
+        run = runrecord("loop", run_id, TASK, "--email", CUSTOMER, env=model_env(model.url))
+        assert finished(run) == 0, run.output()
+        asked = turns_asked(model.url, run_id)
+    assert asked == {"1": SAME_ERROR_LIMIT + 2, **{str(t): 1 for t in range(2, TURNS + 1)}}, asked
+    assert_each_effect_once(provider.url, run_id)
 
 
 # ---------------------------------------------------------------- in process: a model of the test's
@@ -335,8 +360,10 @@ def test_a_version_3_record_is_upgraded_keeping_every_row(tmp_path, run_id):
         run = record.load(run_id)
         assert run.loop is None and [s.name for s in run.steps] == ["draft", "send_confirmation", "record_outcome"]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     after = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
     conn.close()
-    assert after["steps"] == before["steps"] and after["intents"] == before["intents"]
+    # Version 5 adds a turn's row of the same error to every step: none yet.
+    assert [row[:-2] for row in after["steps"]] == before["steps"] and after["intents"] == before["intents"]
+    assert all(row[-2:] == (0, None) for row in after["steps"]), after["steps"]
     assert [row[:-1] for row in after["runs"]] == before["runs"] and after["runs"][0][-1] is None

@@ -260,6 +260,10 @@ def test_a_turn_stops_on_the_same_error_again_and_again_but_waits_out_an_outage(
     # Off unless asked for: the flow's steps and the run record keep spending their budget.
     plain = StepLedger("draft", RetryRule())
     assert all(plain.after_error("HTTP 500: boom", 0.1, u=0.5) is not None for _ in range(10))
+    # An error that came with a Retry-After is the other side asking for time: an outage, whatever its flag.
+    asked_to_wait = StepLedger("turn-2", RetryRule(), same_error_limit=2)
+    assert all(asked_to_wait.after_error("HTTP 500: boom", 0.1, u=0.5, retry_after=1.0) is not None
+               for _ in range(5))
     # A reset starts the row again.
     again = StepLedger("turn-1", RetryRule(), same_error_limit=2)
     again.after_error("x", 0.1, u=0.5)

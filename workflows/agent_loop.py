@@ -106,6 +106,7 @@ with workflow.unsafe.imports_passed_through():
         check_loop_inputs,
         loop_changed,
         result_message,
+        same_error_limit,
         start_tokens,
         system_message,
         task_message,
@@ -114,7 +115,7 @@ with workflow.unsafe.imports_passed_through():
         turn_step,
     )
     from steps.models import to_jsonable
-    from steps.retry import RULE_VERSION, SAME_ERROR_LIMIT, RetryRule, StepLedger
+    from steps.retry import RULE_VERSION, RetryRule, StepLedger
     from steps.runstate import RunStateName
     from workflows.attempts import Ending, StepAttempts
     from workflows.loop_state import (
@@ -416,8 +417,8 @@ class AgentLoop:
                         rule: RetryRule, state: TurnState | CallState, *, effect: bool, timeout_of: str) -> ResultT:
         """Attempts of one step (a turn or a call) until it succeeds or the rules give up (``steps.retry``)."""
         # A turn asks with the same window on every attempt: an error it gets word for word again and again is
-        # the answer to that window, not an outage (StepLedger.after_error).
-        repeats = SAME_ERROR_LIMIT if self._bounded and isinstance(request, TurnRequest) else None
+        # the answer to that window, not an outage (StepLedger.after_error; the same rule on every engine).
+        repeats = same_error_limit(step) if self._bounded else None
         ledger = self._ledger = StepLedger(step, rule, effect=effect, same_error_limit=repeats)
         spent = self._carried_step
         if spent is not None and spent.get("name") == step:  # continued as new within this turn's retries

@@ -123,7 +123,7 @@ def ending_of(err: ActivityError, attempt_timeout: timedelta, *, version: int = 
             "transient", cause.message,
             seconds=float(took) if isinstance(took, (int, float)) else None,
             retry_after=float(retry_after) if isinstance(retry_after, (int, float)) else None,
-            in_doubt=in_doubt, outage=details.get("outage") is True or retry_after is not None,
+            in_doubt=in_doubt, outage=details.get("outage") is True,  # a Retry-After too: StepLedger.after_error
         )
     if isinstance(cause, CancelledError):
         # Version 1 took it for an error and tried again (a run's cancel was ignored).
