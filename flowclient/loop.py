@@ -542,8 +542,13 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
 
 def loop_ticker(indent: str = "  ", out: Callable[[str], Any] = print) -> Callable[[Mapping[str, Any]], None]:
     """An ``on_change`` callback for ``wait_for_loop``: one line each time a turn or a call changes status or
-    attempt (a turn's line, once recorded, names the tools it asked for). Run data escaped."""
+    attempt (a turn's line, once recorded, names the tools it asked for). Run data escaped.
+
+    A reset while it follows (the chain's runs are then not the ones seen before, extended: a reset run
+    replaced them) gets a line of its own, and every turn and call of the reset run is told from the start,
+    the turns it reused first."""
     seen: dict[str, tuple[str, int]] = {}
+    runs: list[str] = []
 
     def say(name: str, step: Mapping[str, Any], after: str) -> None:
         now = (str(step["status"]), int(step.get("attempts") or 0))
@@ -553,6 +558,13 @@ def loop_ticker(indent: str = "  ", out: Callable[[str], Any] = print) -> Callab
         out(printable(f"{indent}{time.strftime('%H:%M:%S')} {name}: {step['status']} (attempt {now[1]}){after}"))
 
     def tick(status: Mapping[str, Any]) -> None:
+        now = [str(r) for r in status.get("runs") or []]
+        if runs and now[:len(runs)] != runs:
+            seen.clear()
+            out(printable(f"{indent}{time.strftime('%H:%M:%S')} reset: run {runs[-1]} was closed by a reset; "
+                          f"following run {now[-1] if now else '?'} of the same id from here (its turns below, "
+                          "those the reset reused marked so)"))
+        runs[:] = now
         for entry in status.get("turns") or []:
             asked = _asked(entry)
             say(turn_step(entry["turn"]), entry, f": {asked}" if asked else "")

@@ -136,3 +136,20 @@ def test_a_reused_turn_says_so_in_status_and_watch():
     loop_ticker(out=ticked.append)(status)
     turn_lines = [line for line in ticked if ": completed (attempt 1): " in line and " turn-" in line]
     assert [REUSED_NOTE in line for line in turn_lines] == [False, True], ticked
+
+
+def test_watch_says_when_a_reset_replaced_the_runs_it_followed():
+    """The chain's runs as ``watch`` saw them give way to a reset run's: a line says so, and the reset run's
+    turns are told again from the first (a turn it reused, marked); a continue-as-new (the runs extended)
+    says nothing of the kind."""
+    def status(runs: list[str], reused: bool) -> dict[str, Any]:
+        return {"run_id": WF, "status": "running", "turn": 1, "max_turns": 20, "runs": runs,
+                "turns": [{"turn": 1, "status": "completed", "attempts": 1, "reused": reused, "calls": []}]}
+    ticked: list[str] = []
+    tick = loop_ticker(out=ticked.append)
+    tick(status(["r1"], False))
+    tick(status(["r1", "r2"], False))  # continued as new: nothing to tell again
+    assert len(ticked) == 1 and "reset" not in ticked[0], ticked
+    tick(status(["r3"], True))
+    assert "reset: run r2 was closed by a reset; following run r3" in ticked[1], ticked
+    assert "turn-1: completed (attempt 1)" in ticked[2] and REUSED_NOTE in ticked[2], ticked
