@@ -3,10 +3,12 @@ made by the code checked out now, for the replay test to run under every later
 version.
 
     .venv/bin/python -m tests.record_histories [--out tests/data/histories/<commit>] [--only flow|loop]
+        [--scenario loop-NAME]
 
 Without ``--only`` it records every scenario of both workflows; ``--only loop``
 records the agent loop's alone (``loop-...``, the table below), ``--only flow``
-the flow's alone, as the recorder did before the loop existed.
+the flow's alone, as the recorder did before the loop existed. ``--scenario``
+records one of the loop's scenarios alone (a new one, into a new directory).
 
 Run it on main *before* a change to workflow code, activity names or inputs,
 or the codec, and commit what it writes: those histories are what runs in
@@ -98,6 +100,13 @@ loop-reset-second     ``loop-completed``'s shape, then ``temporal workflow reset
                       read back from the base and reused, the model asked each
                       turn once in all (``LOOP_RESET_PATCH``); COMPLETED, each
                       effect applied once
+loop-parked           a bad deploy: the worker that was running the run died
+                      between the refund and the email of turn 2, and the
+                      worker that took over cannot run the loop (its workflow
+                      task fails every time: WorkflowTaskFailed, cause
+                      WORKFLOW_WORKER_UNHANDLED_FAILURE; ``status`` says
+                      parked); then a worker of this code mends it: the email,
+                      the ticket, COMPLETED, each effect applied once
 ====================  ==========================================================
 
 Histories of a run that was reset are fetched by their own Temporal run id;
@@ -122,8 +131,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.worker import Worker
 
 from activities.loop import MODEL_TURN, TOOL_CALL
 from flowclient.connect import connect
@@ -137,7 +148,8 @@ from providerclient import ProviderClient, seed_orders
 from steps.keys import idempotency_key
 from steps.retry import RetryRule
 from workflows import agent_flow
-from workflows.loop_state import MIN_HISTORY_BOUND
+from workflows.agent_loop import LOOP_WORKFLOW_NAME
+from workflows.loop_state import MIN_HISTORY_BOUND, LoopInput
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()
@@ -206,8 +218,9 @@ ONLY = ("flow", "loop")
 """What ``--only`` selects: the agent flow's scenarios, or the agent loop's."""
 
 
-async def record(out: Path, only: tuple[str, ...] = ONLY) -> list[str]:
-    """Record the scenarios of the workflows in ``only`` (both unless told) into ``out``; their names."""
+async def record(out: Path, only: tuple[str, ...] = ONLY, scenario: str | None = None) -> list[str]:
+    """Record the scenarios of the workflows in ``only`` (both unless told; with ``scenario``, that one of the
+    loop's alone) into ``out``; their names."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,7 +233,7 @@ async def record(out: Path, only: tuple[str, ...] = ONLY) -> list[str]:
             if "flow" in only:
                 written += await _record_flow(server, provider_url, tmp_path, out, procs)
             if "loop" in only:
-                written += await _record_loop(server, provider_url, tmp_path, out, procs)
+                written += await _record_loop(server, provider_url, tmp_path, out, procs, scenario)
         finally:
             for proc in procs:
                 proc.kill()
@@ -287,23 +300,26 @@ async def _record_flow(server: DevServer, provider_url: str, tmp_path: Path, out
     return written + await _play_all(Scenarios, server, provider_url, plain, out, procs)
 
 
-async def _record_loop(server: DevServer, provider_url: str, tmp_path: Path, out: Path, procs: list) -> list[str]:
+async def _record_loop(server: DevServer, provider_url: str, tmp_path: Path, out: Path, procs: list,
+                       scenario: str | None = None) -> list[str]:
     """The agent loop's scenarios (the second table of the module docstring), on the model stand-in."""
     standin, standin_url = start_model_standin()
     procs.append(standin)
     env = {"MEMORY_DB": str(tmp_path / "memory.db"), "LLM_BASE_URL": standin_url, "LLM_MODEL": "scripted"}
-    return await _play_all(LoopScenarios, server, provider_url, env, out, procs)
+    return await _play_all(LoopScenarios, server, provider_url, env, out, procs, scenario)
 
 
 async def _play_all(kind: type[Scenarios], server: DevServer, provider_url: str, env: dict[str, str], out: Path,
-                    procs: list) -> list[str]:
-    """Every scenario of ``kind`` in turn, each from no provider fault, with a client whose environment is
-    ``env`` (the workers' too); the names they wrote."""
+                    procs: list, only: str | None = None) -> list[str]:
+    """Every scenario of ``kind`` in turn (or the one named ``only``), each from no provider fault, with a
+    client whose environment is ``env`` (the workers' too); the names they wrote."""
     written: list[str] = []
     client = await connect({"TEMPORAL_ADDRESS": server.address, **env})
     async with ProviderClient(provider_url) as provider:
         scenarios = kind(client, server.address, provider, provider_url, env, out, procs)
         for scenario in scenarios.all():
+            if only is not None and scenario.__name__.replace("_", "-") != only:
+                continue
             await provider.clear_faults()
             written.extend(await scenario())
     return written
@@ -769,7 +785,7 @@ class LoopScenarios(Scenarios):
 
     def all(self):
         return [self.loop_completed, self.loop_in_flight, self.loop_continued, self.loop_retried,
-                self.loop_turn_limit, self.loop_reset]
+                self.loop_turn_limit, self.loop_reset, self.loop_parked]
 
     def _order(self) -> str:
         """A new order, seeded at the provider: its id."""
@@ -912,6 +928,33 @@ class LoopScenarios(Scenarios):
             temporal_run_id=reset_run, name=f"{run_id}-second",
         )
 
+    async def loop_parked(self) -> list[str]:
+        run_id = "loop-parked"
+        point = "temporal:loop:between_calls"
+        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
+        dying = self._worker(queue, "dying", CRASH_AT=point)
+        await self._start(run_id, queue=queue)
+        await wait_until(lambda: not dying.alive(), 90, f"the worker to die at {point}")
+        # The deploy that took over: a worker (in this process) whose loop fails every workflow task.
+        async with Worker(self.client, task_queue=queue, workflows=[_CannotRunTheLoop]):
+            async def parked():
+                status = await loop_status(self.client, run_id)
+                return status if status["status"] == "parked" else None
+            status = await wait_until(parked, 60, f"loop run {run_id} to be reported parked", interval=0.2)
+            if _CANNOT_RUN not in (status.get("detail") or ""):
+                raise RuntimeError(f"loop run {run_id} should be parked by the bad deploy; its status: {status}")
+        finisher = self._worker(queue, "finisher")
+        _expect(await self._loop_closed(run_id), "completed")
+        finisher.kill()
+        await self._effects(run_id, {"refund": 1, "email": 1, "ticket": 1})
+        return await self._done(
+            run_id, ("WorkflowExecutionStarted", _started(carried=False)), *_recorded(*ONE_ORDER[:4]),
+            ("WorkflowTaskFailed WORKFLOW_WORKER_UNHANDLED_FAILURE",
+             _task_failed(WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE)),
+            *_recorded(*ONE_ORDER[4:]),
+            ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
+        )
+
     async def loop_turn_limit(self) -> list[str]:
         run_id = "loop-turn-limit"
         await self._start(run_id, max_turns=2)
@@ -926,13 +969,33 @@ class LoopScenarios(Scenarios):
         )
 
 
+_CANNOT_RUN = "this deploy cannot run the agent loop"
+
+
+@workflow.defn(name=LOOP_WORKFLOW_NAME, sandboxed=False)
+class _CannotRunTheLoop:
+    """A deploy whose loop cannot run a run (a bug; non-determinism and a payload over the limit fail a
+    workflow task the same way, as Temporal sees it): ``loop-parked``."""
+
+    @workflow.run
+    async def run(self, inp: LoopInput) -> None:
+        raise RuntimeError(_CANNOT_RUN)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
                         help="default: tests/data/histories/<commit of HEAD>")
     parser.add_argument("--only", choices=ONLY, default=None,
                         help="record only the agent flow's scenarios, or only the agent loop's (default: both)")
+    parser.add_argument("--scenario", default=None, metavar="loop-NAME",
+                        help="with --only loop: record that scenario alone (e.g. loop-parked)")
     args = parser.parse_args(argv)
+    if args.scenario is not None and args.only != "loop":
+        parser.error("--scenario names one of the loop's scenarios: give --only loop too")
+    known = sorted(m.replace("_", "-") for m in vars(LoopScenarios) if m.startswith("loop_"))
+    if args.scenario is not None and args.scenario not in known:
+        parser.error(f"no loop scenario {args.scenario!r}: choose from {', '.join(known)}")
     out = args.out or REPO / "tests" / "data" / "histories" / _commit()
     if out.exists() and any(out.iterdir()):
         print(f"{out} exists: fixtures are never regenerated; record into a new directory", file=sys.stderr)
@@ -946,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" with uncommitted changes (record from a clean worktree: see the docstring)" if dirty else "")
           + f"; workflow code from {Path(agent_flow.__file__).parent}", flush=True)
     began = time.monotonic()
-    written = asyncio.run(record(out, (args.only,) if args.only else ONLY))
+    written = asyncio.run(record(out, (args.only,) if args.only else ONLY, args.scenario))
     print(f"recording took {time.monotonic() - began:.0f} s", flush=True)
     print(f"recorded {len(written)} histories in {out}: {', '.join(written)}")
     return 0

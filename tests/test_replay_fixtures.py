@@ -55,6 +55,17 @@ def test_both_workflows_have_fixtures_and_the_replayer_knows_their_types():
     assert all(types[name] == "AgentLoop" for name in types if name.split("/")[1].startswith("loop-")), types
 
 
+def test_a_reset_loop_run_and_a_parked_one_are_among_the_fixtures():
+    """Issue 41's two: a loop run reset (its turns read back from the base and reused) and one parked by a bad
+    deploy, then mended; each replays in the test below. The parked one's history holds the failed task."""
+    by_stem = {p.stem: p for p in FIXTURES}
+    assert {"loop-reset-second", "loop-parked"} <= set(by_stem), sorted(by_stem)
+    events = json.loads(by_stem["loop-parked"].read_text())["events"]
+    failed = [e["workflowTaskFailedEventAttributes"] for e in events if "workflowTaskFailedEventAttributes" in e]
+    assert [f["cause"] for f in failed] == ["WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE"], failed
+    assert events[-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED", events[-1]
+
+
 def test_fixtures_hold_no_machine_path():
     """Stack traces name files relative to the project or to site-packages, never where
     the recording machine kept them (tests/record_histories.py cuts them when it writes);
