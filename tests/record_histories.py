@@ -830,8 +830,9 @@ class LoopScenarios(Scenarios):
             ("WorkflowExecutionCompleted", _of(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)),
         )
 
-    async def loop_in_flight(self) -> list[str]:
-        run_id = "loop-in-flight"
+    async def _killed_between_calls(self, run_id: str) -> str:
+        """``run_id`` started on a task queue of its own, whose one worker died in workflow code between the
+        refund and the email of turn 2 (``CRASH_AT=temporal:loop:between_calls``): the queue."""
         point = "temporal:loop:between_calls"
         queue = f"fixtures-{uuid.uuid4().hex[:8]}"
         dying = self._worker(queue, "dying", CRASH_AT=point)
@@ -839,6 +840,11 @@ class LoopScenarios(Scenarios):
         await wait_until(lambda: not dying.alive(), 90, f"the worker to die at {point}")
         if f"CRASH_AT={point}" not in dying.output():
             raise RuntimeError(f"the worker died, but not at {point}:\n{dying.output()}")
+        return queue
+
+    async def loop_in_flight(self) -> list[str]:
+        run_id = "loop-in-flight"
+        queue = await self._killed_between_calls(run_id)
         description = await self.client.get_workflow_handle(run_id).describe()
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RuntimeError(f"loop run {run_id} should be open after the kill; it is {description.status}")
@@ -930,11 +936,7 @@ class LoopScenarios(Scenarios):
 
     async def loop_parked(self) -> list[str]:
         run_id = "loop-parked"
-        point = "temporal:loop:between_calls"
-        queue = f"fixtures-{uuid.uuid4().hex[:8]}"
-        dying = self._worker(queue, "dying", CRASH_AT=point)
-        await self._start(run_id, queue=queue)
-        await wait_until(lambda: not dying.alive(), 90, f"the worker to die at {point}")
+        queue = await self._killed_between_calls(run_id)
         # The deploy that took over: a worker (in this process) whose loop fails every workflow task.
         async with Worker(self.client, task_queue=queue, workflows=[_CannotRunTheLoop]):
             async def parked():
