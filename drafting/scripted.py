@@ -39,14 +39,13 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from steps.limits import MAX_SUMMARY_CHARS
 from steps.loop import AskedCall, ModelAnswer
-from steps.refund_agent import REFUND_TOOLS
 
 __all__ = ["ORDER_ID", "ScriptedModel", "orders_in"]
 
 ORDER_ID = re.compile(r"\b[A-Z]-\d{3,8}\b")
-SUMMARY_CHARS = next(spec["function"]["parameters"]["properties"]["summary"]["maxLength"]
-                     for spec in REFUND_TOOLS.specs() if spec["function"]["name"] == "create_ticket") - 20
+SUMMARY_CHARS = MAX_SUMMARY_CHARS - 20
 """The script's ticket summary, at most: the lab's agent declares 500 (``steps.refund_agent``), less room for
 the tag of a varying script (`` [answer N]``)."""
 

@@ -29,6 +29,7 @@ This module imports nothing of the project: it is the adapter's, and an agent bu
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -175,6 +176,10 @@ class Toolbox:
             if tool.name in self._tools:
                 raise ValueError(f"two tools are named {tool.name!r}: a name must say which tool runs")
             self._tools[tool.name] = tool
+        # The tools are frozen: what is derived of them (pydantic builds a schema afresh on each ask) once.
+        self._specs = [tool.spec() for tool in self._tools.values()]
+        self._signature = tuple(tool.signature() for tool in self._tools.values())
+        self._effects = MappingProxyType({t.name: t.effect for t in self._tools.values() if t.effect is not None})
 
     def __iter__(self) -> Iterator[Tool[Any]]:
         return iter(self._tools.values())
@@ -195,14 +200,15 @@ class Toolbox:
     @property
     def effects(self) -> Mapping[str, str]:
         """Each tool with an effect and its kind; a read-only tool is absent."""
-        return MappingProxyType({t.name: t.effect for t in self._tools.values() if t.effect is not None})
+        return self._effects
 
     def specs(self) -> list[dict[str, Any]]:
-        """The tools in the chat-completions form (``tools=``), from their arguments' JSON Schemas."""
-        return [tool.spec() for tool in self._tools.values()]
+        """The tools in the chat-completions form (``tools=``), from their arguments' JSON Schemas: a copy
+        of its own for each caller, who may keep or change it."""
+        return copy.deepcopy(self._specs)
 
     def signature(self) -> tuple[str, ...]:
-        return tuple(tool.signature() for tool in self._tools.values())
+        return self._signature
 
     def unknown(self, name: str) -> str:
         """The refusal of a call of a tool this toolbox does not hold (the name quoted, cut to 64)."""
@@ -281,7 +287,7 @@ def _explain(tool: Tool[Any], err: ValidationError) -> str:
     extra = [_where(e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
     reasons = []
     if extra:
-        known = ", ".join(tool.parameters().get("properties", {})) or "no arguments"
+        known = ", ".join(tool.arguments.model_fields) or "no arguments"
         reasons.append(f"{tool.name} takes {known}; it has no {', '.join(repr(x[:SHOWN_CHARS]) for x in extra)}")
     for e in errors:
         where = _where(e["loc"])

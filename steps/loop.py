@@ -71,6 +71,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from durable_agents import Toolbox, ToolContext, ToolRefused
+from durable_agents.tools import MAX_NAME_CHARS
 from steps.crashpoints import crash_point
 from steps.errors import PermanentError
 from steps.flow import StepDeps, pace
@@ -97,7 +98,7 @@ MAX_CALLS_PER_TURN = 8
 """At most this many tool calls run in a turn; a turn asking for more is refused back to the model whole
 (``recorded_calls``)."""
 MAX_CALL_ID_CHARS = 256
-MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_NAME_CHARS = MAX_NAME_CHARS  # the adapter's rule for a tool's name
 MAX_CONTENT_CHARS = MAX_BODY_CHARS
 # MAX_ARGUMENTS_CHARS (steps.limits) and MAX_LOOP_BODY_CHARS (steps.refund_agent) are read
 # here under these names too.
@@ -157,7 +158,6 @@ TOOLBOX: Toolbox = REFUND_TOOLS
 EFFECT_OF_TOOL: dict[str, str] = dict(TOOLBOX.effects)
 """Each tool with an effect and the provider's kind of it; ``lookup_order`` has none (read-only, no key)."""
 TOOL_NAMES: tuple[str, ...] = TOOLBOX.names
-TOOL_DESCRIPTIONS: dict[str, str] = {tool.name: tool.description for tool in TOOLBOX}
 
 
 def tool_specs() -> list[dict[str, Any]]:
