@@ -318,11 +318,13 @@ class InProcess:
             if row.status != "completed":
                 raise RuntimeError(f"record run {run_id} ended {row.status}: {row.error}")
             answer = LoopPlan.final_answer(row.results())
-        else:
+        elif engine == DBOS_ENGINE:
             handle = await dbos_loop.start_loop_run(run_id, dbos_loop.new_loop_inputs(
                 run_id, task, EMAIL, uuid.uuid4().hex[:16], self.rule, max_turns=max_turns,
                 window_tokens=DEFAULT_WINDOW_TOKENS, window_messages=DEFAULT_WINDOW_MESSAGES))
             answer = (await handle.get_result())["answer"]
+        else:
+            raise ValueError(f"no in-process loop lane {engine!r}: choose from {', '.join(ENGINES)}")
         end = time.perf_counter()
         if not answer or not answer.startswith("Done:"):
             raise RuntimeError(f"{engine} run {run_id} did not end with the script's answer: {answer!r}")

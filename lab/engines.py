@@ -94,6 +94,7 @@ ended otherwise than it was expected to.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -292,9 +293,10 @@ class EngineDriver(ABC):
         (``Engine.needs_server``), which override this."""
         return cls(env, **options)
 
-    @property
+    @functools.cached_property
     def registration(self) -> Engine:
-        """The engine's row in the registry; ``EngineError`` for a lane's driver, which has none."""
+        """The engine's row in the registry (looked up once a driver: its name and CLI are read for every
+        process it starts); ``EngineError`` for a lane's driver, which has none."""
         found = registry.of_driver(type(self))
         if found is None:
             raise EngineError(f"{type(self).__name__} is no registered engine's driver (lab.registry)")

@@ -469,8 +469,13 @@ class TemporalSession(Session):
         super().__init__(*args)
         server = self.config.server
         self.own_server = None if server is not None else DevServer(dynamic_config=LAB_SERVER_CONFIG).start()
-        driver = driver_for(self.engine, self.env, server=server or self.own_server,
-                            queue=f"loopchaos-{self.config.seed}-{self.nonce}")
+        try:
+            driver = driver_for(self.engine, self.env, server=server or self.own_server,
+                                queue=f"loopchaos-{self.config.seed}-{self.nonce}")
+        except BaseException:
+            if self.own_server is not None:
+                self.own_server.stop()
+            raise
         assert isinstance(driver, TemporalDriver)  # a worker's queue, its slots: this session's own moves
         self.driver = driver
         self.slots: dict[str, Proc] = {}
@@ -567,12 +572,14 @@ class TemporalSession(Session):
             del self.slots[slot]
 
     async def close(self) -> None:
-        self.driver.close()
-        await asyncio.gather(*self.spawning, return_exceptions=True)
-        self.report.processes = sum(1 for p in self.driver.procs if p.argv[1:2] == ["worker.py"])
-        await super().close()
-        if self.own_server is not None:
-            self.own_server.stop()
+        try:
+            self.driver.close()
+            await asyncio.gather(*self.spawning, return_exceptions=True)
+            self.report.processes = sum(1 for p in self.driver.procs if p.argv[1:2] == ["worker.py"])
+            await super().close()
+        finally:
+            if self.own_server is not None:  # the session's own server outlives nothing of it
+                self.own_server.stop()
 
 
 class ProcessSession(Session):

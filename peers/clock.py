@@ -108,12 +108,13 @@ async def lab_in_process(ctx: Context, runs: int, kills: int) -> list[Figures]:
     from bench import bench_loop
 
     work = Path(ctx.work)
-    out = {e: Figures(name) for e, name in (("bare", "the bare loop (no engine)"), ("record", "the lab's run record"),
-                                            ("dbos", "the lab's loop on DBOS"))}
+    bare, record, dbos = bench_loop.BARE, bench_loop.RECORD, bench_loop.DBOS_ENGINE
+    out = {e: Figures(name) for e, name in ((bare, "the bare loop (no engine)"), (record, "the lab's run record"),
+                                            (dbos, "the lab's loop on DBOS"))}
     eng = bench_loop.InProcess(work, ctx.provider_url, ctx.server)
     # The same model as every other subject: the stand-in over HTTP, not the scripted model in this process.
     eng.env.update({"LLM_BASE_URL": ctx.standin_url, "LLM_MODEL": "scripted"})
-    eng.deps = {e: bench_loop.probed_deps(eng.env, eng.probe) for e in ("bare", "temporal", "record")}
+    eng.deps = {e: bench_loop.probed_deps(eng.env, eng.probe) for e in (bare, bench_loop.TEMPORAL, record)}
     async with eng:
         for i in range(runs + 1):
             for engine, figures in out.items():
@@ -121,11 +122,11 @@ async def lab_in_process(ctx: Context, runs: int, kills: int) -> list[Figures]:
                 if i:
                     figures.per_turn.append(timed.end / CLOCK_TURNS)
         await eng.close_engines()
-    for engine, module in (("record", "record"), ("dbos", "dbos")):
+    for engine in (record, dbos):
         for _ in range(kills):
-            kill: Any = await bench_loop.cli_kill(module, KILL_POINT, CLOCK_TURNS, work, ctx.provider_url)
+            kill: Any = await bench_loop.cli_kill(engine, KILL_POINT, CLOCK_TURNS, work, ctx.provider_url)
             out[engine].kill_to_done.append(kill.total)
-    out["record"].note = out["dbos"].note = "kill: the resume is a new process (its start-up included)"
+    out[record].note = out[dbos].note = "kill: the resume is a new process (its start-up included)"
     return list(out.values())
 
 
