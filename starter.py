@@ -3,6 +3,7 @@
     python starter.py start RUN_ID "TASK" --email ADDR [--conversation ID] [--wait] [--json]
     python starter.py loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
                       [--history-bound N] [--orders ORDER=CENTS ...] [--no-wait] [--json]
+    python starter.py loop RUN_ID "TASK" --agent MODULE:ATTR [--param NAME=VALUE ...] [...]
     python starter.py status RUN_ID [--json] [--live]
     python starter.py watch RUN_ID
     python starter.py retry RUN_ID [--wait] [--json]
@@ -101,7 +102,8 @@ from providerclient import seed_given
 from steps import loop
 from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.loopargs import add_loop_arguments, given_number, loop_numbers, orders_given
+from steps.loopargs import add_loop_arguments, agent_given, given_number, loop_numbers, orders_given, run_params
+from steps.refund_agent import REFUND_AGENT
 from steps.runstate import (
     EXIT_INPUT,
     EXIT_INTERRUPTED,
@@ -206,9 +208,10 @@ def _print_loop(status: Mapping[str, Any], as_json: bool) -> None:
 async def _cmd_loop(args) -> int:
     run_id = check_run_id(args.run_id)
     task = check_task(args.task)
-    email = check_email(args.email)
+    agent = agent_given(args.agent)
+    email, params = run_params(args, agent)
     # Every number checked, and the orders read, before anything is asked of a server: bad input starts nothing.
-    max_turns, window_tokens, window_messages = loop_numbers(args)
+    max_turns, window_tokens, window_messages = loop_numbers(args, agent=agent)
     bound = given_number(args.history_bound, DEFAULT_HISTORY_BOUND)
     if not isinstance(bound, int) or not MIN_HISTORY_BOUND <= bound <= MAX_HISTORY_BOUND:
         raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
@@ -222,10 +225,12 @@ async def _cmd_loop(args) -> int:
                   flush=True)
     created, existing = await start_loop(client, run_id, task, email, max_turns=max_turns,
                                          window_tokens=window_tokens, window_messages=window_messages,
-                                         history_bound=bound)
+                                         history_bound=bound, agent=agent, params=params)
     if created:
         if not args.json:
-            print(f"started loop run {run_id} on task queue {task_queue()!r}: at most {max_turns} turns", flush=True)
+            of = "" if agent.name == REFUND_AGENT.name else f" of agent {agent.name}"
+            print(f"started loop run {run_id}{of} on task queue {task_queue()!r}: at most {max_turns} turns",
+                  flush=True)
     else:
         assert existing is not None
         print(f"run {run_id} already exists ({existing['status']}); attached to it. The task, email and numbers "

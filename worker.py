@@ -1,6 +1,9 @@
 """Runs the Temporal worker for the agent flow and the agent loop (``workflows.agent_loop``).
 
-    python worker.py [--task-queue Q] [--cache N] [--identity NAME] [--verbose]
+    python worker.py [--task-queue Q] [--agent package.module:attribute ...] [--cache N] [--identity NAME] [--verbose]
+
+The worker serves the lab's flow and its refund agent, and each agent ``--agent`` names (a
+``durable_agents.Agent``, by import string: docs/your-agent.md); a loop run is run by the agent it names.
 
 Everything comes from the environment: the connection (``flowclient.connect``:
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS, profiles), the
@@ -38,6 +41,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -45,6 +49,7 @@ from temporalio.worker import Worker
 
 from activities import FlowActivities
 from activities.loop import LoopActivities
+from durable_agents import Agent, load_agent
 from flowclient.connect import connect, exit_now, flush_tracing, task_queue
 from flowclient.logs import configure_logging
 from flowclient.metrics import metrics_runtime
@@ -52,6 +57,8 @@ from flowclient.signals import run_until_signalled
 from flowclient.worker_options import DEFAULT_CACHE, graceful_shutdown_timeout, worker_options
 from providerclient import provider_url_from_env
 from steps import crashpoints
+from steps.refund_agent import REFUND_AGENT
+from steps.served import close_services, serve, serve_on
 from wiring import close_memory, deps_from_env, preload
 from workflows.agent_flow import AgentFlow
 from workflows.agent_loop import AgentLoop
@@ -59,10 +66,13 @@ from workflows.agent_loop import AgentLoop
 log = logging.getLogger("worker")
 
 
-async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | None = None) -> None:
+async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | None = None,
+                     agents: Sequence[Agent] = ()) -> None:
     options = worker_options(cache=cache)
     grace = graceful_shutdown_timeout()
     deps = deps_from_env()  # configuration errors first, before any connection
+    served = serve([REFUND_AGENT, *agents], deps)
+    serve_on(queue, served)  # what the loop's workflow code reads: the agents this worker serves
     # Now, not at the first draft: an import there holds the event loop that
     # sends every running attempt's heartbeats (docs/benchmarks.md).
     preload(deps)
@@ -70,7 +80,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
     named: dict[str, Any] = {"identity": identity} if identity else {}  # else the SDK's pid@host
     client = await connect(runtime=runtime, **named)
     activities = FlowActivities(deps)
-    loop_activities = LoopActivities(deps)  # the agent loop's (workflows.agent_loop), beside the flow's
+    loop_activities = LoopActivities(deps, served=served)  # the agent loop's (workflows.agent_loop)
     worker = Worker(
         client,
         task_queue=queue,
@@ -90,6 +100,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
         print(
             f"worker ready: task queue {queue!r}, pid {os.getpid()}, "
             f"model {deps.llm.name}, provider {provider_url_from_env()}, crash points {armed}, "
+            f"agents {', '.join(s.shown() for s in served)}, "
             f"payloads {encrypted}, workflow cache {options.get('max_cached_workflows', 'default')}, "
             f"activity slots {options['max_concurrent_activities']}, "
             f"shutdown grace {grace.total_seconds():g} s, identity {client.identity}",
@@ -100,6 +111,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
         print(f"worker stopping (finishing in-flight activities, up to {grace.total_seconds():g} s)", flush=True)
 
     await run_until_signalled(worker, ready, stopping)
+    await close_services(served, deps)
     await deps.provider.aclose()
     close_memory(deps.remember)
 
@@ -107,6 +119,9 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-queue", default=None, help="default: $TASK_QUEUE or agent-flow")
+    parser.add_argument("--agent", action="append", default=[], metavar="MODULE:ATTR",
+                        help="also serve this agent (a durable_agents.Agent by import string, e.g. "
+                             "examples.scheduler.agent:AGENT); repeatable. The refund agent is always served")
     parser.add_argument("--cache", type=int, default=DEFAULT_CACHE, metavar="N",
                         help=f"cache up to N workflows, 100 ms sticky timeout (default {DEFAULT_CACHE}); 0: no cache, "
                              "no sticky queue (resume does not wait on a dead worker's queue, "
@@ -123,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     # Workflow log lines (the replay report) carry the run id in their text already.
     workflow.logger.workflow_info_on_message = False
     try:
-        asyncio.run(run_worker(args.task_queue or task_queue(), cache=args.cache, identity=args.identity))
+        agents = [load_agent(spec) for spec in args.agent]
+        asyncio.run(run_worker(args.task_queue or task_queue(), cache=args.cache, identity=args.identity,
+                               agents=agents))
     except (ConnectionError, ValueError) as err:  # unreachable server, bad configuration (codec key too)
         print(f"error: {err}", file=sys.stderr)
         return 2

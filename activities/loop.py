@@ -6,7 +6,7 @@
 - ``tool_call(ToolRequest) -> ToolResult`` (activity name ``tool_call``): one
   tool call of a recorded turn, under the key the workflow derived
   (``steps.loop.tool_key``, in the request, so in the history and the same on
-  every attempt). A call of a tool with an effect (``steps.loop.EFFECT_OF_TOOL``:
+  every attempt). A call of a tool with an effect (its agent's ``Toolbox.effects``; the lab's:
   ``issue_refund``, ``send_email``, ``create_ticket``) is in doubt on an
   unexpected error, like a flow step with an effect; ``lookup_order`` reads.
 
@@ -34,11 +34,14 @@ import dataclasses
 
 from temporalio import activity
 
-from activities import run_heartbeating
+from activities import run_heartbeating, step_attempt
 from activities.recorded_turns import recorded_turn
 from steps import loop
+from steps.errors import TransientError
 from steps.flow import StepDeps
-from steps.loop import EFFECT_OF_TOOL, ToolRequest, ToolResult, TurnRequest, TurnResult
+from steps.limits import InputError
+from steps.loop import ToolRequest, ToolResult, TurnRequest, TurnResult
+from steps.served import REFUND, Served, find
 
 MODEL_TURN = "model_turn"
 TOOL_CALL = "tool_call"
@@ -47,11 +50,22 @@ TOOL_CALL = "tool_call"
 
 class LoopActivities:
     """The loop's activities, bound to the dependencies of one worker process (``StepDeps.agent``: the
-    model that chooses tools; ``StepDeps.provider``: the orders, refunds, emails and tickets)."""
+    model of an agent declared without one; ``StepDeps.provider``: the lab's orders, refunds, emails and
+    tickets) and to the agents it serves (``served``, ``steps.served.serve``; None: the refund agent alone,
+    its tools given ``deps``). A run is run by the agent it names, or its task fails, naming what this
+    worker serves, and is retried under the run's rule (a worker that serves it may take it)."""
 
-    def __init__(self, deps: StepDeps, *, heartbeat_every: float = 0.3) -> None:
+    def __init__(self, deps: StepDeps | None, *, served: list[Served] | None = None,
+                 heartbeat_every: float = 0.3) -> None:
         self.deps = deps
+        self.served = {s.name: s for s in (served if served is not None else [REFUND])}
         self.heartbeat_every = heartbeat_every
+
+    def _agent(self, name: str) -> Served:
+        try:
+            return find(self.served, name, "this worker")
+        except InputError as err:
+            raise TransientError(str(err)) from None
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, req: TurnRequest) -> TurnResult:
@@ -65,12 +79,15 @@ class LoopActivities:
             recorded = await recorded_turn(activity.client(), workflow_id, run, req.turn, turn_activity=MODEL_TURN)
             if recorded is not None:
                 return dataclasses.replace(recorded, reused=True)
-        return await loop.model_turn(req, self.deps)
+        return await loop.model_turn(req, self.deps, self._agent(req.agent).agent)
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, req: ToolRequest) -> ToolResult:
-        return await run_heartbeating(loop.run_tool(req, self.deps), name=loop.call_step(req.turn, req.index),
-                                      effect=req.call.name in EFFECT_OF_TOOL,
+        served = self._agent(req.agent)
+        return await run_heartbeating(loop.run_tool(req, self.deps, served.agent, served.services,
+                                                    attempt=step_attempt()),
+                                      name=loop.call_step(req.turn, req.index),
+                                      effect=req.call.name in served.agent.tools.effects,
                                       heartbeat_every=self.heartbeat_every)
 
     def all(self) -> list:

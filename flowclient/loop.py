@@ -50,6 +50,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agents import Agent
 from flowclient.connect import task_queue as default_task_queue
 from flowclient.runs import LIVE_TIMEOUT, parking_window, retry_refusal, workflow_task_timeout
 from flowclient.status import (
@@ -67,25 +68,25 @@ from steps.loop import (
     DEFAULT_MAX_TURNS,
     DEFAULT_WINDOW_MESSAGES,
     DEFAULT_WINDOW_TOKENS,
-    EFFECT_OF_TOOL,
     LOOP_SYSTEM_PROMPT,
     MAX_CALLS_PER_TURN,
     Chat,
     LoopInputs,
     call_step,
     check_loop_inputs,
-    loop_signature,
     reached_turn_limit,
+    recorded_effects,
     result_message,
     system_message,
     task_message,
     tool_key,
-    tool_specs,
     turn_message,
     turn_step,
 )
+from steps.refund_agent import REFUND_AGENT
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
 from steps.runstate import RunStateName, StepStateName
+from steps.served import Served
 from workflows.agent_loop import LOOP_WORKFLOW_NAME, MODEL_TURN, TOOL_CALL
 from workflows.loop_state import (
     DEFAULT_HISTORY_BOUND,
@@ -109,20 +110,34 @@ def loop_execution_timeout(rule: RetryRule, max_turns: int) -> timedelta:
 
 
 async def start_loop(
-    client: Client, run_id: str, task: str, email: str, *, task_queue: str | None = None,
-    max_turns: int = DEFAULT_MAX_TURNS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
-    window_messages: int = DEFAULT_WINDOW_MESSAGES, history_bound: int = DEFAULT_HISTORY_BOUND,
+    client: Client, run_id: str, task: str, email: str = "", *, task_queue: str | None = None,
+    max_turns: int | None = None, window_tokens: int | None = None,
+    window_messages: int | None = None, history_bound: int = DEFAULT_HISTORY_BOUND,
     rule: RetryRule | None = None, task_timeout: timedelta | None = None,
+    agent: Agent = REFUND_AGENT, params: Mapping[str, str] | None = None,
 ) -> tuple[bool, dict[str, Any] | None]:
     """Start the loop run, or attach to the existing one. Returns (created, existing status).
 
-    The input is checked here with the workflow's own rules (``InputError`` saying what to give), so a bad
-    one is refused before a run exists; the workflow checks again. The retry rule comes from the
-    environment unless given (``steps.retry.rule_from_env``)."""
+    ``agent``: the agent the run is run by (a worker must serve it: ``steps.served``), recorded by name
+    with its version (``LoopInput.loop``), its instructions and its tools' specs; ``params`` the run's
+    parameters it declares (the refund agent's one, its customer's address, is ``email``). The turn limit
+    and the window's bounds are the agent's unless given. The input is checked here with the workflow's own
+    rules (``InputError`` saying what to give), so a bad one is refused before a run exists; the workflow
+    checks again. The retry rule comes from the environment unless given (``steps.retry.rule_from_env``)."""
     check_run_id(run_id)
-    task, email = check_task(task), check_email(email)
-    max_turns, window_tokens, window_messages = check_loop_inputs(max_turns, window_tokens, window_messages,
-                                                                  start_tokens_of(task))
+    task = check_task(task)
+    served = Served(agent)
+    lab = agent.name == REFUND_AGENT.name
+    if lab:
+        email = check_email(email or dict(params or {}).get("email", ""))
+        checked_params = None
+    else:
+        email, checked_params = "", served.check_params(params)
+    max_turns, window_tokens, window_messages = check_loop_inputs(
+        agent.max_turns if max_turns is None else max_turns,
+        agent.window_tokens if window_tokens is None else window_tokens,
+        agent.window_messages if window_messages is None else window_messages,
+        start_tokens_of(task, None if lab else agent.instructions))
     if isinstance(history_bound, bool) or not isinstance(history_bound, int) or \
             not MIN_HISTORY_BOUND <= history_bound <= MAX_HISTORY_BOUND:
         raise InputError(f"history bound must be a whole number of events from {MIN_HISTORY_BOUND} to "
@@ -133,7 +148,9 @@ async def start_loop(
             LOOP_WORKFLOW_NAME,
             LoopInput(run_id=run_id, task=task, email=email, max_turns=max_turns, window_tokens=window_tokens,
                       window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound,
-                      loop=list(loop_signature()), instructions=LoopInstructions(LOOP_SYSTEM_PROMPT, tool_specs())),
+                      loop=list(served.signature),
+                      instructions=LoopInstructions(agent.instructions, agent.tools.specs()),
+                      agent="" if lab else agent.name, params=checked_params),
             id=run_id,
             task_queue=task_queue or default_task_queue(),
             task_timeout=task_timeout or workflow_task_timeout(),
@@ -378,6 +395,7 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     closed = latest.status not in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
     turns: list[dict[str, Any]] = []
     counts = {"turns": 0, "tool_calls": 0, "effects": 0, "refused": 0}
+    effects = recorded_effects(chain.first_input.get("loop"))  # the run's agent's tools, as it recorded them
     for place, run in enumerate(chain.runs):
         ended = closed and run is latest
         numbers = sorted({int(step.removeprefix("turn-")) for step in run.attempts
@@ -397,7 +415,7 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
                 counts["turns"] += 1
             for index, call in enumerate((recorded or {}).get("calls") or ()):
                 name = str(call.get("name", ""))[:64]
-                effect = name in EFFECT_OF_TOOL
+                effect = name in effects
                 result = run.results.get((number, index))
                 call_entry = {"index": index, "name": name,
                               "key": tool_key(run_id, number, index, call["id"]) if effect else None,

@@ -62,9 +62,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
+from durable_agents import Agent
 from providerclient import seed_given
 from runrecord import status as status_mod
-from runrecord.plans import plan_for
+from runrecord.plans import AgentNotServed, plan_for
 from runrecord.runner import (
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
@@ -88,10 +89,12 @@ from runrecord.store import (
 from steps import loop
 from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
+from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params
 from steps.params import parse_params
 from steps.plan import FlowStep, effect_steps, flow_from_env
+from steps.refund_agent import REFUND_AGENT
 from steps.runstate import exit_code
+from steps.served import close_services, serve
 
 (EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
  EXIT_LEASE_LOST) = range(8)
@@ -134,11 +137,34 @@ def _flow_changed(run) -> str | None:
         check_plan(run, plan_for(run, _flow()))
     except FlowChanged as err:
         return str(err)
+    except AgentNotServed:  # an agent of the user's: its version is checked by the command that runs it
+        return None
     return None
 
 
+def _agents(specs: list[str] | None, recorded: str = "") -> list[Agent]:
+    """The agents ``--agent`` names, or, for a run that recorded its agent's import string, that one."""
+    given = [agent_given(spec) for spec in specs or ()]
+    if not given and recorded:
+        given = [agent_given(recorded)]
+    return given
+
+
+def _recorded_spec(args) -> str:
+    """The import string of the agent the run ``args.run_id`` names, as its record keeps it ("": none)."""
+    path = db_path_from(args.db)
+    if not path.exists():
+        return ""
+    with RunRecord(path) as record:
+        try:
+            run = record.load(check_run_id(args.run_id))
+        except RecordRunNotFound:
+            return ""
+    return str((run.loop or {}).get("agent_spec") or "")
+
+
 @asynccontextmanager
-async def _runner(args) -> AsyncIterator[Runner]:
+async def _runner(args, agents: list[Agent] | None = None) -> AsyncIterator[Runner]:
     """The runner of one command, its steps' parts from the environment; its provider
     client, its memory and its record closed when the command ends, however it ends (memory's
     connection too: its last exchange is then checkpointed into the file, not left to the exit)."""
@@ -148,10 +174,12 @@ async def _runner(args) -> AsyncIterator[Runner]:
         deps = deps_from_env()
     except ValueError as err:  # a model setting the environment got wrong
         raise InputError(str(err)) from err
-    runner = Runner(db_path_from(args.db), deps, flow=_flow(), lease_seconds=_lease(args))
+    served = serve(agents or (), deps)
+    runner = Runner(db_path_from(args.db), deps, flow=_flow(), lease_seconds=_lease(args), agents=served)
     try:
         yield runner
     finally:
+        await close_services(served, deps)
         await runner.deps.provider.aclose()
         close_memory(runner.deps.remember)
         runner.close()
@@ -170,20 +198,23 @@ async def _cmd_start(args) -> int:
 async def _cmd_loop(args) -> int:
     run_id = check_run_id(args.run_id)
     task = check_task(args.task)
-    email = check_email(args.email)
+    agent = agent_given(args.agent)
+    email, params = run_params(args, agent)
     # Checked before the record is opened: refused input leaves nothing behind, not even a file.
-    max_turns, window_tokens, window_messages = loop_numbers(args)
+    max_turns, window_tokens, window_messages = loop_numbers(args, agent=agent)
     seed_given(orders_given(args.orders))
-    async with _runner(args) as runner:
+    lab = agent.name == REFUND_AGENT.name
+    async with _runner(args, [] if lab else [agent]) as runner:
         run = await runner.start_loop(run_id, task, email, max_turns=max_turns, window_tokens=window_tokens,
-                                      window_messages=window_messages)
+                                      window_messages=window_messages, agent="" if lab else agent.name,
+                                      params=params, agent_spec="" if lab else args.agent)
         return _finish(run, runner.record)
 
 
 async def _cmd_resume(args) -> int:
     run_id = check_run_id(args.run_id)
     wait_limit = _wait_limit(args)
-    async with _runner(args) as runner:
+    async with _runner(args, _agents(args.agent, _recorded_spec(args))) as runner:
         if runner.record.load(run_id).status == "completed":
             print(f"run {run_id} is already completed; no step to run. Its result:", flush=True)
             return _finish(await runner.resume(run_id), runner.record)  # resume only remembers the exchange
@@ -192,7 +223,7 @@ async def _cmd_resume(args) -> int:
 
 async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
-    async with _runner(args) as runner:
+    async with _runner(args, _agents(args.agent, _recorded_spec(args))) as runner:
         return _finish(await runner.restart_failed(run_id), runner.record)
 
 
@@ -284,6 +315,10 @@ def hand_over_compare(argv: list[str]) -> NoReturn:
     os.execv(sys.executable, [sys.executable, "-m", "lesson.compare", *argv])
 
 
+AGENT_HELP = ("the agent of a loop run of the user's (a durable_agents.Agent by import string); default: the one "
+              "the run recorded when it started, else the refund agent")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=None,
@@ -306,7 +341,8 @@ def _parser() -> argparse.ArgumentParser:
         help="create a run of the agent loop and drive it to the end: the model chooses its tools turn by turn",
         description="Create a run of the agent loop (steps.loop) and drive it to the end. Each turn the model is "
                     "asked, on a window of the conversation derived from the record, and chooses tools "
-                    f"({', '.join(loop.TOOL_NAMES)}); the turn is recorded before any of its calls runs, and each "
+                    f"(the refund agent's {', '.join(loop.TOOL_NAMES)}, or --agent's); the turn is recorded "
+                    "before any of its calls runs, and each "
                     "call's effect is applied once, under a key from the run, the turn and the call. The run "
                     "completes when a turn asks for no tool (its text is the final answer) and fails when the "
                     "turn limit is reached with tools still asked for. Resume, retry, status and settle take "
@@ -322,10 +358,12 @@ def _parser() -> argparse.ArgumentParser:
                         "over at once either way")
     p.add_argument("--wait-limit", default=None, metavar="SECONDS",
                    help=f"with --wait, give up (exit 5) after this long (default {DEFAULT_WAIT_LIMIT:.0f})")
+    p.add_argument("--agent", action="append", default=[], metavar="MODULE:ATTR", help=AGENT_HELP)
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("retry", parents=[common, running],
                        help="restart a failed run at its failed step (fresh budget, same keys)")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--agent", action="append", default=[], metavar="MODULE:ATTR", help=AGENT_HELP)
     p.set_defaults(func=_cmd_retry)
     p = sub.add_parser("settle", parents=[common],
                        help="ask the provider, by key, whether each effect was applied; on a failed run, record "

@@ -41,8 +41,10 @@ from runrecord.store import RunRow
 from steps import flow as flow_steps
 from steps import loop
 from steps.errors import PermanentError
+from steps.limits import InputError
 from steps.plan import FlowStep
 from steps.requests import RunInputs, remember_request
+from steps.served import REFUND, Served, find
 
 StepFunction = Callable[[Any, Any], Awaitable[Any]]
 
@@ -87,6 +89,10 @@ class RunPlan(Protocol):
 
 
 # ---------------------------------------------------------------- the fixed flow
+
+
+class AgentNotServed(InputError):
+    """A loop run names an agent this process was not given: nothing is run; the message says how to give it."""
 
 
 def flow_inputs(run: RunRow) -> RunInputs:
@@ -155,7 +161,8 @@ def loop_inputs(run: RunRow) -> loop.LoopInputs:
     inputs = loop.LoopInputs(run.run_id, run.task, run.email, start_id=run.start_id or "",
                              max_turns=int(numbers.get("max_turns", loop.DEFAULT_MAX_TURNS)),
                              window_tokens=int(numbers.get("window_tokens", loop.DEFAULT_WINDOW_TOKENS)),
-                             window_messages=int(numbers.get("window_messages", loop.DEFAULT_WINDOW_MESSAGES)))
+                             window_messages=int(numbers.get("window_messages", loop.DEFAULT_WINDOW_MESSAGES)),
+                             agent=str(numbers.get("agent") or ""), params=numbers.get("params") or None)
     return loop.with_instructions(inputs, numbers.get("instructions"))
 
 
@@ -175,13 +182,14 @@ class LoopRunPlan:
     """The agent loop (``steps.loop.LoopPlan``): the plan grows as turns are recorded.
 
     A turn is a step without an effect (the model is asked; nothing applied); a call's effect is its tool's
-    (``steps.loop.EFFECT_OF_TOOL``: refund, email, ticket; ``lookup_order`` and a tool the model made up have
-    none), read from the recorded turn, never from the step's name."""
+    in the run's agent (``served``; the refund agent's: refund, email, ticket; ``lookup_order`` and a tool the
+    model made up have none), read from the recorded turn, never from the step's name."""
 
     words = LOOP_WORDS
 
-    def __init__(self, inputs: loop.LoopInputs) -> None:
+    def __init__(self, inputs: loop.LoopInputs, served: Served = REFUND) -> None:
         self.inputs = inputs
+        self.served = served
         self.plan = loop.LoopPlan(inputs, derived_window)
 
     def initial(self) -> list[str]:
@@ -192,10 +200,12 @@ class LoopRunPlan:
 
     def step(self, name: str, results: Mapping[str, Any]) -> PlannedStep:
         turn, index = loop.parse_step(name)
+        agent, services = self.served.agent, self.served.services
         if index is None:
-            return PlannedStep(name, loop.model_turn)
+            return PlannedStep(name, lambda req, deps: loop.model_turn(req, deps, agent))
         call = loop.as_call(results[loop.turn_step(turn)]["calls"][index])
-        return PlannedStep(name, loop.run_tool, loop.EFFECT_OF_TOOL.get(call.name))
+        return PlannedStep(name, lambda req, deps: loop.run_tool(req, deps, agent, services),
+                           agent.tools.effects.get(call.name))
 
     def request(self, name: str, results: Mapping[str, Any]) -> Any:
         return self.plan.request(name, results)
@@ -229,10 +239,17 @@ class LoopRunPlan:
         """Nothing: the loop's conversation is the record, its window derived from it."""
 
 
-def plan_for(run: RunRow, flow: Sequence[FlowStep]) -> RunPlan:
-    """The plan of ``run``: the agent loop's if its row says so (``runs.loop``), else the fixed ``flow``."""
+def plan_for(run: RunRow, flow: Sequence[FlowStep], served: Mapping[str, Served] | None = None) -> RunPlan:
+    """The plan of ``run``: the agent loop's if its row says so (``runs.loop``), run by the agent it names
+    among ``served`` (by name; None: the refund agent alone; ``AgentNotServed`` when it is not among them),
+    else the fixed ``flow``."""
     if run.loop is not None:
-        return LoopRunPlan(loop_inputs(run))
+        inputs = loop_inputs(run)
+        try:
+            agent = find(served if served is not None else {REFUND.name: REFUND}, inputs.agent, "this process")
+        except InputError as err:
+            raise AgentNotServed(f"run {run.run_id}: {err}") from None
+        return LoopRunPlan(inputs, agent)
     return FlowPlan(flow, flow_inputs(run))
 
 
@@ -241,6 +258,7 @@ __all__ = [
     "LOOP_NUMBERS",
     "LOOP_WORDS",
     "FlowPlan",
+    "AgentNotServed",
     "LoopRunPlan",
     "PlannedStep",
     "RunPlan",

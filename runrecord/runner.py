@@ -72,7 +72,7 @@ from typing import Any
 
 from memory import chat_tokens
 from runrecord.lease import new_holder_id
-from runrecord.plans import FLOW_WORDS, LOOP_NUMBERS, PlannedStep, RunPlan, flow_inputs, plan_for
+from runrecord.plans import FLOW_WORDS, LOOP_NUMBERS, LoopRunPlan, PlannedStep, RunPlan, flow_inputs, plan_for
 from runrecord.status import attempts_text, why_in_doubt
 from runrecord.store import (
     Intent,
@@ -96,6 +96,7 @@ from steps.params import check_params
 from steps.plan import FLOW, FlowStep, missing_params
 from steps.requests import RunInputs
 from steps.retry import RetryRule, StepLedger, rule_from_env
+from steps.served import REFUND, Served, find
 from steps.settle import answer_text, what_retry_does
 from steps.startedline import started_line
 
@@ -186,7 +187,11 @@ def check_plan(run: RunRow, plan: RunPlan) -> None:
     recorded results: a flow run's, the flow's; a loop run's, ``LoopPlan.names`` of its recorded results;
     and a loop run started under another loop (``steps.loop.loop_changed``)."""
     check_names(run, plan.expected(run.results()), plan.words)
-    changed = loop.loop_changed((run.loop or {}).get("signature")) if run.loop is not None else None
+    changed = None
+    if isinstance(plan, LoopRunPlan):
+        served = plan.served
+        changed = loop.loop_changed((run.loop or {}).get("signature"), served.agent.tools,
+                                    "" if served.name == REFUND.name else served.name)
     if changed is not None:
         raise FlowChanged(f"run {run.run_id} was not resumed: {changed}. Resuming would run it under another "
                           "loop, so nothing was done. Resume it with the code that started it, or start a new "
@@ -267,9 +272,12 @@ class Runner:
         sleep: Callable[[float], Any] = asyncio.sleep,
         heartbeat: bool = True,
         rule: RetryRule | None = None,
+        agents: Sequence[Served] = (),
     ) -> None:
         self.path = Path(path)
         self.deps = deps
+        # The agents a loop run may name (steps.served): the refund agent, its tools given deps, and these.
+        self.served = {REFUND.name: REFUND, **{s.name: s for s in agents}}
         self.flow = tuple(flow)
         self.lease_seconds = lease_seconds
         self.holder = holder or new_holder_id()
@@ -316,21 +324,36 @@ class Runner:
         self.say(f"run {run_id} created in {self.path}; lease held by {self.holder}")
         return await self._drive(run_id, ahead=StartedAttempt(0, 1, request))
 
-    async def start_loop(self, run_id: str, task: str, email: str, *, max_turns: int = loop.DEFAULT_MAX_TURNS,
-                         window_tokens: int = loop.DEFAULT_WINDOW_TOKENS,
-                         window_messages: int = loop.DEFAULT_WINDOW_MESSAGES) -> RunRow:
+    async def start_loop(self, run_id: str, task: str, email: str = "", *, max_turns: int | None = None,
+                         window_tokens: int | None = None, window_messages: int | None = None,
+                         agent: str = "", params: Mapping[str, str] | None = None, agent_spec: str = "") -> RunRow:
         """Create a run of the agent loop (``steps.loop``; ``RunExists`` if the id is taken) and drive it to
-        the end. Its numbers (the turn limit, the window's bounds) are recorded with it (``runs.loop``), so a
-        resume decides and derives its windows under the numbers it started with. Bad input is an
-        ``InputError`` and nothing is recorded."""
+        the end. ``agent``: the name of the agent it is run by, one this runner serves ("": the refund agent,
+        whose one parameter is ``email``); ``params`` the run's parameters that agent declares; ``agent_spec``
+        its import string, recorded so that a resume can load it. Its numbers (the turn limit, the window's
+        bounds; the agent's unless given) are recorded with it (``runs.loop``), so a resume decides and derives
+        its windows under the numbers it started with. Bad input is an ``InputError`` and nothing is recorded."""
         run_id = check_run_id(run_id)
-        task, email = check_task(task), check_email(email)
-        checked = loop.check_loop_inputs(max_turns, window_tokens, window_messages,
-                                         loop.start_tokens(task, chat_tokens))
+        task = check_task(task)
+        served = find(self.served, agent, "this process")
+        lab = served.name == REFUND.name
+        if lab:
+            email, checked_params = check_email(email), None
+        else:
+            email, checked_params = "", served.check_params(params)
+        decl = served.agent
+        checked = loop.check_loop_inputs(
+            decl.max_turns if max_turns is None else max_turns,
+            decl.window_tokens if window_tokens is None else window_tokens,
+            decl.window_messages if window_messages is None else window_messages,
+            loop.start_tokens(task, chat_tokens, decl.instructions))
         # With the numbers, what decides the run's behaviour: the loop's shape, checked on every resume, and
-        # what the model is told, which every turn is asked with (steps.loop.loop_signature).
-        numbers = {**dict(zip(LOOP_NUMBERS, checked, strict=True)), "signature": list(loop.loop_signature()),
-                   "instructions": loop.instructions()}
+        # what the model is told, which every turn is asked with (steps.loop.loop_signature); for an agent
+        # of the user's, its name, parameters and import string.
+        numbers: dict[str, Any] = {**dict(zip(LOOP_NUMBERS, checked, strict=True)),
+                                   "signature": list(served.signature), "instructions": loop.instructions(decl)}
+        if not lab:
+            numbers.update(agent=served.name, params=checked_params, agent_spec=agent_spec)
         rule = self.rule or rule_from_env()
         # The model's first turn has no effect: no intent; its request (the window) is built when it runs.
         self.record.create_run(
@@ -466,7 +489,7 @@ class Runner:
     def _plan(self, run: RunRow) -> RunPlan:
         """What comes next in ``run`` (``runrecord.plans``): a loop run's plan if its row says it is one,
         else this runner's flow."""
-        return plan_for(run, self.flow)
+        return plan_for(run, self.flow, self.served)
 
     async def _remember(self, run: RunRow) -> None:
         """After completion, what the plan does once a run is done: a flow run's exchange goes to

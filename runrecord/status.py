@@ -157,11 +157,12 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
 def loop_call_keys(run: RunRow) -> dict[str, str]:
     """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key."""
     keys: dict[str, str] = {}
+    effects = loop.recorded_effects((run.loop or {}).get("signature"))  # the run's agent's, as it recorded them
     for s in run.steps:
         turn, index = loop.parse_step(s.name)
         if index is None and s.status == "completed":
             for i, call in enumerate(loop.as_call(c) for c in s.result.get("calls") or ()):
-                if call.name in loop.EFFECT_OF_TOOL:
+                if call.name in effects:
                     keys[loop.call_step(turn, i)] = loop.tool_key(run.run_id, turn, i, call.id)
     return keys
 

@@ -2,24 +2,34 @@
 (``python starter.py loop``, ``python -m runrecord loop``, ``python -m dbosflow loop``): the same flags, the
 same help, the same refusals.
 
-``add_loop_arguments`` adds RUN_ID, TASK, ``--email``, ``--max-turns``, ``--window-tokens``,
-``--window-messages`` and ``--orders ORDER=CENTS ...``; ``loop_numbers`` and ``orders_given`` read them back,
-checked (``InputError`` saying what to give), before anything is asked of a server or a file is opened.
+``add_loop_arguments`` adds RUN_ID, TASK, ``--agent MODULE:ATTR``, ``--email``, ``--param NAME=VALUE ...``,
+``--max-turns``, ``--window-tokens``, ``--window-messages`` and ``--orders ORDER=CENTS ...``; ``agent_given``,
+``run_params``, ``loop_numbers`` and ``orders_given`` read them back, checked (``InputError`` saying what to
+give), before anything is asked of a server or a file is opened.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from durable_agents import Agent, load_agent
 from steps import loop
-from steps.limits import InputError, check_text
-from steps.refund_agent import MAX_ORDER_ID_CHARS
+from steps.limits import InputError, check_email, check_text
+from steps.refund_agent import MAX_ORDER_ID_CHARS, REFUND_AGENT
 
 
 def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN_ID")
     parser.add_argument("task", metavar="TASK", help="what the customer asks, e.g. naming the orders to refund")
-    parser.add_argument("--email", required=True, help="the customer's address: the only one send_email writes to")
+    parser.add_argument("--agent", default=None, metavar="MODULE:ATTR",
+                        help="the agent the run is run by, a durable_agents.Agent by import string (e.g. "
+                             "examples.scheduler.agent:AGENT; docs/your-agent.md); default: the lab's refund agent")
+    parser.add_argument("--email", default=None,
+                        help="the refund agent's customer address: the only one send_email writes to (needed "
+                             "for it; another agent takes its own parameters with --param)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a run parameter the agent declares (its tools read it; never from the model); "
+                             "repeatable")
     parser.add_argument("--max-turns", default=None, metavar="N",
                         help=f"the turn limit, 1-{loop.MAX_TURNS_LIMIT} (default {loop.DEFAULT_MAX_TURNS}): a turn "
                              "that still asks for tools at the limit fails the run, naming it")
@@ -46,12 +56,51 @@ def given_number(raw: str | None, default: int) -> int | str:
         return raw
 
 
-def loop_numbers(args: argparse.Namespace, start_tokens: int | None = None) -> tuple[int, int, int]:
+def agent_given(spec: str | None) -> Agent:
+    """The agent ``--agent`` names (the refund agent when none); ``InputError`` saying what is wrong."""
+    if not spec:
+        return REFUND_AGENT
+    try:
+        return load_agent(spec)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def run_params(args: argparse.Namespace, agent: Agent) -> tuple[str, dict[str, str]]:
+    """(the refund agent's customer address or "", the run's parameters) from ``--email`` and ``--param``,
+    checked by ``agent``'s declaration; ``InputError`` saying what to give."""
+    params: dict[str, str] = {}
+    for item in args.param or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--param takes NAME=VALUE, got {item[:40]!r}")
+        if name in params:
+            raise InputError(f"--param {name[:40]!r} is given twice; give each parameter once")
+        params[name] = value
+    if agent.name == REFUND_AGENT.name:
+        email = args.email if args.email is not None else params.pop("email", None)
+        if email is None:
+            raise InputError("the refund agent needs --email ADDR: the customer's address, the only one "
+                             "send_email writes to")
+        if params:
+            raise InputError(f"the refund agent takes no --param but email; got {', '.join(sorted(params))}")
+        return check_email(email), {}
+    if args.email is not None:
+        raise InputError(f"--email is the refund agent's; agent {agent.name} takes --param "
+                         f"{' '.join(f'{p}=...' for p in agent.params) or '(none)'}")
+    try:
+        return "", agent.check_params(params)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def loop_numbers(args: argparse.Namespace, start_tokens: int | None = None,
+                 agent: Agent = REFUND_AGENT) -> tuple[int, int, int]:
     """(max turns, window tokens, window messages), checked (``steps.loop.check_loop_inputs``; with
-    ``start_tokens``, the window must hold the start and one round)."""
-    return loop.check_loop_inputs(given_number(args.max_turns, loop.DEFAULT_MAX_TURNS),
-                                  given_number(args.window_tokens, loop.DEFAULT_WINDOW_TOKENS),
-                                  given_number(args.window_messages, loop.DEFAULT_WINDOW_MESSAGES), start_tokens)
+    ``start_tokens``, the window must hold the start and one round); the agent's bounds unless given."""
+    return loop.check_loop_inputs(given_number(args.max_turns, agent.max_turns),
+                                  given_number(args.window_tokens, agent.window_tokens),
+                                  given_number(args.window_messages, agent.window_messages), start_tokens)
 
 
 def orders_given(items: list[str]) -> dict[str, int]:

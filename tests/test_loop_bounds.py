@@ -182,7 +182,7 @@ async def test_a_run_under_another_loop_is_parked_naming_the_change(client, task
             return status if status["status"] == "parked" else None
 
         status = await poll_until(parked, timeout=30, what="the run under another loop to be parked")
-    assert "was started by an agent loop of signature" in status["detail"], status["detail"]
+    assert "was started by an agent loop of version" in status["detail"], status["detail"]
     assert "Deploy code of the run's own loop" in status["detail"], status["detail"]
     assert stand_ins.turns == 0  # no turn asked by a loop the run did not start under
     await client.get_workflow_handle(inp.run_id).terminate("test over")

@@ -554,7 +554,7 @@ def test_a_run_recorded_under_another_loop_is_told_apart_naming_both():
     assert loop_changed(None) is None and loop_changed(code) is None  # before signatures; the same loop
     without_tickets = [line for line in code if not line.startswith("tool create_ticket:")]
     why = loop_changed(without_tickets)
-    assert why is not None and "was started by an agent loop of signature" in why
+    assert why is not None and "was started by an agent loop of version" in why
     assert "tool create_ticket:ticket:summary=string" in why  # this code's loop, named, has what the run's lacks
 
 
@@ -595,5 +595,5 @@ def test_the_run_record_keeps_a_runs_instructions_and_refuses_another_loop(tmp_p
     inputs = loop_inputs(same)
     assert (inputs.prompt, inputs.tools, inputs.max_turns) == (told["prompt"], told["tools"], 5)
     check_plan(same, plan_for(same, DEFAULT_FLOW))
-    with pytest.raises(FlowChanged, match="was not resumed: the run was started by an agent loop of signature"):
+    with pytest.raises(FlowChanged, match="was not resumed: the run was started by an agent loop of version"):
         check_plan(changed, plan_for(changed, DEFAULT_FLOW))

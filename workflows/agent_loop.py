@@ -93,8 +93,6 @@ with workflow.unsafe.imports_passed_through():
     from steps.crashpoints import crash_point
     from steps.limits import InputError, check_email, check_run_id, check_task
     from steps.loop import (
-        EFFECT_OF_TOOL,
-        LOOP_SYSTEM_PROMPT,
         MAX_INSTRUCTIONS_CHARS,
         MAX_WINDOW_TOKENS,
         MIN_WINDOW_TOKENS_BEFORE,
@@ -117,6 +115,7 @@ with workflow.unsafe.imports_passed_through():
     from steps.models import to_jsonable
     from steps.retry import RULE_VERSION, RetryRule, StepLedger
     from steps.runstate import RunStateName
+    from steps.served import REFUND, Served, agent_name, served_names, served_on
     from workflows.attempts import Ending, StepAttempts
     from workflows.loop_state import (
         HISTORY_BYTES_BOUND,
@@ -234,7 +233,10 @@ class AgentLoop:
         carried_from = inp.carried.started_as if inp.carried else None
         self._started_as = ((carried_from or info.original_execution_run_id)
                             if workflow.patched(LOOP_RESET_PATCH) else None)
-        changed = loop_changed(inp.loop) if self._bounded else None
+        served = self._served(inp)
+        effects = served.agent.tools.effects
+        changed = (loop_changed(inp.loop, served.agent.tools, "" if served.name == REFUND.name else served.name)
+                   if self._bounded else None)
         if changed is not None:
             # Not a failure of the run: this code is not the loop it started under. The workflow task fails,
             # again at each try, and the run waits, parked, for code of its own loop.
@@ -249,7 +251,7 @@ class AgentLoop:
             state = TurnState(turn)
             self._turns.append(state)
             request = TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns, window_bound, inputs.tools,
-                                  started_as=self._started_as)
+                                  started_as=self._started_as, agent=inputs.agent)
             answer = await self._attempts(turn_step(turn), LoopActivities.model_turn, request, rule, state,
                                           effect=False, timeout_of=TURN_TIMEOUT_OF)
             # Recorded (ActivityTaskCompleted): from here this turn is read from history, never asked again.
@@ -261,7 +263,7 @@ class AgentLoop:
                 self._reuse_ended = True  # asked of the model after the reset: the base's records no longer follow
             state.answer = shown(answer.content)
             state.calls = [CallState(i, c.name[:64], tool_request(inputs, turn, i, c).idempotency_key
-                                     if c.name in EFFECT_OF_TOOL else None)
+                                     if c.name in effects else None)
                            for i, c in enumerate(answer.calls)]
             if not answer.calls:
                 self._answer, self._status = answer.content, "completed"
@@ -271,7 +273,7 @@ class AgentLoop:
                 call_state = state.calls[index]
                 result = await self._attempts(call_step(turn, index), LoopActivities.tool_call,
                                               tool_request(inputs, turn, index, call), rule, call_state,
-                                              effect=call.name in EFFECT_OF_TOOL, timeout_of=TOOL_TIMEOUT_OF)
+                                              effect=call.name in effects, timeout_of=TOOL_TIMEOUT_OF)
                 self._add(window, result_message(answer, result), state)
                 call_state.outcome, call_state.effect_id, call_state.replayed = (result.status, result.effect_id,
                                                                                  result.replayed)
@@ -291,6 +293,20 @@ class AgentLoop:
 
     # ------------------------------------------------------------ input, window, carry
 
+    @staticmethod
+    def _served(inp: LoopInput) -> Served:
+        """The run's agent as this worker serves it (``steps.served``). None served: not a failure of the
+        run but of this worker's deploy; the workflow task fails, naming the agent and what this worker
+        serves, again at each try, and the run waits, parked, for a worker that serves it."""
+        queue = workflow.info().task_queue
+        served = served_on(queue, inp.agent)
+        if served is None:
+            raise LoopChanged(f"this worker (task queue {queue}) does not serve agent {agent_name(inp.agent)!r}, "
+                              f"which run {inp.run_id} names; it serves: {', '.join(served_names(queue))}. Start a "
+                              "worker with that agent (worker.py --agent package.module:attribute, or "
+                              "durable_agents.temporal.AgentPlugin): the run resumes by itself")
+        return served
+
     def _checked(self, inp: LoopInput) -> tuple[LoopInputs, RetryRule]:
         """The run's inputs and rule, checked (the same words as every entry point), or the run FAILED
         with the refusal. The start id is the chain's first run's, carried."""
@@ -302,7 +318,12 @@ class AgentLoop:
                 # resets and continue-as-new.
                 raise InputError(f"run id {inp.run_id!r} differs from the workflow id {info.workflow_id!r}; "
                                  "start loop runs with flowclient.loop.start_loop")
-            task, email = check_task(inp.task), check_email(inp.email)
+            task = check_task(inp.task)
+            served = self._served(inp)
+            # The refund agent's one parameter is the email field, as its runs always recorded it.
+            lab = served.name == REFUND.name
+            email = check_email(inp.email) if lab else ""
+            params = None if lab else served.check_params(inp.params)
             # The chain's first run checks that its window can hold the start; the runs it continues as go on
             # under the bounds it was started with.
             told = inp.instructions if self._bounded else None
@@ -312,7 +333,7 @@ class AgentLoop:
                 raise InputError(f"the run's instructions must be a prompt and a list of tools of at most "
                                  f"{MAX_INSTRUCTIONS_CHARS} characters; start loop runs with "
                                  "flowclient.loop.start_loop")
-            prompt = told.prompt if told is not None else LOOP_SYSTEM_PROMPT
+            prompt = told.prompt if told is not None else served.agent.instructions
             start = start_tokens(task, chat_tokens, prompt) if self._bounded and inp.carried is None else None
             most = MAX_WINDOW_TOKENS if self._bounded else WINDOW_TOKENS_BEFORE_CAP
             # The floor as it always was: the start check refuses what the clients' floor does, and a floor
@@ -345,9 +366,12 @@ class AgentLoop:
             self._error = f"input refused: {err}"
             raise ApplicationError(self._error, type="InputError", non_retryable=True) from err
         start_id = carried.start_id if carried is not None else info.original_execution_run_id
-        inputs = LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id)
+        inputs = LoopInputs(inp.run_id, task, email, max_turns, window_tokens, window_messages, start_id,
+                            agent=inp.agent, params=params)
         if told is not None:  # what the model is told: the run's own (LoopInput.instructions)
             inputs = dataclasses.replace(inputs, prompt=told.prompt, tools=told.tools)
+        elif inputs.prompt != served.agent.instructions:  # none recorded: its agent's, as this worker has them
+            inputs = dataclasses.replace(inputs, prompt=served.agent.instructions)
         return inputs, rule
 
     def _first_window(self, inputs: LoopInputs, inp: LoopInput) -> DerivedWindow:

@@ -163,6 +163,11 @@ class LoopInput:
     instructions: LoopInstructions | None = None
     """The system prompt and the tools as the model is told of them, recorded at the start: every turn of
     the run (and of its chain) is asked with these, whatever a later deploy's are. None: this code's."""
+    agent: str = ""
+    """The name of the agent the run is run by (``steps.served``); "": the refund agent (runs recorded before
+    agents had names, and its own runs' ``email``)."""
+    params: dict[str, str] | None = None
+    """The run's parameters, which its agent declares and its tools read (``durable_agents.Agent.params``)."""
 
 
 @dataclass
@@ -234,7 +239,8 @@ def details_text(progress: LoopProgress, shown_turns: int = 3) -> str:
     return "\n".join(lines)
 
 
-def start_tokens_of(task: str) -> int:
-    """Memory's count of what a run's window holds before its first turn (``steps.loop.start_tokens``), for
-    the loop's clients, which import no memory of their own."""
-    return start_tokens(task, chat_tokens)
+def start_tokens_of(task: str, prompt: str | None = None) -> int:
+    """Memory's count of what a run's window holds before its first turn (``steps.loop.start_tokens``; with
+    its agent's instructions, ``prompt``: None, the refund agent's), for the loop's clients, which import no
+    memory of their own."""
+    return start_tokens(task, chat_tokens) if prompt is None else start_tokens(task, chat_tokens, prompt)

@@ -1,0 +1,125 @@
+"""An agent the lab has never seen (``tests.agents.notebook``), brought as a user brings theirs: by import
+string on the worker's and the record's command lines, nothing of the adapter or the lab edited, no global
+replaced. Killed after each of its effects and after a turn's answer, on Temporal (a standby worker takes
+over) and on the run record (resumed by run id): each effect applied once at its own store, judged from
+outside the killed process; no recorded turn asked again. A worker that does not serve the run's agent, or
+serves another version of it, refuses the run visibly, naming both; an unknown tool is refused back to the
+model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from durable_agents import Agent, Tool, Toolbox
+from flowclient.loop import loop_status, start_loop
+from steps.limits import InputError
+from steps.loop import AskedCall, LoopInputs, run_tool, tool_request
+from steps.served import Served
+from tests.agents.notebook import NOTEBOOK, Page, read_page
+from tests.support import first_workflow_task_failure, wait_exit
+
+SPEC = "tests.agents.notebook:NOTEBOOK"
+TASK = "Go through page 1 of my notebook."
+POINTS = ["turn:after_answer", "tool:write_note:after_effect", "tool:archive:after_effect"]
+
+
+def applied(db: Path) -> tuple[dict[str, int], Counter[str], Counter[int], list[str]]:
+    """(effects per kind, requests per key, asks per turn, the owners on the notes), from the agent's store."""
+    with sqlite3.connect(db) as conn:
+        kinds = Counter(k for (k,) in conn.execute("SELECT kind FROM effects"))
+        requests = Counter(k for (k,) in conn.execute("SELECT key FROM requests"))
+        asks = Counter(t for (t,) in conn.execute("SELECT turn FROM asks"))
+        owners = [b for (b,) in conn.execute("SELECT json_extract(body, '$.owner') FROM effects WHERE kind='note'")]
+    return dict(kinds), requests, asks, owners
+
+
+def judge(db: Path, point: str) -> None:
+    kinds, requests, asks, owners = applied(db)
+    assert kinds == {"note": 1, "archive": 1}, kinds
+    assert owners == ["ana@example.com"], owners  # the run's parameter, never the model's
+    crashed = {"tool:write_note:after_effect": "call-0", "tool:archive:after_effect": "call-1"}.get(point)
+    for key, n in requests.items():  # only the call whose answer died with its process was sent twice
+        assert n == (2 if crashed and key.split("/")[-1].startswith(crashed) else 1), requests
+    assert asks == Counter({1: 2 if point == "turn:after_answer" else 1, 2: 1, 3: 1}), asks
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.replace(":", "."))
+async def test_an_agent_of_its_own_killed_on_temporal_applies_each_effect_once(
+        point, client, workers, run_id, task_queue, tmp_path):
+    db = tmp_path / "notebook.db"
+    env = {"NOTEBOOK_DB": str(db)}
+    first = workers(crash_at=point, extra_env=env, args=["--agent", SPEC])
+    assert "notebook (version" in first.output()
+    created, _ = await start_loop(client, run_id, TASK, task_queue=task_queue, agent=NOTEBOOK,
+                                  params={"owner": "ana@example.com"})
+    assert created
+    assert wait_exit(first, 90) == -9, first.output()
+    workers(extra_env=env, args=["--agent", SPEC])
+    result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=120)
+    assert result["status"] == "completed" and result["answer"].startswith("Noted the plumber"), result
+    judge(db, point)
+    status = await loop_status(client, run_id)
+    assert status["counts"] == {"turns": 3, "tool_calls": 3, "effects": 2, "refused": 0}, status["counts"]
+    keyed = [c["name"] for t in status["turns"] for c in t["calls"] if c["key"]]
+    assert keyed == ["write_note", "archive"], status["turns"]  # its effects, from what the run recorded
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.replace(":", "."))
+def test_an_agent_of_its_own_killed_on_the_run_record_resumes_by_run_id(point, runrecord, run_id, tmp_path):
+    db = tmp_path / "notebook.db"
+    env = {"NOTEBOOK_DB": str(db), "CRASH_AT": point}
+    first = runrecord("loop", run_id, TASK, "--agent", SPEC, "--param", "owner=ana@example.com", env=env)
+    assert wait_exit(first, 60) == -9, first.output()
+    # The record named the agent and its import string: resume needs neither again.
+    second = runrecord("resume", run_id, env={"NOTEBOOK_DB": str(db)})
+    assert wait_exit(second, 60) == 0, second.output()
+    assert "Noted the plumber" in second.output(), second.output()
+    judge(db, point)
+
+
+@pytest.mark.process
+async def test_a_worker_refuses_a_run_of_an_agent_it_does_not_serve_naming_both_versions(
+        client, workers, task_queue, run_id, tmp_path):
+    workers(extra_env={"NOTEBOOK_DB": str(tmp_path / "n.db")}, args=["--agent", SPEC])
+    # A run of an agent this worker does not serve at all.
+    other = Agent("diary", "Keep a diary.", Toolbox([Tool("read_page", "Read a page.", Page, read_page)]),
+                  model=NOTEBOOK.model)
+    await start_loop(client, f"{run_id}-diary", TASK, task_queue=task_queue, agent=other)
+    message = await first_workflow_task_failure(client, client, f"{run_id}-diary")
+    assert "does not serve agent 'diary'" in message and "notebook (version" in message, message
+    # A run of another version of the notebook (one tool fewer): refused, naming both versions.
+    older = Agent("notebook", NOTEBOOK.instructions, Toolbox(list(NOTEBOOK.tools)[:2]), model=NOTEBOOK.model,
+                  params=("owner",))
+    await start_loop(client, run_id, TASK, task_queue=task_queue, agent=older, params={"owner": "ana@example.com"})
+    message = await first_workflow_task_failure(client, client, run_id)
+    assert (f"started by agent notebook of version {Served(older).version}" in message
+            and f"this code's is version {Served(NOTEBOOK).version}" in message), message
+    status = await loop_status(client, run_id)
+    assert status["status"] == "parked" and status["detail"], status  # not failed: it waits for its code
+
+
+async def test_a_run_names_its_agent_and_its_parameters_are_checked(client, task_queue):
+    with pytest.raises(InputError, match="needs the run parameter owner"):
+        await start_loop(client, "own-agent-no-owner", TASK, task_queue=task_queue, agent=NOTEBOOK)
+    with pytest.raises(InputError, match="takes no parameter 'email'"):
+        await start_loop(client, "own-agent-email", TASK, task_queue=task_queue, agent=NOTEBOOK,
+                         params={"owner": "a@b.c", "email": "x@y.z"})
+
+
+async def test_an_unknown_tool_is_refused_back_to_the_model_and_nothing_is_dispatched(tmp_path, monkeypatch):
+    monkeypatch.setenv("NOTEBOOK_DB", str(tmp_path / "n.db"))
+    inputs = LoopInputs("r1", TASK, "", agent="notebook", params={"owner": "a@b.c"})
+    services = NOTEBOOK.services() if NOTEBOOK.services else None
+    for name in ("create_ticket", "issue_refund", "wire_money"):  # the lab's tools are not this agent's
+        result = await run_tool(tool_request(inputs, 1, 0, AskedCall("c", name, "{}")), None, NOTEBOOK, services)
+        assert result.status == "refused" and f"unknown tool '{name}'" in result.content, result
+        assert "read_page, write_note, archive" in result.content
+    assert applied(tmp_path / "n.db")[0] == {}
