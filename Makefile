@@ -26,6 +26,11 @@ $(STAMP): pyproject.toml requirements/dev.lock
 demo: $(STAMP)
 	$(PY) -m lab.demo
 
+## example: an agent from outside the lab (examples/scheduler) killed right after a booking and resumed, on Temporal and the run record
+.PHONY: example
+example: $(STAMP)
+	$(PY) -m lab.scheduler_demo
+
 ## loop-demo: an agent loop killed right after a refund and resumed, on Temporal and the run record; each effect once
 .PHONY: loop-demo
 loop-demo: $(STAMP)

@@ -5,7 +5,7 @@ handler), an agent's tools are a ``Toolbox`` (the model's ``tools=``, the check 
 dispatch to the declared handler, the signature recorded with each run), and an agent is declared data too
 (``Agent``: its name, instructions, tools, model, services, run parameters and bounds; ``load_agent`` reads
 one by import string). The contracts are in ``durable_agents.tools`` and ``durable_agents.agent``; on
-Temporal, ``durable_agents.temporal.AgentPlugin`` serves agents on a worker. Nothing here imports the lab:
+Temporal, ``flowclient.agents.AgentPlugin`` serves agents on a worker. Nothing here imports the lab:
 the lab's refund agent is one user of it (``steps.refund_agent``); docs/your-agent.md shows another.
 """
 

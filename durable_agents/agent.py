@@ -3,7 +3,7 @@
 The contract:
 
 - **One ``Agent`` object serves every engine.** A Temporal worker serves it through
-  ``durable_agents.temporal.AgentPlugin`` (or the lab's ``worker.py --agent pkg.mod:attr``), the run record
+  ``flowclient.agents.AgentPlugin`` (or the lab's ``worker.py --agent pkg.mod:attr``), the run record
   and DBOS through their commands' ``--agent``; a run names its agent when it starts (``name``) and every
   engine runs that run with that agent's tools only.
 - **Its version** is the digest of what decides what a recorded call means: the loop's shape and, per tool,
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,7 +70,8 @@ class Model(Protocol):
                    labels: Mapping[str, str] | None = None) -> Any: ...
 
 
-Script = Callable[[list[dict]], "Reply | str | Sequence[tuple[str, Mapping[str, Any]]]"]
+Script = Callable[[list[dict]], Any]
+"""A scripted model's turns: the window in; a ``Reply``, a text, or ``(tool name, arguments)`` pairs out."""
 
 
 class ScriptedModel:

@@ -24,6 +24,8 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
 - ``lab.loop_demo``: the same for the agent loop (``make loop-demo``): on
   Temporal and on the run record, killed right after a refund and resumed;
   each effect once, no recorded turn asked again.
+- ``lab.scheduler_demo``: the same for an agent from outside the lab (``make example``,
+  ``examples/scheduler``): killed right after a booking, each effect once at its own service.
 - ``lab.chaos``: many concurrent runs on Temporal while workers are SIGKILLed
   and the provider fails and loses answers (``make chaos``); no effect
   doubled or lost.

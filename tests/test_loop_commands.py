@@ -185,7 +185,11 @@ async def test_bad_input_is_refused_with_exit_2_and_starts_nothing(client, dev_s
         (["loop", run_id, TWO_TASK, "--email", "not-an-address"], "malformed"),
         (["loop", "bad id", TWO_TASK, "--email", EMAIL], "run id"),
         (["loop", run_id, "", "--email", EMAIL], "task is empty"),
-        (["loop", run_id, TWO_TASK], "the following arguments are required: --email"),
+        (["loop", run_id, TWO_TASK], "the refund agent needs --email ADDR"),
+        (["loop", run_id, TWO_TASK, "--agent", "no_such_module:AGENT"], "cannot import 'no_such_module'"),
+        (["loop", run_id, TWO_TASK, "--agent", "tests.agents.notebook:NOTEBOOK"], "needs the run parameter owner"),
+        (["loop", run_id, TWO_TASK, "--agent", "tests.agents.notebook:NOTEBOOK", "--param", "owner=a@b.c",
+          "--email", EMAIL], "--email is the refund agent's"),
         (["loop", flow_id, TWO_TASK, "--email", EMAIL], "is a run of AgentFlow, not of the agent loop"),
         (["start", loop_id, TASK, "--email", EMAIL], "is a run of the agent loop, not of the flow"),
     ]

@@ -304,7 +304,7 @@ class AgentLoop:
             raise LoopChanged(f"this worker (task queue {queue}) does not serve agent {agent_name(inp.agent)!r}, "
                               f"which run {inp.run_id} names; it serves: {', '.join(served_names(queue))}. Start a "
                               "worker with that agent (worker.py --agent package.module:attribute, or "
-                              "durable_agents.temporal.AgentPlugin): the run resumes by itself")
+                              "flowclient.agents.AgentPlugin): the run resumes by itself")
         return served
 
     def _checked(self, inp: LoopInput) -> tuple[LoopInputs, RetryRule]:

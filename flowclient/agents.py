@@ -1,7 +1,7 @@
 """Agents on Temporal through one plugin on the user's ``Worker`` (``temporalio.plugin.SimplePlugin``).
 
     from temporalio.worker import Worker
-    from durable_agents.temporal import AgentPlugin, start_agent
+    from flowclient.agents import AgentPlugin, start_agent
 
     worker = Worker(client, task_queue="agents", plugins=[AgentPlugin(SCHEDULER)])
     await start_agent(client, SCHEDULER, "run-1", "Book a room for Tuesday", task_queue="agents",
