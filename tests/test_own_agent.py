@@ -123,3 +123,24 @@ async def test_an_unknown_tool_is_refused_back_to_the_model_and_nothing_is_dispa
         assert result.status == "refused" and f"unknown tool '{name}'" in result.content, result
         assert "read_page, write_note, archive" in result.content
     assert applied(tmp_path / "n.db")[0] == {}
+
+
+@pytest.mark.process
+async def test_the_plugin_serves_an_agent_on_a_worker_of_the_users_own(client, run_id, tmp_path, monkeypatch):
+    """``AgentPlugin`` on a plain ``Worker``: the loop's workflow and activities added, the agent served on
+    that queue, a run started by ``start_agent`` completed with each effect once."""
+    from temporalio.worker import Worker
+
+    from flowclient.agents import AgentPlugin, start_agent
+
+    monkeypatch.setenv("NOTEBOOK_DB", str(tmp_path / "n.db"))
+    queue = f"plugin-{run_id}"
+    with pytest.raises(ValueError, match="has no model"):
+        AgentPlugin(Agent("bare", "Read.", Toolbox([Tool("read_page", "Read a page.", Page, read_page)])))
+    async with Worker(client, task_queue=queue, plugins=[AgentPlugin(NOTEBOOK)]):
+        created, _ = await start_agent(client, NOTEBOOK, run_id, TASK, task_queue=queue,
+                                       params={"owner": "ana@example.com"})
+        assert created
+        result = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), timeout=60)
+    assert result["status"] == "completed", result
+    judge(tmp_path / "n.db", "")
