@@ -700,7 +700,7 @@ def check_loop_inputs(max_turns: Any, window_tokens: Any = DEFAULT_WINDOW_TOKENS
 
 # ---------------------------------------------------------------- what decides a run, recorded with it
 
-def loop_signature(tools: Toolbox = TOOLBOX) -> tuple[str, ...]:
+def loop_signature(tools: Toolbox | None = None) -> tuple[str, ...]:
     """What identifies the loop's shape to a run in flight, computed from this module itself: the steps a
     turn with two calls then a final turn decide (how steps are named and follow one another), a call's key
     for fixed values (how keys derive), and each tool with its effect kind and fields. Every engine records
@@ -716,6 +716,7 @@ def loop_signature(tools: Toolbox = TOOLBOX) -> tuple[str, ...]:
     two_calls = {"calls": [{"id": "a", "name": "t", "arguments": "{}"}] * 2}
     names = LoopPlan(LoopInputs("run", "task", "a@example.com"), lambda inputs, messages: []).names(
         {turn_step(1): two_calls, turn_step(2): {"calls": []}})
+    tools = TOOLBOX if tools is None else tools  # the refund agent's, read when asked
     return ("steps " + " ".join(names), "key " + tool_key("run", 1, 0, "call"), *tools.signature())
 
 
@@ -739,7 +740,7 @@ def loop_digest(signature: tuple[str, ...] | None = None) -> str:
     return hashlib.sha256("\n".join(signature or loop_signature()).encode()).hexdigest()[:10]
 
 
-def loop_changed(recorded: Any, tools: Toolbox = TOOLBOX, agent: str = "") -> str | None:
+def loop_changed(recorded: Any, tools: Toolbox | None = None, agent: str = "") -> str | None:
     """Why this code, whose agent (``agent``, the refund agent for "") has ``tools``, cannot run a loop run
     whose inputs recorded the signature ``recorded``, or None (None too for a run recorded before
     signatures: it runs as it did)."""
