@@ -3,7 +3,8 @@
     python -m dbosflow start RUN_ID "TASK" --email ADDR [--conversation ID] [--param NAME=VALUE ...]
     python -m dbosflow loop RUN_ID "TASK" --email ADDR [--max-turns N] [--window-tokens N] [--window-messages N]
                             [--orders ORDER=CENTS ...]
-    python -m dbosflow resume RUN_ID
+    python -m dbosflow loop RUN_ID "TASK" --agent MODULE:ATTR [--param NAME=VALUE ...] [...]
+    python -m dbosflow resume RUN_ID [--agent MODULE:ATTR]
     python -m dbosflow status RUN_ID [--json]
     python -m dbosflow steps RUN_ID [--json] # DBOS's own rows for the run, as it stores them
     python -m dbosflow list
@@ -73,14 +74,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from durable_agents import Agent
 from memory import chat_tokens
 from providerclient import seed_given
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.loop import start_tokens
-from steps.loopargs import add_loop_arguments, loop_numbers, orders_given
+from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params
 from steps.params import parse_params
 from steps.plan import missing_params
+from steps.refund_agent import REFUND_AGENT
 from steps.runstate import exit_code
+from steps.served import Served, serve
 
 if TYPE_CHECKING:
     from dbosflow.sysdb import SystemDb
@@ -257,13 +261,26 @@ async def _cmd_start(args) -> int:
         return await _wait(db, run_id, recovered)
 
 
+def _serve(agent: Agent) -> Served:
+    """``agent`` as this process's (``dbosflow.loop.serve_agent``): its services built here."""
+    from dbosflow import loop as dbos_loop
+
+    served = serve([agent])[0]
+    dbos_loop.serve_agent(served)
+    return served
+
+
 async def _cmd_loop(args) -> int:
     from dbosflow import loop as dbos_loop
 
     run_id = check_run_id(args.run_id)
-    task, email = check_task(args.task), check_email(args.email)
+    task = check_task(args.task)
+    agent = agent_given(args.agent)
+    email, params = run_params(args, agent)
     # Checked before the database is opened: refused input leaves nothing behind, not even a file.
-    max_turns, window_tokens, window_messages = loop_numbers(args, start_tokens(task, chat_tokens))
+    max_turns, window_tokens, window_messages = loop_numbers(args, start_tokens(task, chat_tokens, agent.instructions),
+                                                             agent=agent)
+    served = _serve(agent)
     seed_given(orders_given(args.orders))
     rule = _retry_rule()
     _set_flow()  # a flow run this launch recovers (a shared DBOSFLOW_*_APP_VERSION) is checked against it
@@ -278,7 +295,8 @@ async def _cmd_loop(args) -> int:
     async with _launched(db, version):
         await dbos_loop.start_loop_run(run_id, dbos_loop.new_loop_inputs(
             run_id, task, email, secrets.token_hex(8), rule, max_turns=max_turns, window_tokens=window_tokens,
-            window_messages=window_messages))
+            window_messages=window_messages, served=served, params=params,
+            agent_spec=args.agent if args.agent and served.name != REFUND_AGENT.name else ""))
         print(f"loop run {run_id} started in {db} (DBOS workflow id {run_id}, application version {version}; "
               f"at most {max_turns} turns)", flush=True)
         return await _wait(db, run_id, recovered)
@@ -287,13 +305,16 @@ async def _cmd_loop(args) -> int:
 async def _cmd_resume(args) -> int:
     from dbosflow import engine
     from dbosflow.loop import loop_app_version
-    from dbosflow.status import is_loop, read, version_refusal
+    from dbosflow.status import is_loop, read, recorded_inputs, version_refusal
 
     run_id = check_run_id(args.run_id)
     _set_flow()
     db = _db(args)
     raw = read(db, run_id)  # unknown id: say so before launching anything
     before = raw["workflow"]
+    if is_loop(before):  # the agent it names: --agent, or the import string it recorded
+        spec = args.agent or str((recorded_inputs(before) or {}).get("agent_spec") or "")
+        _serve(agent_given(spec))
     # A process launches under one version: the loop's for a loop run, the flow's for a flow run.
     version = loop_app_version() if is_loop(before) else engine.app_version()
     if before.status == "SUCCESS":
@@ -403,6 +424,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", parents=[common],
                        help="launch DBOS (recovering pending runs of the run's version) and wait for RUN_ID")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
+                   help="a loop run's agent (a durable_agents.Agent by import string); default: the one the run "
+                        "recorded, else the refund agent. A process serves one agent: its application version")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("status", parents=[common], help="the run in the shared status vocabulary (reads only)")
     p.add_argument("run_id", metavar="RUN_ID")

@@ -51,6 +51,9 @@ record, the rows of ``operation_outputs``:
   ``LOOP_VERSION_LABEL`` + ``+`` + a digest of ``loop_signature``, how the
   loop names and orders its steps, derives its keys, and which tools it has
   with their effects and fields; ``DBOSFLOW_LOOP_APP_VERSION`` overrides it).
+  An agent of the user's (``steps.served``, ``--agent``) has its own:
+  ``agentlab-loop-1-<name>+<its version>`` (``loop_app_version``), so a DBOS
+  process serves one agent (``serve_agent``) and recovers that agent's runs.
   A changed loop is another version: DBOS recovers its runs only in a process
   of their version, and ``python -m dbosflow`` shows them parked and refuses
   to resume them (exit 6). The flow's runs keep the flow's version
@@ -101,6 +104,7 @@ from steps.limits import InputError
 from steps.loop import loop_changed as loop_changed  # re-exported: dbosflow.status and the CLI read it here
 from steps.loop import loop_digest, loop_signature
 from steps.retry import MOST_WORKER_DEATHS, RetryRule, StepLedger
+from steps.served import REFUND, Served, agent_name
 
 LOOP_WORKFLOW_NAME = "agent_loop"
 LOOP_VERSION_LABEL = "agentlab-loop-1"
@@ -136,27 +140,54 @@ LOOP_APP_VERSION = loop_version_of()
 """This code's loop's application version."""
 
 
-def loop_app_version(env: Mapping[str, str] | None = None) -> str:
-    """The version a process that runs loop runs launches under: ``DBOSFLOW_LOOP_APP_VERSION`` if set, else
-    ``LOOP_APP_VERSION``."""
+_SERVING: list[Served] = [REFUND]
+
+
+def serve_agent(served: Served) -> None:
+    """The agent this process runs loop runs of (one: DBOS launches a process under one application version,
+    and a loop process's version is its agent's). The refund agent unless told."""
+    _SERVING[0] = served
+
+
+def serving() -> Served:
+    return _SERVING[0]
+
+
+def loop_app_version(env: Mapping[str, str] | None = None, served: Served | None = None) -> str:
+    """The version a process that runs loop runs of ``served`` (this process's agent) launches under:
+    ``DBOSFLOW_LOOP_APP_VERSION`` if set; else, for the refund agent, ``LOOP_APP_VERSION`` (as always); for
+    another agent, ``agentlab-loop-1-<name>+<its version>``. So a DBOS process serves one agent, and recovers
+    the runs of that agent's version only: a changed agent is another version, whose runs wait for a process
+    of theirs; several agents are several processes."""
     env = os.environ if env is None else env
-    return (env.get(LOOP_VERSION_ENV) or "").strip() or LOOP_APP_VERSION
+    served = served or serving()
+    given = (env.get(LOOP_VERSION_ENV) or "").strip()
+    if given:
+        return given
+    return LOOP_APP_VERSION if served.name == REFUND.name else f"{LOOP_VERSION_LABEL}-{served.name}+{served.version}"
 
 
 def new_loop_inputs(run_id: str, task: str, email: str, start_id: str, rule: RetryRule, *, max_turns: int,
-                    window_tokens: int, window_messages: int, created_at: float | None = None) -> dict[str, Any]:
-    """A new loop run's inputs, as DBOS records them (numbers checked by the caller:
-    ``steps.loop.check_loop_inputs``)."""
-    return {"run_id": run_id, "task": task, "email": email, "start_id": start_id,
-            "created_at": time.time() if created_at is None else created_at, "retry_rule": rule.to_dict(),
-            "max_turns": max_turns, "window_tokens": window_tokens, "window_messages": window_messages,
-            "loop": list(loop_signature()), "instructions": loop.instructions()}
+                    window_tokens: int, window_messages: int, created_at: float | None = None,
+                    served: Served = REFUND, params: Mapping[str, str] | None = None,
+                    agent_spec: str = "") -> dict[str, Any]:
+    """A new loop run's inputs, as DBOS records them (numbers and parameters checked by the caller:
+    ``steps.loop.check_loop_inputs``, the agent's ``check_params``); for an agent of the user's, its name,
+    parameters and import string too."""
+    raw = {"run_id": run_id, "task": task, "email": email, "start_id": start_id,
+           "created_at": time.time() if created_at is None else created_at, "retry_rule": rule.to_dict(),
+           "max_turns": max_turns, "window_tokens": window_tokens, "window_messages": window_messages,
+           "loop": list(served.signature), "instructions": loop.instructions(served.agent)}
+    if served.name != REFUND.name:
+        raw.update(agent=served.name, params=dict(params or {}), agent_spec=agent_spec)
+    return raw
 
 
 def loop_inputs(raw: Mapping[str, Any]) -> loop.LoopInputs:
     """The ``steps.loop.LoopInputs`` of a loop run's recorded inputs."""
     inputs = loop.LoopInputs(raw["run_id"], raw["task"], raw["email"], int(raw["max_turns"]),
-                             int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""))
+                             int(raw["window_tokens"]), int(raw["window_messages"]), raw.get("start_id", ""),
+                             agent=str(raw.get("agent") or ""), params=raw.get("params") or None)
     return loop.with_instructions(inputs, raw.get("instructions"))  # what the model is told: the run's own
 
 
@@ -180,8 +211,9 @@ class LoopWalk:
     Pure: no clock, no I/O. The workflow asks ``next_step``, ``request``, then ``record``s the step's output
     (DBOS's recorded one, or the one it has just written) and asks again until ``next_step`` is None."""
 
-    def __init__(self, inputs: loop.LoopInputs) -> None:
+    def __init__(self, inputs: loop.LoopInputs, served: Served = REFUND) -> None:
         self.inputs = inputs
+        self.served = served
         self.results: dict[str, Any] = {}
         self._ahead: list[str] = [loop.LoopPlan.first()]
         self._window = DerivedWindow(MemoryPolicy(max_tokens=inputs.window_tokens,
@@ -206,10 +238,12 @@ class LoopWalk:
 
     def step(self, name: str) -> LoopStep:
         turn, index = loop.parse_step(name)
+        agent, services = self.served.agent, self.served.services
         if index is None:
-            return LoopStep(name, loop.model_turn)
+            return LoopStep(name, lambda req, deps: loop.model_turn(req, deps, agent))
         call = loop.as_call(self.results[loop.turn_step(turn)]["calls"][index])
-        return LoopStep(name, loop.run_tool, call.name in loop.EFFECT_OF_TOOL)
+        return LoopStep(name, lambda req, deps: loop.run_tool(req, deps, agent, services),
+                        call.name in agent.tools.effects)
 
     def request(self, name: str) -> loop.TurnRequest | loop.ToolRequest:
         """Step ``name``'s request; a turn whose window memory could not take is a ``PermanentError``."""
@@ -218,7 +252,7 @@ class LoopWalk:
             if self._broken is not None:
                 raise PermanentError(self._broken)
             return loop.TurnRequest(self.inputs.run_id, turn, self._window.prompt(), self.inputs.max_turns,
-                                    self.inputs.window_tokens, self.inputs.tools)
+                                    self.inputs.window_tokens, self.inputs.tools, agent=self.inputs.agent)
         return loop.tool_request(self.inputs, turn, index, loop.as_call(self._turn["calls"][index]))
 
     def record(self, name: str, result: Any) -> None:
@@ -266,14 +300,19 @@ def outcome(name: str, result: Any) -> str:
 async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
     """Walk the loop to its end; returns ``{"answer", "turns", "steps"}``. See the module docstring."""
     run_id = raw["run_id"]
-    changed = loop_changed(raw.get("loop"))
+    served = serving()
+    if agent_name(raw.get("agent")) != served.name:
+        # Not reached under DBOS's versions (a loop process's version is its agent's), but never another's tools.
+        raise StepFailed(f"run {run_id} names agent {agent_name(raw.get('agent'))!r}; this process runs "
+                         f"{served.shown()}: resume it with --agent naming its agent")
+    changed = loop_changed(raw.get("loop"), served.agent.tools, "" if served.name == REFUND.name else served.name)
     if changed is not None:
         # Before any step: walking another loop's steps against this run's rows would mis-resume it.
         raise StepFailed(f"run {run_id} was not resumed: {changed}. Resume it with the code that started it")
     inputs = loop_inputs(raw)
     rule = RetryRule.from_dict(raw.get("retry_rule"))
     dispatch = await asyncio.to_thread(dispatch_of, run_id)
-    walk = LoopWalk(inputs)
+    walk = LoopWalk(inputs, served)
     previous_dispatch = 1
     while (name := walk.next_step()) is not None:
         step = walk.step(name)
@@ -326,6 +365,8 @@ __all__ = [
     "loop_signature",
     "loop_version_of",
     "new_loop_inputs",
+    "serve_agent",
+    "serving",
     "no_window",
     "start_loop_run",
 ]

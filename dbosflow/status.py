@@ -133,7 +133,10 @@ def plan_mismatch(raw: dict[str, Any], flow: tuple[FlowStep, ...] | None = None)
     flow's step at that position (DBOS would end the run in ``DBOSUnexpectedStepError``). For a loop run:
     the loop's signature its inputs recorded differs from this code's (``dbosflow.loop.loop_changed``)."""
     if is_loop(raw["workflow"]):
-        return loop_changed((recorded_inputs(raw["workflow"]) or {}).get("loop"))
+        inputs = recorded_inputs(raw["workflow"]) or {}
+        if inputs.get("agent"):  # an agent of the user's: its version is its application version's
+            return None
+        return loop_changed(inputs.get("loop"))
     flow = flow or current_flow()
     recorded = recorded_plan(raw["workflow"])
     if recorded is not None:
@@ -317,6 +320,7 @@ def loop_steps(raw: dict[str, Any]) -> list[tuple[str, bool]]:
     (``steps.loop.LoopPlan.names``: the recorded ones, then the calls and the next turn a recorded turn
     adds), an effect read from the recorded turn's call (``steps.loop.EFFECT_OF_TOOL``)."""
     results = _outputs(raw)
+    effects = loop.recorded_effects((recorded_inputs(raw["workflow"]) or {}).get("loop"))
     names = loop.LoopPlan(loop.LoopInputs(raw["workflow"].workflow_id, "", ""), no_window).names(results)
     out = []
     for name in names:
@@ -324,7 +328,7 @@ def loop_steps(raw: dict[str, Any]) -> list[tuple[str, bool]]:
         recorded_turn = results.get(loop.turn_step(turn)) if index is not None else None
         calls = recorded_turn.get("calls") or [] if isinstance(recorded_turn, dict) else []
         call = loop.as_call(calls[index]) if index is not None and index < len(calls) else None
-        out.append((name, call is not None and call.name in loop.EFFECT_OF_TOOL))
+        out.append((name, call is not None and call.name in effects))
     return out
 
 
@@ -333,11 +337,12 @@ def loop_call_keys(raw: dict[str, Any]) -> dict[str, str]:
     (``steps.loop.tool_key`` of the recorded turn: the key every attempt of that call sends)."""
     run_id = raw["workflow"].workflow_id
     keys: dict[str, str] = {}
+    effects = loop.recorded_effects((recorded_inputs(raw["workflow"]) or {}).get("loop"))
     for name, result in _outputs(raw).items():
         turn, index = loop.parse_step(name)
         if index is None:
             for i, call in enumerate(loop.as_call(c) for c in result.get("calls") or ()):
-                if call.name in loop.EFFECT_OF_TOOL:
+                if call.name in effects:
                     keys[loop.call_step(turn, i)] = loop.tool_key(run_id, turn, i, call.id)
     return keys
 

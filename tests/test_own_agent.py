@@ -86,6 +86,20 @@ def test_an_agent_of_its_own_killed_on_the_run_record_resumes_by_run_id(point, r
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.replace(":", "."))
+def test_an_agent_of_its_own_killed_on_dbos_recovers_by_run_id(point, dbos_procs, run_id, tmp_path):
+    db = tmp_path / "notebook.db"
+    env = {"NOTEBOOK_DB": str(db)}
+    first = dbos_procs("loop", run_id, TASK, "--agent", SPEC, "--param", "owner=ana@example.com", crash_at=point,
+                       env=env)
+    assert wait_exit(first, 90) == -9, first.output()
+    assert "application version agentlab-loop-1-notebook+" in first.output(), first.output()
+    second = dbos_procs("resume", run_id, env=env)  # the agent from the import string the run recorded
+    assert wait_exit(second, 90) == 0, second.output()
+    judge(db, point)
+
+
+@pytest.mark.process
 async def test_a_worker_refuses_a_run_of_an_agent_it_does_not_serve_naming_both_versions(
         client, workers, task_queue, run_id, tmp_path):
     workers(extra_env={"NOTEBOOK_DB": str(tmp_path / "n.db")}, args=["--agent", SPEC])
