@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from durable_agents.tools import _NAME_CHARS, MAX_NAME_CHARS, Toolbox
@@ -124,7 +124,6 @@ class Agent:
     max_turns: int = 20
     window_tokens: int = 2000
     window_messages: int = 40
-    description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and 1 <= len(self.name) <= MAX_NAME_CHARS

@@ -56,30 +56,33 @@ async def judge(url: str, run_id: str, engine: str, failures: list[str]) -> None
           f"{engine}: the booking, whose answer died with its process, was sent again under the same key", failures)
 
 
-async def on_temporal(server: DevServer, env: dict[str, str], url: str, failures: list[str]) -> None:
+async def on_temporal(server: DevServer, env: dict[str, str], url: str, failures: list[str],
+                      started: list[Proc]) -> None:
     queue, run_id = "scheduler-example", f"scheduler-{int(time.time())}"
     first = start_worker(server.address, "http://127.0.0.1:9", queue, {**env, "CRASH_AT": POINT},
                          ["--agent", SPEC], name="worker1")
+    started.append(first)
     client = await connect({"TEMPORAL_ADDRESS": server.address, "TEMPORAL_NAMESPACE": "default"})
     await start_loop(client, run_id, TASK, task_queue=queue, agent=AGENT, params={"attendee": ATTENDEE})
     check(first.wait(60) == -9, f"temporal: the worker died by SIGKILL at {POINT}", failures)
-    second = start_worker(server.address, "http://127.0.0.1:9", queue, env, ["--agent", SPEC], name="worker2")
-    try:
-        result: dict[str, Any] = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
-    finally:
-        second.kill()
+    started.append(start_worker(server.address, "http://127.0.0.1:9", queue, env, ["--agent", SPEC],
+                                name="worker2"))
+    result: dict[str, Any] = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
     check(result["status"] == "completed", f"temporal: the standby worker finished the run: {result['answer']!r}",
           failures)
     await judge(url, run_id, "temporal", failures)
 
 
-async def on_the_run_record(state: Path, env: dict[str, str], url: str, failures: list[str]) -> None:
+async def on_the_run_record(state: Path, env: dict[str, str], url: str, failures: list[str],
+                            started: list[Proc]) -> None:
     run_id = f"scheduler-record-{int(time.time())}"
     full = {**env, "RUNRECORD_DB": str(state / "runrecord.db"), "PROVIDER_URL": "http://127.0.0.1:9"}
     first = Proc("runrecord1", [sys.executable, "-m", "runrecord", "loop", run_id, TASK, "--agent", SPEC,
                                 "--param", f"attendee={ATTENDEE}"], env={**full, "CRASH_AT": POINT}, cwd=REPO)
+    started.append(first)
     check(first.wait(60) == -9, f"run record: the process died by SIGKILL at {POINT}", failures)
     second = Proc("runrecord2", [sys.executable, "-m", "runrecord", "resume", run_id], env=full, cwd=REPO)
+    started.append(second)
     check(second.wait(60) == 0, "run record: resume RUN_ID finished the run (the agent read from the record)",
           failures)
     await judge(url, run_id, "run record", failures)
@@ -87,21 +90,28 @@ async def on_the_run_record(state: Path, env: dict[str, str], url: str, failures
 
 async def main() -> int:
     failures: list[str] = []
+    started: list[Proc] = []  # every process this demo starts: killed at the end, whatever failed
     with tempfile.TemporaryDirectory(prefix="scheduler-example-") as tmp:
         state = Path(tmp)
         port = free_port()
         service = Proc("scheduler", [sys.executable, "-m", "examples.scheduler.service", "--db",
                                      str(state / "scheduler.db"), "--port", str(port)], cwd=REPO)
-        server = DevServer().start()
+        started.append(service)
+        try:
+            server = DevServer().start()
+        except BaseException:
+            service.kill()
+            raise
         try:
             service.wait_for_line("scheduler listening", timeout=30)
             url = f"http://127.0.0.1:{port}"
             env = {"SCHEDULER_URL": url, "MEMORY_DB": str(state / "memory.db")}
-            await on_temporal(server, env, url, failures)
-            await on_the_run_record(state, env, url, failures)
+            await on_temporal(server, env, url, failures, started)
+            await on_the_run_record(state, env, url, failures, started)
         finally:
+            for proc in started:
+                proc.kill()
             server.stop()
-            service.kill()
     print("all checks passed" if not failures else f"{len(failures)} check(s) failed", flush=True)
     return 0 if not failures else 1
 
