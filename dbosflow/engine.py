@@ -105,6 +105,7 @@ from steps.crashpoints import crash_point
 from steps.errors import PermanentError, StepError
 from steps.flow import StepDeps
 from steps.limits import InputError
+from steps.loop import CALL_ATTEMPT
 from steps.models import to_jsonable
 from steps.params import ParamValue
 from steps.plan import FLOW, FlowStep, check_flow_shape, plan_digest, plan_signature
@@ -439,6 +440,7 @@ async def _attempt(step: AttemptedStep, request: Any, run_id: str, rule: RetryRu
     ran["attempts"] += 1
     attempt = dispatch - previous_dispatch + ran["attempts"]
     _SAY[0](started_line(step.name, run_id, attempt))
+    CALL_ATTEMPT.set(attempt)  # a loop call's retry asks its tool's lookup first
     try:
         result = await step.run(request, _deps())
     except (PermanentError, InputError):

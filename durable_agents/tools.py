@@ -19,6 +19,12 @@ The contract:
   call is refused with nothing applied; any other exception is a failure the engine retries under the
   same key. A value that must not come from the model (an address to write to) is read from the run's
   parameters (``ToolContext.params``), not declared as an argument.
+- **A lookup by key** (``Tool.lookup``, for a tool with an effect): an async function of a key and the
+  worker's services asking the tool's own service what it applied under that key, answering an ``Applied``
+  or None (no request with that key reached it). ``settle`` asks it for each call of a run; the retry of a
+  call that may have been applied (an attempt after the first) asks it before sending again, and takes the
+  stored answer when the service gives one. Without a lookup the retry sends again under the same key (the
+  service must replay) and ``settle`` says it cannot ask.
 - **The signature** (``Toolbox.signature``): one line per tool, ``tool NAME:KIND:field=type,...`` (``?`` after an
   optional field's type), recorded with every run so that code whose tools changed shape does not resume a
   run recorded under other tools. Descriptions and text rules are not in it: they change what the model is
@@ -38,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["Arguments", "Tool", "ToolContext", "ToolOutput", "ToolRefused", "Toolbox"]
+__all__ = ["Applied", "Arguments", "Lookup", "Tool", "ToolContext", "ToolOutput", "ToolRefused", "Toolbox"]
 
 MAX_NAME_CHARS = 64
 """A tool's name: 1-64 letters, digits, ``_`` and ``-`` (what chat-completions servers accept)."""
@@ -116,17 +122,39 @@ Handler = Callable[[A, ToolContext], Awaitable[ToolOutput]]
 
 
 @dataclass(frozen=True)
+class Applied:
+    """A tool's service's answer to a lookup by key: whether it applied an effect under the key. When it did:
+    ``output``, what the handler gives back for that effect (None where the service does not keep its answer:
+    a retry then sends again under the key), ``applied_at`` (the service's time, as text) and ``ids`` (the
+    service's ids of what it made). ``requests``: how many requests carried the key, where the service counts
+    them (None: it does not say)."""
+
+    applied: bool
+    output: ToolOutput | None = None
+    applied_at: str | None = None
+    ids: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    requests: int | None = None
+
+
+Lookup = Callable[[str, Any], Awaitable[Applied | None]]
+"""``lookup(key, services)``: what the tool's service holds under ``key`` (``services``: the worker's, as
+``ToolContext.services``), or None when no request with that key reached it."""
+
+
+@dataclass(frozen=True)
 class Tool(Generic[A]):
     """One tool, declared: ``name`` (1-64 letters, digits, ``_``, ``-``), the ``description`` the model reads,
     ``arguments`` (a pydantic model closed to extra fields, e.g. a subclass of ``Arguments``), the
-    ``handler`` and the ``effect`` kind (None: read-only, no idempotency key). ``ValueError`` for a
-    declaration that breaks these rules, when it is made."""
+    ``handler``, the ``effect`` kind (None: read-only, no idempotency key) and, for a tool with an effect, its
+    ``lookup`` by key (see the module docstring). ``ValueError`` for a declaration that breaks these rules,
+    when it is made."""
 
     name: str
     description: str
     arguments: type[A]
     handler: Handler[A]
     effect: str | None = None
+    lookup: Lookup | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and 1 <= len(self.name) <= MAX_NAME_CHARS
@@ -144,6 +172,9 @@ class Tool(Generic[A]):
                              f"or None for a read-only tool; got {_shown(self.effect)}")
         if not callable(self.handler):
             raise ValueError(f"tool {self.name}: its handler must be an async function (arguments, context)")
+        if self.lookup is not None and (self.effect is None or not callable(self.lookup)):
+            raise ValueError(f"tool {self.name}: a lookup is an async function (key, services) of a tool with an "
+                             "effect; a read-only tool applies nothing to look up")
 
     def parameters(self) -> dict[str, Any]:
         """The arguments' JSON Schema as the model is told it (pydantic's, without its generated titles)."""
@@ -238,7 +269,11 @@ class Toolbox:
     async def call(self, name: str, arguments: str, context: ToolContext) -> ToolOutput:
         """Check the call's arguments and run its tool's handler. ``ToolRefused`` for a call refused back to
         the model (nothing applied); whatever else the handler raises, as it raised it. A read-only tool's
-        context loses any key; a tool with an effect needs one (``ValueError``: the engine's bug)."""
+        context loses any key; a tool with an effect needs one (``ValueError``: the engine's bug).
+
+        An attempt after the first (``context.attempt`` above 1: an earlier one may have applied the effect)
+        of a tool with a lookup asks it first: an effect applied under the key with its answer kept is that
+        answer, ``replayed``, and nothing is sent; otherwise the handler runs, under the same key."""
         args = self.check(name, arguments)
         tool = self._tools[name]
         if tool.effect is None:
@@ -246,6 +281,10 @@ class Toolbox:
         elif not context.idempotency_key:
             raise ValueError(f"tool {name} has an effect ({tool.effect}): its context needs the call's "
                              "idempotency key")
+        elif tool.lookup is not None and (context.attempt or 1) > 1:
+            found = await tool.lookup(context.idempotency_key, context.services)
+            if found is not None and found.applied and found.output is not None:
+                return replace(found.output, replayed=True)
         return await tool.handler(args, context)
 
 

@@ -19,8 +19,9 @@ processes, through their drivers (``lab.engines``: ``start_loop``,
    result is recorded;
 3. a fresh process resumes the run (a new worker; ``python -m runrecord
    resume``): the recorded turns come back from the record, the model is not
-   asked them again, and the refund call runs again under the same key, which
-   the provider answers from its store;
+   asked them again, and the refund call runs again under the same key: its
+   tool's lookup asks the provider what it holds under the key and takes the
+   applied refund's answer, sending nothing again;
 4. checks, with the provider's counts and the stand-in's: the kill landed
    between the effect and its record; each effect applied once (2 refunds,
    2 emails, 1 ticket); no recorded turn asked again; the run completed in
@@ -166,8 +167,8 @@ async def story(driver: EngineDriver, words: Words, *, run_id: str, task: str, o
     print_lines(turn_lines(at_kill))
 
     say(f"starting {w.second_is}: {w.reads} (turns 1 and 2 and the lookup come back from it: the model is not "
-        "asked them again), then runs the refund call again under the same key, which the provider answers from "
-        "its store")
+        "asked them again), then runs the refund call again under the same key: its tool's lookup asks the "
+        "provider what it holds under that key, finds the refund applied and takes its stored answer")
     started_at = time.monotonic()
     settled = await driver.resume(run_id)
     elapsed = time.monotonic() - started_at
@@ -181,9 +182,10 @@ async def story(driver: EngineDriver, words: Words, *, run_id: str, task: str, o
                   f"{', '.join(f'turn {t}: {n}' for t, n in counts.items()) or 'nothing'}")
     refunds = sorted(by_kind.get("refund", []), key=lambda e: e.first_seen)
     if refunds:
-        console.print(f"    the refund whose result died with {w.first} was requested {_times(refunds[0].requests)} "
-                      f"under one key and applied {_times(refunds[0].effects_applied)}: at-least-once execution "
-                      "plus an idempotent receiver", soft_wrap=True)
+        console.print(f"    the refund whose result died with {w.first} was sent {_times(refunds[0].requests)} "
+                      f"under its key and applied {_times(refunds[0].effects_applied)}: its retry asked the "
+                      "provider by the key first (had nothing been applied, it would have been sent again under "
+                      "the same key, and the provider applies one request per key)", soft_wrap=True)
     ran_1, ran_2 = started_steps(proc), started_steps(settled.proc)
     console.print(f"    {w.first} started: {', '.join(ran_1) or 'nothing'} (killed inside the last one, after its "
                   "effect)", soft_wrap=True)

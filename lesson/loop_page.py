@@ -116,17 +116,23 @@ def _call_spans(obs: LoopObserved, a: Attempt, after_kill: bool, executions: int
     once = entry is not None and entry["effects_applied"] == 1
     replayed = obs.replayed.get(a.step, False)
     kind: SpanKind = RERUN if once else AGAIN
-    words, short = (("again: the provider replayed it, applied once" if replayed else "again, applied once",
-                      "again, applied once") if once else ("again, applied twice", "again, applied twice"))
     requests = entry["requests"] if entry else 0
+    # Its retry asked the provider by the key first (the tool's lookup): an applied refund's answer taken, nothing
+    # sent again (one request); a key it could not tell of sent again, which the provider replays (two).
+    looked_up = replayed and requests == 1
+    words, short = ((("again: looked up by its key, applied once" if looked_up else
+                      "again: the provider replayed it, applied once") if replayed else "again, applied once",
+                     "again, applied once") if once else ("again, applied twice", "again, applied twice"))
     # The key's tail, as on the killed attempt's bar: the same key (the tool is the row's label).
     return [Span(a.step, a.start, a.end, kind, a.start_from, a.end_from, label=f"{tail(key)} {words}".lstrip(),
                  short_label=f"{tail(key)} {short}".lstrip(),
                  note=f"{a.step} {name}, key {key}: executed again by {obs.watched.names[1]} (its result was never "
                       f"recorded), under the same key; the provider saw {requests} request(s) with it and applied "
                       f"{entry['effects_applied'] if entry else 0}"
-                      + ("; it answered this one from its store (replayed, as the recorded result says)" if replayed
-                         else "") + f" ({where})", data=(*data, ("replayed", str(replayed).lower())))]
+                      + ("; the retry asked the provider by the key first (the tool's lookup) and took the applied "
+                         "refund's answer, sending nothing again (replayed, as the recorded result says)" if looked_up
+                         else "; it answered this one from its store (replayed, as the recorded result says)"
+                         if replayed else "") + f" ({where})", data=(*data, ("replayed", str(replayed).lower())))]
 
 
 def _taken_spans(obs: LoopObserved) -> list[Span]:
@@ -218,8 +224,9 @@ def loop_page(results: list[LoopObserved]) -> str:
         summary=summary(results),
         summary_bad=[not obs.ok for obs in results],
         notes=[
-            "What ran again: the refund whose result died with its process, under the key it had; the provider "
-            "answered from its store (teal), so it was applied once. What did not: every turn recorded before "
+            "What ran again: the refund whose result died with its process, under the key it had; it asked the "
+            "provider by that key first (its tool's lookup), found the refund applied and took its answer "
+            "(teal), so it was applied once and sent once. What did not: every turn recorded before "
             "the kill was taken from the record (hatched), and the model stand-in counted one request for each "
             "turn (the table above; hover a turn's bar for its count).",
             f"The tools with an effect, and what the provider applies: {effect_tools}; lookup_order applies "

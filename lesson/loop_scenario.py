@@ -20,7 +20,8 @@ processes of its own and under a run id of its own:
 - a fresh process resumes the run (a new worker; ``python -m runrecord
   resume``; ``python -m dbosflow resume``): the recorded turns come back from
   the record, the model is not asked them again, and the refund call runs
-  again under the same key, which the provider answers from its store.
+  again under the same key: its tool's lookup asks the provider what it holds
+  under the key and takes the applied refund's answer, sending nothing again.
 
 Then one table, per engine: the turns and tool calls the record holds (and
 the executions of those calls), what the stand-in was asked (a turn asked
@@ -40,8 +41,8 @@ read, observed by this module, as ``lesson.scenario`` observes them.
 
 Expected, on every engine: the run completed with 6 turns and 7 tool calls;
 the stand-in asked each turn once (none asked again); the provider applied 2
-refunds, 2 emails and 1 ticket, each once, the interrupted refund's key
-requested twice; the restarted process began at ``turn-2/call-0`` and ran
+refunds, 2 emails and 1 ticket, each once and each key requested once (the
+interrupted refund's looked up by its retry); the restarted process began at ``turn-2/call-0`` and ran
 none of the steps recorded before the kill. Exit code 0 if every engine's row
 is the expected one, 1 if not, 2 if the scenario could not be played (a
 process did not start or die as planned). The DBOS row needs the optional

@@ -555,7 +555,7 @@ class Runner:
             # A step without an effect has no intent to carry its request: it is built now, from the record
             # (a loop turn's window, derived; a turn that cannot be built fails here, naming why).
             request = attempt.request if attempt.request is not None else plan.request(step.name, results)
-            result = await self._call(step, request, ledger.rule.attempt_timeout_for(step.name))
+            result = await self._call(step, request, ledger.rule.attempt_timeout_for(step.name), attempt.attempt)
         except (PermanentError, InputError) as err:
             ledger.after_permanent(str(err))
             self._fail(run.run_id, step, run.position, ledger)
@@ -603,9 +603,11 @@ class Runner:
                                   self.holder, self.lease_seconds)
         return started
 
-    async def _call(self, step: PlannedStep, request: Any, limit: float) -> Any:
-        """The step function, given ``limit`` seconds (the attempt timeout). An attempt
-        still running then may have sent its request: a transient error, in doubt."""
+    async def _call(self, step: PlannedStep, request: Any, limit: float, attempt: int) -> Any:
+        """The step function, given ``limit`` seconds (the attempt timeout), told its ``attempt`` number (a
+        loop call's retry asks its tool's lookup first: ``steps.loop.CALL_ATTEMPT``). An attempt still running
+        then may have sent its request: a transient error, in doubt."""
+        loop.CALL_ATTEMPT.set(attempt)
         try:
             return await asyncio.wait_for(step.run(request, self.deps), limit)
         except TimeoutError:

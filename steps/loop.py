@@ -67,6 +67,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -604,6 +605,12 @@ def checked_arguments(call: AskedCall, tools: Toolbox = TOOLBOX) -> dict[str, An
         return err.reason
 
 
+CALL_ATTEMPT: ContextVar[int | None] = ContextVar("call_attempt", default=None)
+"""The engine's attempt number of the call running in this task, for an engine whose step functions take a
+request and deps only (the run record's runner and DBOS set it around each attempt); ``run_tool``'s
+``attempt`` wins when given (Temporal's activity)."""
+
+
 async def run_tool(req: ToolRequest, deps: StepDeps | None, agent: Agent | None = None, services: Any = None,
                    attempt: int | None = None) -> ToolResult:
     """Run one recorded tool call through its declared handler (the tools of ``agent``, the run's; None: the
@@ -611,7 +618,8 @@ async def run_tool(req: ToolRequest, deps: StepDeps | None, agent: Agent | None 
     give a ``refused`` result, nothing applied; a transient failure raises (the engine retries with the same
     key); a key held by another request (``IdempotencyConflict``) fails the run. The handler is given
     ``services`` (the agent's, as the process built them; None: ``deps``), the run's parameters and the
-    engine's ``attempt`` number when it has one."""
+    engine's ``attempt`` number when it has one (``CALL_ATTEMPT`` otherwise): a retry of a tool with a lookup
+    asks its service first (``durable_agents.Toolbox.call``)."""
     if deps is not None:
         await pace(deps)
     if req.call.refused:
@@ -621,7 +629,8 @@ async def run_tool(req: ToolRequest, deps: StepDeps | None, agent: Agent | None 
     params = {**(req.params or {}), "start_id": req.start_id}
     if req.customer_email:
         params["email"] = req.customer_email
-    context = ToolContext(req.run_id, req.turn, req.index, call_id=req.call.id, attempt=attempt,
+    context = ToolContext(req.run_id, req.turn, req.index, call_id=req.call.id,
+                          attempt=attempt if attempt is not None else CALL_ATTEMPT.get(),
                           idempotency_key=req.idempotency_key, params=params,
                           services=services if services is not None else deps)
     try:

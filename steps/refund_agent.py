@@ -12,6 +12,9 @@ their effect kinds at the lab's provider, and their handlers:
   never to an address the model wrote: the arguments have no address field, and an extra field is refused.
 - ``create_ticket(summary)``: effect ``ticket``.
 
+Each tool with an effect looks its key up at the provider (``lookup``: what ``settle`` reports, and what a
+retry of a call in doubt takes instead of sending again when the provider applied it).
+
 The handlers are given the run's ``steps.flow.StepDeps`` as the context's services (its ``provider``) and
 its parameters ``email`` and ``start_id``; each effect goes to the provider under the call's key. A request
 the provider refuses (``steps.errors.Refused``) is refused back to the model, nothing applied; a key held by
@@ -20,16 +23,17 @@ another request (``IdempotencyConflict``) and a transient failure raise, as the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, Field, ValidationInfo
 
-from durable_agents import Agent, Arguments, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
+from durable_agents import Agent, Applied, Arguments, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
 from steps.adoption import start_metadata
 from steps.errors import Refused
 from steps.flow import StepDeps
 from steps.limits import MAX_ARGUMENTS_CHARS, MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS, check_text
+from steps.settle import made_ids
 
 __all__ = ["MAX_LOOP_BODY_CHARS", "MAX_ORDER_ID_CHARS", "REFUND_AGENT", "REFUND_PROMPT", "REFUND_TOOLS"]
 
@@ -129,14 +133,50 @@ async def create_ticket(args: Ticket, ctx: ToolContext) -> ToolOutput:
     return ToolOutput({"ticket_id": ticket.ticket_id}, ticket.ticket_id, ticket.replayed)
 
 
+Answer = Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[dict[str, Any], str]]
+
+
+def _lookup(answer: Answer) -> Callable[[str, Any], Awaitable[Applied | None]]:
+    """A tool's lookup by key at the lab's provider (``EffectApi.lookup``): once applied, the output its
+    handler gives, rebuilt by ``answer(request, response)`` (content, effect id) from what the provider
+    stored, and the ids the provider made (``steps.settle.made_ids``)."""
+
+    async def lookup(key: str, services: Any) -> Applied | None:
+        found = await services.provider.lookup(key)
+        if found is None:
+            return None
+        if not found.applied:
+            return Applied(False, requests=found.requests)
+        request, response = found.request or {}, found.response or {}
+        content, effect_id = answer(request, response)
+        return Applied(True, ToolOutput(content, effect_id, True), found.applied_at,
+                       made_ids(response, request), found.requests)
+
+    return lookup
+
+
+def _refund_answer(request: Mapping[str, Any], response: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    return ({"refund_id": response["refund_id"], "order_id": request["order_id"], "amount": request["amount"]},
+            response["refund_id"])
+
+
+def _email_answer(request: Mapping[str, Any], response: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    return {"message_id": response["message_id"], "to": request["to"]}, response["message_id"]
+
+
+def _ticket_answer(request: Mapping[str, Any], response: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    return {"ticket_id": response["ticket_id"]}, response["ticket_id"]
+
+
 REFUND_TOOLS = Toolbox([
     Tool("lookup_order", "Look up an order: its total and how much of it was already refunded, in cents.",
          Lookup, lookup_order),
     Tool("issue_refund", "Refund part or all of an order, in cents. Never more than the order's total in all.",
-         Refund, issue_refund, effect="refund"),
-    Tool("send_email", "Send an email to the customer of this conversation.", Email, send_email, effect="email"),
+         Refund, issue_refund, effect="refund", lookup=_lookup(_refund_answer)),
+    Tool("send_email", "Send an email to the customer of this conversation.", Email, send_email, effect="email",
+         lookup=_lookup(_email_answer)),
     Tool("create_ticket", "Record the outcome in the ticket system, in one line.", Ticket, create_ticket,
-         effect="ticket"),
+         effect="ticket", lookup=_lookup(_ticket_answer)),
 ])
 
 REFUND_PROMPT = (

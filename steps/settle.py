@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from durable_agents import Toolbox
 from steps.controls import printable
 from steps.keys import idempotency_key
 from steps.plan import EFFECT_STEPS
@@ -60,6 +61,38 @@ async def settle_keys(provider: EffectApi, keys: Mapping[str, str]) -> list[dict
     return report
 
 
+CANNOT_ASK = "cannot ask"
+"""The state of a loop call whose tool declares no lookup by key: nothing is known of it from here."""
+
+
+async def settle_calls(calls: Mapping[str, tuple[str, str]], tools: Toolbox, services: Any) -> list[dict[str, Any]]:
+    """``settle`` for an agent loop's calls with an effect, ``{step: (tool name, key)}`` (each under the key its
+    recorded turn gives it: ``steps.loop.tool_key``): each asked through its tool's own lookup by key
+    (``durable_agents.Tool.lookup``, given ``services``: what the agent's tools reach their services by in this
+    process). A tool that declares no lookup, or that ``tools`` does not hold, is ``CANNOT_ASK`` with the
+    ``reason``. The same entries as ``settle``, in order, with the tool's name."""
+    report = []
+    for step, (name, key) in calls.items():
+        entry: dict[str, Any] = {"step": step, "tool": name, "key": key, "state": "never seen", "requests": 0,
+                                 "applied_at": None, "ids": None, "request_sha256": None}
+        tool = tools.get(name)
+        if tool is None or tool.lookup is None:
+            entry.update(state=CANNOT_ASK, requests=None,
+                         reason=(f"tool {name} declares no lookup by key" if tool is not None else
+                                 f"the agent this command loaded has no tool {name!r}"))
+            report.append(entry)
+            continue
+        found = await tool.lookup(key, services)
+        if found is not None:
+            entry["requests"] = found.requests
+            entry["state"] = "applied" if found.applied else "not applied"
+            if found.applied:
+                entry["applied_at"] = found.applied_at
+                entry["ids"] = dict(found.ids)
+        report.append(entry)
+    return report
+
+
 def made_ids(response: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
     """The ids the provider made for an effect, whatever its kind: the answer's ``*_id`` fields that the
     request did not carry (a ticket's ``email_message_id`` is the request's; its ``ticket_id`` is made)."""
@@ -68,17 +101,24 @@ def made_ids(response: Mapping[str, Any], request: Mapping[str, Any]) -> dict[st
 
 def answer_text(entry: Mapping[str, Any]) -> str:
     """The provider's answer for one key, in the words every engine prints."""
+    requests = ("" if entry["requests"] is None else
+                f"{entry['requests']} request(s) carried the key")
     if entry["state"] == "applied":
         ids = ", ".join(f"{k} {v}" for k, v in (entry["ids"] or {}).items())
-        return (f"applied at {entry['applied_at']} ({ids}; {entry['requests']} request(s) carried the key): "
-                "it happened, once")
+        said = "; ".join(part for part in (ids, requests) if part)
+        return f"applied at {entry['applied_at']}{f' ({said})' if said else ''}: it happened, once"
     if entry["state"] == "not applied":
-        return f"not applied ({entry['requests']} request(s) carried the key, none stored)"
+        return f"not applied ({requests or 'the service saw the key'}, none stored)"
+    if entry["state"] == CANNOT_ASK:
+        return (f"cannot ask: {entry.get('reason') or 'its tool declares no lookup by key'}; ask its service "
+                "what it holds under the key below")
     return "never seen by the provider: not applied"
 
 
 def what_retry_does(entry: Mapping[str, Any]) -> str:
     """What a retry of the run meets under this key, given the provider's answer."""
+    if entry["state"] == CANNOT_ASK:
+        return "it is sent again with the same key: its service must apply at most one request per key"
     if entry["state"] == "applied":
         return ("the same key gets this answer back (replayed; adopted if the rebuilt request differs): "
                 "nothing is applied again")

@@ -5,6 +5,7 @@ type validates; hostile arguments are refused with the handler never called."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 from typing import Annotated, Literal
@@ -12,7 +13,7 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from durable_agents import Arguments, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
+from durable_agents import Applied, Arguments, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
 
 
 class Floor(enum.Enum):
@@ -186,3 +187,71 @@ def test_a_declaration_that_breaks_the_rules_is_refused_when_it_is_made():
         Tool("book_room", "d", BookRoom, handled.book_room, effect="")
     with pytest.raises(ValueError, match="two tools are named 'find_slots'"):
         Toolbox([Tool("find_slots", "d", FindSlots, handled.find_slots)] * 2)
+
+
+def test_a_retry_asks_the_tools_lookup_first_and_takes_what_its_service_applied():
+    handled = Handled()
+    held: dict[str, Applied | None] = {}
+    asked: list[tuple[str, object]] = []
+
+    async def lookup(key: str, services: object) -> Applied | None:
+        asked.append((key, services))
+        return held.get(key)
+
+    box = Toolbox([Tool("book_room", "Book a room.", BookRoom, handled.book_room, effect="booking", lookup=lookup)])
+    args = json.dumps({"room": "alpha", "start": "2026-12-03T10:00", "minutes": 30})
+    key = "sched/run-1/turn-1/call-0"
+    # A first attempt (or one whose number the engine does not know) sends at once: nothing to ask yet.
+    for attempt in (None, 1):
+        asyncio.run(box.call("book_room", args, dataclasses.replace(context(), attempt=attempt)))
+    assert asked == [] and len(handled.calls) == 2
+    # A retry asks first. The key never reached the service, or reached it and nothing was stored: sent again,
+    # under the same key, by the handler.
+    for answer in (None, Applied(False, requests=1)):
+        held[key] = answer
+        asyncio.run(box.call("book_room", args, dataclasses.replace(context(), attempt=2)))
+    assert len(handled.calls) == 4 and [k for k, _ in asked] == [key, key]
+    # Applied, its answer kept: that answer, replayed, and the handler is not run.
+    held[key] = Applied(True, ToolOutput({"booking": "B-1"}, "B-1"), "2026-12-03T09:00:00Z", {"booking_id": "B-1"}, 1)
+    out = asyncio.run(box.call("book_room", args, dataclasses.replace(context(), attempt=3)))
+    assert out == ToolOutput({"booking": "B-1"}, "B-1", replayed=True) and len(handled.calls) == 4
+    # Applied, its answer not kept by the service: the handler sends again and the service must replay it.
+    held[key] = Applied(True)
+    asyncio.run(box.call("book_room", args, dataclasses.replace(context(), attempt=4)))
+    assert len(handled.calls) == 5
+    # Arguments are checked before anything is asked.
+    with pytest.raises(ToolRefused):
+        asyncio.run(box.call("book_room", '{"room": "gamma"}', dataclasses.replace(context(), attempt=2)))
+    assert len(asked) == 4  # the refused call asked nothing
+    # A lookup belongs to a tool with an effect.
+    with pytest.raises(ValueError, match="a read-only tool applies nothing to look up"):
+        Tool("find_slots", "d", FindSlots, handled.find_slots, lookup=lookup)
+
+
+def test_settle_asks_each_calls_tool_and_says_where_it_cannot():
+    from steps.settle import CANNOT_ASK, answer_text, settle_calls, what_retry_does
+
+    handled = Handled()
+
+    async def lookup(key: str, services: object) -> Applied | None:
+        assert services == "the agent's services"
+        return {"k-applied": Applied(True, ToolOutput({"booking": "B-1"}, "B-1"), "2026-12-03T09:00:00Z",
+                                     {"booking_id": "B-1"}, 2),
+                "k-seen": Applied(False, requests=1)}.get(key)
+
+    box = Toolbox([Tool("book_room", "Book a room.", BookRoom, handled.book_room, effect="booking", lookup=lookup),
+                   Tool("cancel", "Cancel.", FindSlots, handled.find_slots, effect="cancel")])
+    calls = {"turn-1/call-0": ("book_room", "k-applied"), "turn-1/call-1": ("book_room", "k-seen"),
+             "turn-2/call-0": ("book_room", "k-never"), "turn-2/call-1": ("cancel", "k-cancel"),
+             "turn-3/call-0": ("gone", "k-gone")}
+    report = asyncio.run(settle_calls(calls, box, "the agent's services"))
+    assert [(e["step"], e["tool"], e["state"], e["requests"]) for e in report] == [
+        ("turn-1/call-0", "book_room", "applied", 2), ("turn-1/call-1", "book_room", "not applied", 1),
+        ("turn-2/call-0", "book_room", "never seen", 0), ("turn-2/call-1", "cancel", CANNOT_ASK, None),
+        ("turn-3/call-0", "gone", CANNOT_ASK, None)]
+    assert report[0]["ids"] == {"booking_id": "B-1"} and report[0]["applied_at"] == "2026-12-03T09:00:00Z"
+    assert answer_text(report[0]) == ("applied at 2026-12-03T09:00:00Z (booking_id B-1; 2 request(s) carried the "
+                                      "key): it happened, once")
+    assert answer_text(report[3]).startswith("cannot ask: tool cancel declares no lookup by key")
+    assert "has no tool 'gone'" in answer_text(report[4])
+    assert "its service must apply at most one request per key" in what_retry_does(report[3])
