@@ -102,7 +102,15 @@ from providerclient import seed_given
 from steps import loop
 from steps.controls import printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.loopargs import add_loop_arguments, agent_given, given_number, loop_numbers, orders_given, run_params
+from steps.loopargs import (
+    add_loop_arguments,
+    agent_given,
+    given_number,
+    loop_numbers,
+    orders_given,
+    run_params,
+    settled_agent,
+)
 from steps.refund_agent import REFUND_AGENT
 from steps.runstate import (
     EXIT_INPUT,
@@ -314,16 +322,19 @@ async def _cmd_retry(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle, settle_advice, settle_keys
+    from steps.settle import render_settle, settle, settle_advice
+    from wiring.settle import settle_loop_calls
 
     run_id = check_run_id(args.run_id)
     client = await connect()
-    keys = None
+    calls = None
     if await is_loop_run(client, run_id):
         found: Mapping[str, Any] = await loop_status(client, run_id)
-        # A loop's calls are keyed by their recorded turns (steps.loop.tool_key), not by step names.
-        keys = {f"turn-{turn['turn']}/call-{call['index']}": call["key"]
-                for turn in found["turns"] for call in turn["calls"] if call["key"]}
+        agent = settled_agent(args.agent, found["agent"], f"python starter.py settle {run_id} --agent MODULE:ATTR")
+        # A loop's calls are keyed by their recorded turns (steps.loop.tool_key), not by step names; each is
+        # asked through its tool's own lookup.
+        calls = {f"turn-{turn['turn']}/call-{call['index']}": (call["name"], call["key"])
+                 for turn in found["turns"] for call in turn["calls"] if call["key"]}
         in_doubt = [f"turn-{turn['turn']}/call-{call['index']}" for turn in found["turns"] for call in turn["calls"]
                     if call["status"] == "in_doubt"]
         refused = loop_retry_refusal(run_id, found["status"], found.get("error"))
@@ -331,8 +342,11 @@ async def _cmd_settle(args) -> int:
         found = await run_status(client, run_id)
         in_doubt = [step["name"] for step in found["steps"] if step["status"] == "in_doubt"]
         refused = retry_refusal(run_id, found["status"], found.get("error"))
-    async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-        report = await (settle(provider, run_id) if keys is None else settle_keys(provider, keys))
+    if calls is not None:
+        report = await settle_loop_calls(calls, agent)
+    else:
+        async with ProviderClient(provider_url_from_env(os.environ)) as provider:
+            report = await settle(provider, run_id)
     # What to do next follows from the run's state: no retry for a run that retry refuses (a completed one).
     retry = f"python starter.py retry {run_id}"
     offer, advice = settle_advice(run_id, found["status"], retry=retry, refused=refused, in_doubt=in_doubt,
@@ -396,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("settle", help="ask the provider, by key, whether each effect of the run was applied",
                        parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
+                   help="a loop run's agent by import string, whose tools' lookups ask their services (default: "
+                        "the lab's refund agent; a run of another agent needs it)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_settle)
     args = parser.parse_args(argv)

@@ -79,7 +79,7 @@ from memory import chat_tokens
 from providerclient import seed_given
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from steps.loop import start_tokens
-from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params
+from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params, settled_agent
 from steps.params import parse_params
 from steps.plan import missing_params
 from steps.refund_agent import REFUND_AGENT
@@ -351,6 +351,36 @@ def _cmd_status(args) -> int:
     return exit_code(status)
 
 
+async def _cmd_settle(args) -> int:
+    """What the services hold under each of the run's effect keys (``steps.settle``): a loop run's calls
+    through their tools' lookups, a flow run's steps at the provider. It reads and asks; DBOS's record is
+    not written (a resume's next attempt sends the same key, and the service answers it once)."""
+    from dbosflow import engine
+    from dbosflow import status as st
+    from providerclient import ProviderClient, provider_url_from_env
+    from steps.plan import effect_steps
+    from steps.settle import render_settle, settle
+    from wiring.settle import settle_loop_calls
+
+    run_id = check_run_id(args.run_id)
+    _set_flow()
+    raw = st.read(_db(args), run_id)  # unknown id: say so before asking anything
+    recorded = st.recorded_inputs(raw["workflow"]) or {}
+    if st.is_loop(raw["workflow"]):
+        agent = settled_agent(args.agent or str(recorded.get("agent_spec") or ""), str(recorded.get("agent") or ""),
+                              f"python -m dbosflow settle {run_id} --agent MODULE:ATTR")
+        report = await settle_loop_calls(st.loop_effect_calls(raw), agent)
+    else:
+        async with ProviderClient(provider_url_from_env(os.environ)) as provider:
+            report = await settle(provider, run_id, effect_steps(engine.current_flow()))
+    status = st.status_of(raw)
+    print(json.dumps({"run_id": run_id, "steps": report, "run_status": status["status"]}, indent=2) if args.json
+          else render_settle(run_id, report, retry=None,
+                             footer=f"DBOS's record is not changed: `python -m dbosflow resume {run_id}` runs an "
+                                    "open run on, each call under its same key"), flush=True)
+    return EXIT_OK
+
+
 def _cmd_steps(args) -> int:
     from dbosflow.compare import dbos_side
 
@@ -432,6 +462,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
     p.set_defaults(func=_cmd_status)
+    p = sub.add_parser("settle", parents=[common],
+                       help="ask each effect's service, by key, whether it was applied (reads only)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
+                   help="a loop run's agent by import string, whose tools' lookups ask their services (default: "
+                        "the one the run recorded, else the refund agent)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_settle)
     p = sub.add_parser("steps", parents=[common], help="DBOS's recorded rows for the run (reads only)")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")

@@ -332,19 +332,24 @@ def loop_steps(raw: dict[str, Any]) -> list[tuple[str, bool]]:
     return out
 
 
-def loop_call_keys(raw: dict[str, Any]) -> dict[str, str]:
-    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key
+def loop_effect_calls(raw: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each call with an effect of a loop run's recorded turns, by step name: its tool and its idempotency key
     (``steps.loop.tool_key`` of the recorded turn: the key every attempt of that call sends)."""
     run_id = raw["workflow"].workflow_id
-    keys: dict[str, str] = {}
+    calls: dict[str, tuple[str, str]] = {}
     effects = loop.recorded_effects((recorded_inputs(raw["workflow"]) or {}).get("loop"))
     for name, result in _outputs(raw).items():
         turn, index = loop.parse_step(name)
         if index is None:
             for i, call in enumerate(loop.as_call(c) for c in result.get("calls") or ()):
                 if call.name in effects:
-                    keys[loop.call_step(turn, i)] = loop.tool_key(run_id, turn, i, call.id)
-    return keys
+                    calls[loop.call_step(turn, i)] = (call.name, loop.tool_key(run_id, turn, i, call.id))
+    return calls
+
+
+def loop_call_keys(raw: dict[str, Any]) -> dict[str, str]:
+    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key."""
+    return {step: key for step, (_, key) in loop_effect_calls(raw).items()}
 
 
 def _clip(text: str, limit: int = 120) -> str:

@@ -86,7 +86,7 @@ from steps.loop import (
 from steps.refund_agent import REFUND_AGENT
 from steps.retry import RetryRule, rule_from_env, run_timeout_floor
 from steps.runstate import RunStateName, StepStateName
-from steps.served import Served
+from steps.served import Served, agent_name
 from workflows.agent_loop import LOOP_WORKFLOW_NAME, MODEL_TURN, TOOL_CALL
 from workflows.loop_state import (
     DEFAULT_HISTORY_BOUND,
@@ -382,7 +382,8 @@ def _entry(step: str, run: ChainRun, place: int, *, effect: bool, closed: bool) 
 
 
 async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
-    """The chain's status from its histories (no worker needed): ``run_id``, ``status``, ``error``,
+    """The chain's status from its histories (no worker needed): ``run_id``, ``agent`` (the name of the agent
+    the run is run by), ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
     ``counts``, ``detail`` (a parked run's account, else None), and ``turns``: every turn of the chain with
     ``reused`` (true: a run before a reset recorded it and this chain read that record back, the model not
@@ -440,8 +441,8 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         status = "failed"
     output = latest.output if isinstance(latest.output, Mapping) else {}
     return {
-        "run_id": run_id, "status": status, "error": latest.error, "answer": output.get("answer"),
-        "detail": latest.parked,
+        "run_id": run_id, "agent": agent_name(chain.first_input.get("agent")), "status": status,
+        "error": latest.error, "answer": output.get("answer"), "detail": latest.parked,
         "turn": turns[-1]["turn"] if turns else 1,
         "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
         "runs": [run.temporal_run_id for run in chain.runs], "counts": counts, "turns": turns,

@@ -89,7 +89,7 @@ from runrecord.store import (
 from steps import loop
 from steps.controls import basic_config, printable
 from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params
+from steps.loopargs import add_loop_arguments, agent_given, loop_numbers, orders_given, run_params, settled_agent
 from steps.params import parse_params
 from steps.plan import FlowStep, effect_steps, flow_from_env
 from steps.refund_agent import REFUND_AGENT
@@ -242,18 +242,21 @@ def _cmd_status(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle, settle_keys
+    from steps.settle import render_settle, settle
+    from wiring.settle import settle_loop_calls
 
     run_id = check_run_id(args.run_id)
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)  # unknown id: say so before asking the provider
-        async with ProviderClient(provider_url_from_env(os.environ)) as provider:
-            if run.loop is not None:
-                report = await settle_keys(provider, status_mod.loop_call_keys(run))
-            else:
-                # The run's own effect steps: those that recorded an intent, and those this code's flow says
-                # have one.
-                keyed = {i.step for i in record.intents(run_id)} | set(effect_steps(_flow()))
+        if run.loop is not None:
+            # Each call asked through its tool's lookup: the agent --agent names, or the one the run recorded.
+            agent = settled_agent(args.agent or str(run.loop.get("agent_spec") or ""), str(run.loop.get("agent") or ""),
+                                  f"python -m runrecord settle {run_id} --agent MODULE:ATTR")
+            report = await settle_loop_calls(status_mod.loop_effect_calls(run), agent)
+        else:
+            # The run's own effect steps: those that recorded an intent, and those this code's flow says have one.
+            keyed = {i.step for i in record.intents(run_id)} | set(effect_steps(_flow()))
+            async with ProviderClient(provider_url_from_env(os.environ)) as provider:
                 report = await settle(provider, run_id, [s.name for s in run.steps if s.name in keyed])
         settled, notes = _record_answers(record, run, report)
     print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
@@ -265,10 +268,13 @@ def _record_answers(record: RunRecord, run, report: list[dict[str, Any]]) -> tup
                                                                                     dict[str, str]]:
     """Record the provider's answers on the run's intents in doubt (``RunRecord.settle_intents``, only
     for a failed run). By step: the attempts settled, and a line saying what the record now holds."""
+    from steps.settle import CANNOT_ASK
+
     steps = {s.name: s for s in run.steps}
     doubtful = {i.position for i in record.intents(run.run_id) if i.state == "in_doubt"}
     asked = {steps[e["step"]].position: (steps[e["step"]].attempts, e) for e in report
-             if e["step"] in steps and steps[e["step"]].position in doubtful}
+             if e["step"] in steps and steps[e["step"]].position in doubtful and e["state"] != CANNOT_ASK}
+    unasked = {e["step"] for e in report if e["state"] == CANNOT_ASK}
     done = record.settle_intents(run.run_id, asked) if asked else {}
     settled: dict[str, list[int]] = {}
     notes: dict[str, str] = {}
@@ -283,6 +289,9 @@ def _record_answers(record: RunRecord, run, report: list[dict[str, Any]]) -> tup
                            "process runs it)")
         elif step.position in asked:
             notes[name] = "run record: not recorded, the run changed while the provider was asked: settle again"
+        elif name in unasked and step.position in doubtful:
+            notes[name] = ("run record: still in doubt (nothing could be asked): its next attempt sends the same "
+                           "key again")
         else:
             notes[name] = "run record: nothing in doubt under this key"
     return settled, notes
@@ -369,6 +378,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="ask the provider, by key, whether each effect was applied; on a failed run, record "
                             "its answer on the intents in doubt")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
+                   help="a loop run's agent by import string, whose tools' lookups ask their services (default: "
+                        "the one the run recorded)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_settle)
     p = sub.add_parser("status", parents=[common], help="the run's steps, attempts, results, intents and lease")

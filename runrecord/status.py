@@ -154,17 +154,22 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     return "\n".join([render_table(status), *(printable(line) for line in lines)])
 
 
-def loop_call_keys(run: RunRow) -> dict[str, str]:
-    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key."""
-    keys: dict[str, str] = {}
+def loop_effect_calls(run: RunRow) -> dict[str, tuple[str, str]]:
+    """Each call with an effect of a loop run's recorded turns, by step name: its tool and its idempotency key."""
+    calls: dict[str, tuple[str, str]] = {}
     effects = loop.recorded_effects((run.loop or {}).get("signature"))  # the run's agent's, as it recorded them
     for s in run.steps:
         turn, index = loop.parse_step(s.name)
         if index is None and s.status == "completed":
             for i, call in enumerate(loop.as_call(c) for c in s.result.get("calls") or ()):
                 if call.name in effects:
-                    keys[loop.call_step(turn, i)] = loop.tool_key(run.run_id, turn, i, call.id)
-    return keys
+                    calls[loop.call_step(turn, i)] = (call.name, loop.tool_key(run.run_id, turn, i, call.id))
+    return calls
+
+
+def loop_call_keys(run: RunRow) -> dict[str, str]:
+    """Each call with an effect of a loop run's recorded turns, by step name, and its idempotency key."""
+    return {step: key for step, (_, key) in loop_effect_calls(run).items()}
 
 
 def _clip(text: str, limit: int = 120) -> str:

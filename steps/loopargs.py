@@ -16,6 +16,7 @@ from durable_agents import Agent, load_agent
 from steps import loop
 from steps.limits import InputError, check_email, check_text
 from steps.refund_agent import MAX_ORDER_ID_CHARS, REFUND_AGENT
+from steps.served import agent_name
 
 
 def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +65,20 @@ def agent_given(spec: str | None) -> Agent:
         return load_agent(spec)
     except ValueError as err:
         raise InputError(str(err)) from None
+
+
+def settled_agent(spec: str | None, recorded: str, command: str) -> Agent:
+    """The agent whose tools ``settle`` asks for a run recorded by agent ``recorded``: ``--agent``'s (it must be
+    that agent), the refund agent when none is given and the run is the refund agent's; ``InputError`` saying
+    what to give (``command``, the command again with ``--agent``)."""
+    agent = agent_given(spec)
+    if agent.name != agent_name(recorded):
+        if spec:
+            raise InputError(f"--agent {spec} is agent {agent.name!r}, but the run was started by agent "
+                             f"{agent_name(recorded)!r}: name that agent's import string")
+        raise InputError(f"the run was started by agent {agent_name(recorded)!r}: its tools ask their own services; "
+                         f"give its import string: {command}")
+    return agent
 
 
 def run_params(args: argparse.Namespace, agent: Agent) -> tuple[str, dict[str, str]]:

@@ -1,0 +1,32 @@
+"""Settling an agent loop's calls from a command (``starter.py settle``, ``python -m runrecord settle``,
+``python -m dbosflow settle``): each call with an effect asked through its tool's own lookup by key
+(``steps.settle.settle_calls``), with the agent's services built for the command and closed after.
+
+An agent that declares no services of its own (the lab's refund agent) is given the lab's: a provider
+client at ``PROVIDER_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from drafting import OfflineModel
+from durable_agents import Agent
+from providerclient import ProviderClient, provider_url_from_env
+from steps.flow import StepDeps
+from steps.served import close_services, serve
+from steps.settle import settle_calls
+
+
+async def settle_loop_calls(calls: Mapping[str, tuple[str, str]], agent: Agent,
+                            env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """``calls``: ``{step: (tool name, key)}`` of a run of ``agent``; the report ``settle_calls`` gives."""
+    async with ProviderClient(provider_url_from_env(os.environ if env is None else env)) as provider:
+        deps = StepDeps(provider=provider, llm=OfflineModel())  # no step of the flow runs here
+        served = serve([agent], deps)
+        try:
+            return await settle_calls(calls, served[0].agent.tools, served[0].services)
+        finally:
+            await close_services(served, deps)
