@@ -10,7 +10,11 @@ model.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +22,7 @@ import pytest
 
 from durable_agents import Agent, Tool, Toolbox
 from flowclient.loop import loop_status, start_loop
+from lab.processes import REPO
 from steps.limits import InputError
 from steps.loop import AskedCall, LoopInputs, run_tool, tool_request
 from steps.served import Served
@@ -29,30 +34,35 @@ TASK = "Go through page 1 of my notebook."
 POINTS = ["turn:after_answer", "tool:write_note:after_effect", "tool:archive:after_effect"]
 
 
-def applied(db: Path) -> tuple[dict[str, int], Counter[str], Counter[int], list[str]]:
-    """(effects per kind, requests per key, asks per turn, the owners on the notes), from the agent's store."""
+def applied(db: Path) -> tuple[dict[str, int], Counter[str], Counter[int], list[str], Counter[str]]:
+    """(effects per kind, requests per key, asks per turn, the owners on the notes, lookups per key), from the
+    agent's store."""
     with sqlite3.connect(db) as conn:
         kinds = Counter(k for (k,) in conn.execute("SELECT kind FROM effects"))
         requests = Counter(k for (k,) in conn.execute("SELECT key FROM requests"))
         asks = Counter(t for (t,) in conn.execute("SELECT turn FROM asks"))
         owners = [b for (b,) in conn.execute("SELECT json_extract(body, '$.owner') FROM effects WHERE kind='note'")]
-    return dict(kinds), requests, asks, owners
+        lookups = Counter(k for (k,) in conn.execute("SELECT key FROM lookups"))
+    return dict(kinds), requests, asks, owners, lookups
 
 
 def judge(db: Path, point: str) -> None:
-    kinds, requests, asks, owners = applied(db)
+    kinds, requests, asks, owners, lookups = applied(db)
     assert kinds == {"note": 1, "archive": 1}, kinds
     assert owners == ["ana@example.com"], owners  # the run's parameter, never the model's
-    crashed = {"tool:write_note:after_effect": "call-0", "tool:archive:after_effect": "call-1"}.get(point)
-    for key, n in requests.items():  # only the call whose answer died with its process was sent twice
-        assert n == (2 if crashed and key.split("/")[-1].startswith(crashed) else 1), requests
+    # The call whose answer died with its process is retried: write_note asks its lookup and takes the applied
+    # note (sent once, looked up once); archive declares no lookup, so it is sent again under its key.
+    note = next(key for key in requests if key.split("/")[-1].startswith("call-0"))
+    want = {key: 2 if point == "tool:archive:after_effect" and key != note else 1 for key in requests}
+    assert requests == Counter(want), requests
+    assert lookups == (Counter({note: 1}) if point == "tool:write_note:after_effect" else Counter()), lookups
     assert asks == Counter({1: 2 if point == "turn:after_answer" else 1, 2: 1, 3: 1}), asks
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p.replace(":", "."))
 async def test_an_agent_of_its_own_killed_on_temporal_applies_each_effect_once(
-        point, client, workers, run_id, task_queue, tmp_path):
+        point, client, dev_server, workers, run_id, task_queue, tmp_path):
     db = tmp_path / "notebook.db"
     env = {"NOTEBOOK_DB": str(db)}
     first = workers(crash_at=point, extra_env=env, args=["--agent", SPEC])
@@ -69,6 +79,32 @@ async def test_an_agent_of_its_own_killed_on_temporal_applies_each_effect_once(
     assert status["counts"] == {"turns": 3, "tool_calls": 3, "effects": 2, "refused": 0}, status["counts"]
     keyed = [c["name"] for t in status["turns"] for c in t["calls"] if c["key"]]
     assert keyed == ["write_note", "archive"], status["turns"]  # its effects, from what the run recorded
+    assert status["agent"] == "notebook"
+    if point != POINTS[-1]:
+        return
+    # settle needs the run's agent, whose tools ask their own services: told so, then given it.
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "NOTEBOOK_DB": str(db)}
+    told = subprocess.run([sys.executable, "starter.py", "settle", run_id], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert told.returncode == 2 and "started by agent 'notebook'" in told.stderr and "--agent" in told.stderr, told
+    done = subprocess.run([sys.executable, "starter.py", "settle", run_id, "--agent", SPEC, "--json"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert settled(json.loads(done.stdout)) == SETTLED
+
+
+def settled(report: dict) -> list[tuple[str, str]]:
+    """A settle report's (tool, state) per call: write_note asked through its lookup, archive not askable."""
+    return [(e["tool"], e["state"]) for e in report["steps"]]
+
+
+SETTLED = [("write_note", "applied"), ("archive", "cannot ask")]
+
+
+def json_of(proc) -> dict:
+    assert wait_exit(proc, 60) == 0, proc.output()
+    text = proc.output()
+    return json.loads(text[text.index("{"):])
 
 
 @pytest.mark.process
@@ -83,6 +119,8 @@ def test_an_agent_of_its_own_killed_on_the_run_record_resumes_by_run_id(point, r
     assert wait_exit(second, 60) == 0, second.output()
     assert "Noted the plumber" in second.output(), second.output()
     judge(db, point)
+    # settle asks each call's own tool, loaded from the import string the run recorded.
+    assert settled(json_of(runrecord("settle", run_id, "--json", env={"NOTEBOOK_DB": str(db)}))) == SETTLED
 
 
 @pytest.mark.process
@@ -97,6 +135,7 @@ def test_an_agent_of_its_own_killed_on_dbos_recovers_by_run_id(point, dbos_procs
     second = dbos_procs("resume", run_id, env=env)  # the agent from the import string the run recorded
     assert wait_exit(second, 90) == 0, second.output()
     judge(db, point)
+    assert settled(json_of(dbos_procs("settle", run_id, "--json", env=env))) == SETTLED
 
 
 @pytest.mark.process

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from examples.scheduler.client import KeyConflict, SchedulerClient, SchedulerRefused, SchedulerUnavailable
+from examples.scheduler.client import KeyConflict, SchedulerClient, SchedulerRefused, SchedulerUnavailable, applied
 
 pytestmark = pytest.mark.process
 
@@ -117,6 +117,13 @@ async def test_a_booking_applied_once_replayed_and_conflicting(scheduler: Schedu
     counts = await scheduler.counts()
     assert counts["applied"] == {k: 1}
     assert counts["requests"] == {k: 4}
+    # The tools' lookup by key: the applied booking as a replay answers it, each lookup counted; none for a
+    # key that applied nothing.
+    found = await applied(k, scheduler)
+    assert found is not None and found.applied and found.output is not None
+    assert (found.output.content, found.output.effect_id, found.output.replayed) == (again, first["booking_id"], True)
+    assert await applied(key(), scheduler) is None
+    assert (await scheduler.counts())["lookups"][k] == 1
 
 
 async def test_concurrent_retries_apply_once_and_overlaps_book_once(scheduler: SchedulerClient):
@@ -199,7 +206,7 @@ async def test_the_http_edges(service: Service, scheduler: SchedulerClient):
     with pytest.raises(SchedulerRefused, match="Idempotency-Key") as refused:
         await scheduler._call("POST", "/bookings", body={"room": "atlas", "start": f"{DAY}T09:00", "minutes": 30})
     assert refused.value.status == 400
-    assert (await scheduler.counts()) == {"applied": {}, "requests": {}}
+    assert (await scheduler.counts()) == {"applied": {}, "requests": {}, "lookups": {}}
     async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
         bad_key = await http.post("/bookings", headers={"Idempotency-Key": "x" * 201}, json={})
         assert bad_key.status_code == 400
@@ -216,7 +223,7 @@ async def test_the_http_edges(service: Service, scheduler: SchedulerClient):
 def test_sigterm_stops_it_cleanly(tmp_path: Path):
     service = Service(tmp_path / "other.db").start()
     try:
-        assert httpx.get(f"{service.url}/counts", timeout=10).json() == {"applied": {}, "requests": {}}
+        assert httpx.get(f"{service.url}/counts", timeout=10).json() == {"applied": {}, "requests": {}, "lookups": {}}
     finally:
         service.stop()
     assert service.proc is not None and service.proc.returncode == 0  # SIGTERM: a clean exit

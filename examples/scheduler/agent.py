@@ -3,7 +3,7 @@ import json
 import os
 
 from durable_agents import Agent, Arguments, ScriptedModel, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
-from examples.scheduler.client import SchedulerClient, SchedulerRefused
+from examples.scheduler.client import SchedulerClient, SchedulerRefused, applied
 
 
 class Day(Arguments):
@@ -51,7 +51,7 @@ def script(messages: list[dict]) -> object:  # the model, as data: each turn fro
 
 AGENT = Agent("scheduler", "You book a meeting room for the task's day and invite the attendee.",
               Toolbox([Tool("find_slots", "The free half-hour slots on a day.", Day, find_slots),
-                       Tool("book_room", "Book a room from a start for minutes.", Booking, book_room, effect="booking"),
-                       Tool("send_invite", "Invite the attendee.", Invite, send_invite, effect="invite")]),
+                       Tool("book_room", "Book a room at a start for minutes.", Booking, book_room, "booking", applied),
+                       Tool("send_invite", "Invite the attendee.", Invite, send_invite, "invite", applied)]),
               model=ScriptedModel(script), params=("attendee",),
               services=lambda: SchedulerClient(os.environ.get("SCHEDULER_URL", "http://127.0.0.1:8090")))

@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 import httpx
 
+from durable_agents import Applied, ToolOutput
+
 
 class SchedulerError(Exception):
     """Any failure of a call to the scheduler."""
@@ -63,7 +65,7 @@ class SchedulerClient:
             raise
 
     async def counts(self) -> dict[str, Any]:
-        """``{"applied": {key: effects stored}, "requests": {key: requests seen}}``."""
+        """``{"applied": {key: effects stored}, "requests": {key: requests seen}, "lookups": {key: lookups}}``."""
         return await self._call("GET", "/counts")
 
     async def aclose(self) -> None:
@@ -88,3 +90,14 @@ class SchedulerClient:
             kind = KeyConflict if answer.status_code == 409 else SchedulerRefused
             raise kind(str(payload.get("error", payload)), answer.status_code)
         return payload
+
+
+async def applied(key: str, client: SchedulerClient) -> Applied | None:
+    """A tool's lookup by key (``durable_agents.Tool.lookup``): the booking or invite the service applied under
+    ``key``, as the tool's handler gives it back, or None. ``settle`` asks it, and so does the retry of a call
+    whose answer was lost, which then sends nothing again."""
+    found = await client.applied(key)
+    if found is None:
+        return None
+    response = {**found["response"], "replayed": True}  # what the service answers a replay of it
+    return Applied(True, ToolOutput(response, response.get("booking_id") or response.get("invite_id"), True))

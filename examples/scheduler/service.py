@@ -13,7 +13,9 @@ Contract of the two POSTs: an ``Idempotency-Key`` header is required (1-200 prin
 the key, the request's canonical JSON and the response are committed in one transaction (WAL, synchronous=FULL:
 once the 201 is sent it survives a kill). The same key with the same body and endpoint answers 200 with the
 stored response and ``"replayed": true``; with anything else, 409. Every request seen under a key is counted in
-a separate table, committed before the request is answered, replays and refusals included.
+a separate table, committed before the request is answered, replays and refusals included; every
+``GET /effects/<key>`` (a lookup by key) likewise in another. ``/counts`` answers ``{"applied", "requests",
+"lookups"}``, each by key.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ CREATE TABLE IF NOT EXISTS invites (id INTEGER PRIMARY KEY AUTOINCREMENT, to_add
 CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, kind TEXT NOT NULL, request TEXT NOT NULL,
                                     response TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, seen INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS lookups (key TEXT PRIMARY KEY, seen INTEGER NOT NULL);
 """
 
 Json = dict[str, Any]
@@ -225,10 +228,13 @@ class Handler(BaseHTTPRequestHandler):
             with self.server.store.connect() as db:
                 applied = dict(db.execute("SELECT key, COUNT(*) FROM effects GROUP BY key").fetchall())
                 seen = dict(db.execute("SELECT key, seen FROM requests").fetchall())
-            return 200, {"applied": applied, "requests": seen}
+                looked = dict(db.execute("SELECT key, seen FROM lookups").fetchall())
+            return 200, {"applied": applied, "requests": seen, "lookups": looked}
         if url.path.startswith("/effects/"):
             with self.server.store.connect() as db:
                 key = unquote(url.path.removeprefix("/effects/"))
+                db.execute("INSERT INTO lookups (key, seen) VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET "
+                           "seen = seen + 1", (key,))
                 row = db.execute("SELECT kind, response FROM effects WHERE key = ?", (key,)).fetchone()
             if row is not None:
                 return 200, {"key": key, "kind": row[0], "response": json.loads(row[1])}

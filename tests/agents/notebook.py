@@ -2,7 +2,9 @@
 
 ``read_page(page)`` reads; ``write_note(title, text, tags, priority)`` (effect ``note``) and ``archive(page,
 reason)`` (effect ``archive``) write to its own store, a SQLite file (``NOTEBOOK_DB``) that applies one
-request per idempotency key and counts every request it is sent per key. Its model is scripted (three
+request per idempotency key and counts every request it is sent per key. ``write_note`` declares a lookup
+by key (counted too), so its retry after a kill asks instead of sending again; ``archive`` declares none,
+so its retry sends again under the same key and ``settle`` cannot ask of it. Its model is scripted (three
 turns: read, then write and archive, then answer) and logs each turn it is asked into the same file, so a
 test counts from outside a killed worker what was applied and what was asked. The run's parameter
 ``owner`` goes on every note: never from the model.
@@ -18,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from durable_agents import Agent, Arguments, ScriptedModel, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
+from durable_agents import Agent, Applied, Arguments, ScriptedModel, Tool, Toolbox, ToolContext, ToolOutput, ToolRefused
 
 
 class Store:
@@ -30,6 +32,7 @@ class Store:
             db.executescript("CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY, key TEXT UNIQUE, "
                              "kind TEXT, body TEXT);"
                              "CREATE TABLE IF NOT EXISTS requests (key TEXT, kind TEXT);"
+                             "CREATE TABLE IF NOT EXISTS lookups (key TEXT);"
                              "CREATE TABLE IF NOT EXISTS asks (turn INTEGER);")
 
     def _db(self) -> sqlite3.Connection:
@@ -51,6 +54,16 @@ class Store:
                 replayed = True
             db.execute("COMMIT")
             return int(row[0]), replayed
+        finally:
+            db.close()
+
+    def lookup(self, key: str) -> int | None:
+        """The id of the effect applied under ``key``, or None; every lookup counted."""
+        db = self._db()
+        try:
+            db.execute("INSERT INTO lookups VALUES (?)", (key,))
+            row = db.execute("SELECT id FROM effects WHERE key = ?", (key,)).fetchone()
+            return None if row is None else int(row[0])
         finally:
             db.close()
 
@@ -99,6 +112,11 @@ async def write_note(args: Note, ctx: ToolContext) -> ToolOutput:
     return ToolOutput({"note_id": note_id}, str(note_id), replayed)
 
 
+async def note_applied(key: str, services: Store) -> Applied | None:
+    note_id = services.lookup(key)
+    return None if note_id is None else Applied(True, ToolOutput({"note_id": note_id}, str(note_id)))
+
+
 async def archive(args: Archive, ctx: ToolContext) -> ToolOutput:
     done_id, replayed = ctx.services.apply(ctx.key, "archive", {"page": args.page, "reason": args.reason.value})
     return ToolOutput({"archived": args.page}, str(done_id), replayed)
@@ -120,7 +138,7 @@ NOTEBOOK = Agent(
     "You keep a notebook: read pages, write notes of what must be done, archive pages that are done.",
     Toolbox([
         Tool("read_page", "Read one page of the notebook.", Page, read_page),
-        Tool("write_note", "Write a note.", Note, write_note, effect="note"),
+        Tool("write_note", "Write a note.", Note, write_note, effect="note", lookup=note_applied),
         Tool("archive", "Archive a page.", Archive, archive, effect="archive"),
     ]),
     model=ScriptedModel(script, name="notebook-script"),
