@@ -1,7 +1,7 @@
 """The model stand-in: an OpenAI-compatible chat-completions server on loopback that plays the agent loop's
-model (``drafting.scripted.ScriptedModel``) and the flow's drafting model (``drafting.OfflineModel``), and
-counts every request it answers. Point ``LLM_BASE_URL`` at it (any ``LLM_MODEL``) and the lab's real client,
-``drafting.OpenAIChatModel``, talks to it over TCP as to any server.
+model (``drafting.scripted.ScriptedModel``, or an agent's own: ``agent``, below) and the flow's drafting model
+(``drafting.OfflineModel``), and counts every request it answers. Point ``LLM_BASE_URL`` at it (any
+``LLM_MODEL``) and the lab's real client, ``drafting.OpenAIChatModel``, talks to it over TCP as to any server.
 
 What it counts, and how. Every well-formed ``POST /v1/chat/completions`` (a JSON object whose ``messages``
 is a non-empty list of chat messages) is counted once, under the run and the turn its headers name:
@@ -23,12 +23,21 @@ loop, so the loop's code cannot make it up.
 
 Answers:
 
-- a request with ``tools``: the scripted model's answer to its messages, as a chat completion: tool calls
+- a request with ``tools``, with ``agent`` (``--agent package.module:attr``, a ``durable_agents.Agent``): that
+  agent's own model's answer, ``await agent.model.turn(messages, tools, labels=...)`` (a ``ScriptedModel``'s
+  script, or any model with ``turn``), given the messages and the tools exactly as the request carried them.
+  The lab's client sends the window as the loop built it (``OpenAIChatModel.turn``: the messages "go as
+  given"), and the window is JSON already (the engines record it as such), so the script reads here the
+  same messages it reads in the worker's process and answers alike (tests/test_model_standin.py checks it).
+  The answers are made one at a time, on one event loop of the stand-in's own. The agent's tools never run
+  here, and its services are never built: only its model is asked. Then, as below, in the OpenAI shape;
+- a request with ``tools`` otherwise: the scripted model's answer to its messages, as a chat completion: tool calls
   in the OpenAI shape (``message.tool_calls``, ``finish_reason`` ``"tool_calls"``), or the final text
   (``finish_reason`` ``"stop"``). ``delay`` seconds are slept before each such answer;
 - a request without ``tools``: the offline model's draft of its messages as a JSON object (``subject``,
   ``body``, ``summary``) in ``content``, so the three-step flow runs against it too;
-- ``vary``: both word every answer differently and the tool call ids are random, as a real model's;
+- ``vary``: both word every answer differently and the tool call ids are random, as a real model's (not with
+  ``agent``: its model answers as it is written);
 - ``fail_status`` (an HTTP status, 400 to 599): a request with ``tools`` is answered with that status and an
   OpenAI-style error body instead, the same words every time (``FAILED_WORDS``: the model side's answer to
   the request, as a model that cannot serve a prompt gives it), counted as asked; ``fail_times`` N: only the
@@ -47,8 +56,12 @@ In this process (a test)::
 or as its own process, which prints one line, ``model stand-in listening on <url>``, once it serves, and
 stops cleanly on SIGTERM or SIGINT::
 
-    python -m lab.model_standin [--port N] [--vary] [--delay SECONDS]
+    python -m lab.model_standin [--port N] [--vary | --agent package.module:attr] [--delay SECONDS]
                                 [--fail-status STATUS [--fail-times N] [--fail-varied]]
+
+(``--agent``: an agent that does not load, or whose model has no ``turn``, is refused with exit status 2 and
+what to do. A worker asks it over HTTP, instead of in its own process, with ``AGENT_MODEL=worker`` and
+``LLM_BASE_URL`` pointed here: ``steps.served``.)
 
 (``start_model_standin`` starts that process and waits for the line; ``turns_asked`` reads one run's
 count from either form.)
@@ -71,6 +84,7 @@ from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from drafting import OfflineModel, ScriptedModel
+from durable_agents import Agent, load_agent
 from lab.loopback import JsonHandler
 from lab.processes import REPO, Proc
 from steps.errors import PermanentError
@@ -114,7 +128,17 @@ class ModelStandIn:
     (``http://127.0.0.1:<port>/v1``), what ``LLM_BASE_URL`` takes."""
 
     def __init__(self, *, vary: bool = False, delay: float = 0.0, port: int = 0, fail_status: int | None = None,
-                 fail_times: int | None = None, fail_varied: bool = False) -> None:
+                 fail_times: int | None = None, fail_varied: bool = False, agent: Agent | None = None) -> None:
+        if agent is not None:
+            if not isinstance(agent, Agent):
+                raise ValueError(f"agent must be a durable_agents.Agent, got {type(agent).__name__}")
+            if not callable(getattr(agent.model, "turn", None)):
+                raise ValueError(f"agent {agent.name} declares no model of its own to serve (model="
+                                 f"{type(agent.model).__name__ if agent.model is not None else None}): declare it "
+                                 "with one, e.g. model=durable_agents.ScriptedModel(script)")
+            if vary:
+                raise ValueError(f"vary words the lab's own script; agent {agent.name}'s model answers as it is "
+                                 "written: give one or the other")
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not (
                 math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
             raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:g}, got {delay!r}")
@@ -130,6 +154,11 @@ class ModelStandIn:
         self._failed: Counter[str] = Counter()  # failed answers, by run
         self.model = ScriptedModel(vary=vary)
         self.drafter = OfflineModel(vary=vary)
+        self.agent = agent
+        # The agent's model is async and may hold what is bound to a loop (a client): one loop of its own.
+        self._agent_loop = asyncio.new_event_loop() if agent is not None else None
+        self._agent_thread = threading.Thread(target=self._agent_loop.run_forever, name="model-standin-agent",
+                                              daemon=True) if self._agent_loop is not None else None
         self._lock = threading.Lock()  # the counts, the answer numbers and the scripted model's own count
         self._counts: dict[str, Counter[str]] = {}
         self._answered = 0
@@ -147,6 +176,8 @@ class ModelStandIn:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> Self:
+        if self._agent_thread is not None:
+            self._agent_thread.start()
         self._thread.start()
         return self
 
@@ -155,6 +186,12 @@ class ModelStandIn:
             self._server.shutdown()
             self._thread.join(timeout=5)
         self._server.server_close()
+        if self._agent_loop is not None and self._agent_thread is not None:
+            if self._agent_thread.is_alive():
+                self._agent_loop.call_soon_threadsafe(self._agent_loop.stop)
+                self._agent_thread.join(timeout=5)
+            if not self._agent_thread.is_alive():
+                self._agent_loop.close()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -200,8 +237,13 @@ class ModelStandIn:
         if tools:
             if self.delay:
                 time.sleep(self.delay)  # in this request's own thread: other requests are answered meanwhile
-            with self._lock:
-                answer = self.model.answer(messages)
+            if self._agent_loop is not None and self.agent is not None:
+                labels = {k: v for k, v in (("run", run), ("turn", turn)) if v != NO_LABEL}
+                asked = self.agent.model.turn(messages, tools, labels=labels)  # type: ignore[union-attr]
+                answer = asyncio.run_coroutine_threadsafe(asked, self._agent_loop).result()
+            else:
+                with self._lock:
+                    answer = self.model.answer(messages)
             message, finish = _tool_message(answer)
         else:
             try:
@@ -240,7 +282,7 @@ def _checked(request: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     return messages, tools or []
 
 
-def _tool_message(answer: ModelAnswer) -> tuple[dict[str, Any], str]:
+def _tool_message(answer: ModelAnswer | Any) -> tuple[dict[str, Any], str]:
     if not answer.tool_calls:
         return {"role": "assistant", "content": answer.content}, "stop"
     return {"role": "assistant", "content": answer.content or None, "tool_calls": [
@@ -306,11 +348,15 @@ _live: set[Proc] = set()
 
 def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *, echo: bool = False,
                         fail_status: int | None = None, fail_times: int | None = None,
-                        fail_varied: bool = False) -> tuple[Proc, str]:
+                        fail_varied: bool = False, agent: str | None = None,
+                        env: dict[str, str] | None = None) -> tuple[Proc, str]:
     """``python -m lab.model_standin`` as an OS process, serving when this returns: (the process, its API
-    root for ``LLM_BASE_URL``). The caller stops it (``proc.stop()``: SIGTERM) or kills it; one still
+    root for ``LLM_BASE_URL``). ``agent``: an import string (``--agent``); ``env``: added to the process's
+    (what the agent's script reads). The caller stops it (``proc.stop()``: SIGTERM) or kills it; one still
     running when the interpreter exits is killed then. A start that fails raises with what it printed."""
     argv = [sys.executable, "-m", "lab.model_standin", "--port", str(port)]
+    if agent:
+        argv += ["--agent", agent]
     if vary:
         argv.append("--vary")
     if delay:
@@ -321,7 +367,7 @@ def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *
         argv += ["--fail-times", str(fail_times)]
     if fail_varied:
         argv.append("--fail-varied")
-    proc = Proc("model-standin", argv, env={"PYTHONUNBUFFERED": "1"}, cwd=REPO, echo=echo)
+    proc = Proc("model-standin", argv, env={**(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=REPO, echo=echo)
     _live.add(proc)
     try:
         line = proc.wait_for_line(READY, timeout=STARTUP_TIMEOUT)
@@ -355,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="the port to listen on (default 0: one the OS picks)")
     parser.add_argument("--vary", action="store_true",
                         help="word every answer differently and give random tool call ids, as a real model")
+    parser.add_argument("--agent", metavar="MODULE:ATTR", default=None,
+                        help="answer tool requests with this durable_agents.Agent's own model (its script), "
+                             "loaded by import string (e.g. examples.scheduler.agent:AGENT)")
     parser.add_argument("--delay", type=float, default=0.0,
                         help="seconds to wait before answering each tool request (to kill a worker during one)")
     parser.add_argument("--fail-status", type=int, default=None,
@@ -366,9 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is not a port: give 1-65535, or 0 for one the OS picks")
+    agent = None
+    if args.agent is not None:
+        try:
+            agent = load_agent(args.agent)
+        except ValueError as err:
+            parser.error(f"--agent: {err}")
     try:
         standin = ModelStandIn(vary=args.vary, delay=args.delay, port=args.port, fail_status=args.fail_status,
-                               fail_times=args.fail_times, fail_varied=args.fail_varied)
+                               fail_times=args.fail_times, fail_varied=args.fail_varied, agent=agent)
     except ValueError as err:
         parser.error(str(err))
     except OSError as err:

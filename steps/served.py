@@ -11,12 +11,21 @@ On Temporal the workflow code reads ``served_on(task queue, name)``: this module
 sandbox (``workflows.agent_loop``), so its table is the worker process's. A queue nothing was registered on
 serves the lab's refund agent alone (a worker built directly with the lab's ``LoopActivities``, and the
 replay tests).
+
+Which model asks an agent's turns is the process's choice, read once by ``serve`` from ``AGENT_MODEL``:
+``own`` (the default) asks each agent its declared model, or the process's own model (``StepDeps.agent``)
+when it declares none; ``worker`` asks the process's own model for every agent, its client of
+``LLM_BASE_URL``, so that the requests are made over HTTP and counted where the model is (the lab's
+``python -m lab.model_standin --agent`` serves an agent's script there). The agent is served as
+``dataclasses.replace(agent, model=None)``: the model is not in the agent's version (``Served.version``), so a
+run keeps its version whichever model asks it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from durable_agents.agent import Agent
@@ -24,7 +33,13 @@ from steps.limits import InputError
 from steps.loop import MAX_INSTRUCTIONS_CHARS, instructions, loop_digest, loop_signature
 from steps.refund_agent import REFUND_AGENT
 
-__all__ = ["REFUND", "Served", "agent_name", "close_services", "find", "serve", "serve_on", "served_names", "served_on"]
+__all__ = ["AGENT_MODEL", "AGENT_MODELS", "REFUND", "Served", "agent_model", "agent_name", "close_services", "find",
+           "serve", "serve_on", "served_names", "served_on"]
+
+AGENT_MODEL = "AGENT_MODEL"
+"""The environment variable that chooses which model asks an agent's turns (the module docstring)."""
+
+AGENT_MODELS = ("own", "worker")
 
 
 def agent_name(recorded: str | None) -> str:
@@ -74,18 +89,48 @@ REFUND = Served(REFUND_AGENT)
 process's ``steps.flow.StepDeps``)."""
 
 
-def serve(agents: Iterable[Agent], default_services: Any = None) -> list[Served]:
+def agent_model(env: Mapping[str, str] | None = None) -> str:
+    """``AGENT_MODEL`` from ``env`` (default: this process's environment): ``own`` (unset or empty) or
+    ``worker``; ``InputError`` (a ``ValueError``) naming the allowed values otherwise."""
+    env = os.environ if env is None else env
+    value = (env.get(AGENT_MODEL) or "").strip() or "own"
+    if value not in AGENT_MODELS:
+        raise InputError(f"{AGENT_MODEL}={value!r} is not a choice: give 'own' (the default: each agent's declared "
+                         "model, the worker's when it declares none) or 'worker' (the worker's model, its client "
+                         "of LLM_BASE_URL, for every agent)")
+    return value
+
+
+def serve(agents: Iterable[Agent], default_services: Any = None, *, model: str | None = None) -> list[Served]:
     """``agents`` as this process serves them: each with its own services built (``Agent.services()``), or
-    ``default_services`` (the worker's ``StepDeps``) when it declares none. ``ValueError`` for two agents of
-    one name."""
+    ``default_services`` (the worker's ``StepDeps``) when it declares none; each asked by its own model, or
+    with ``model`` ``"worker"`` by the process's (default: ``agent_model()``, from ``AGENT_MODEL``).
+    ``ValueError`` for two agents of one name; ``InputError`` (a ``ValueError`` too, which every engine's
+    command prints as a refusal) for a bad ``AGENT_MODEL``, or ``AGENT_MODEL=worker`` for an agent
+    that declares a model while ``LLM_BASE_URL`` is unset: the process's own model is then the lab's refund
+    script, which knows none of another agent's tools. (A caller giving ``model`` gives its own
+    ``default_services``' model, which may be any.)"""
+    agents = list(agents)
+    from_env = model is None
+    model = agent_model(None if model is None else {AGENT_MODEL: model})
+    declared = [a.name for a in agents if a.model is not None]
+    if from_env and model == "worker" and declared and not os.environ.get("LLM_BASE_URL", "").strip():
+        raise InputError(f"{AGENT_MODEL}=worker asks the worker's model for agent {declared[0]}, its client of "
+                         "LLM_BASE_URL, which is not set: point LLM_BASE_URL at an OpenAI-compatible server "
+                         "(python -m lab.model_standin --agent package.module:attr serves an agent's own script), "
+                         "or unset AGENT_MODEL")
+    given: dict[str, Agent] = {}
     out: dict[str, Served] = {}
     for agent in agents:
         if agent.name in out:
-            if out[agent.name].agent is agent:
+            if given[agent.name] is agent:
                 continue
             raise ValueError(f"two agents are named {agent.name!r}: a run names the agent it is run by")
+        given[agent.name] = agent
         services = agent.services() if agent.services is not None else default_services
-        out[agent.name] = Served(agent, services)
+        # The model is not in the version (loop_signature reads the tools): a run keeps its version.
+        asked = replace(agent, model=None) if model == "worker" and agent.model is not None else agent
+        out[agent.name] = Served(asked, services)
     return list(out.values())
 
 
