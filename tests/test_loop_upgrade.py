@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from flowclient.loop import loop_status
+from flowclient.loop import loop_status, wait_for_loop
 from lab.engines import started_steps
 from lab.model_standin import turns_asked
 from lab.processes import REPO, Proc, start_worker
@@ -172,6 +172,11 @@ async def test_a_loop_run_the_old_code_started_and_died_in_is_finished_by_the_ne
                            {"MEMORY_DB": str(provider.db.parent / "memory.db"), **model_env(standin)},
                            args=["--identity", "new-worker"], name="new-worker")
         procs.append(new)
+        # Completed, failed or parked (a new worker that cannot replay the old history parks the run): no wait
+        # past that for a result that would not come.
+        final = await wait_for_loop(client, run_id, timeout=90)
+        assert final["status"] == "completed", (f"{final['status']}: {final['detail'] or final['error']}\n"
+                                                f"the new worker's last lines:\n{new.last_lines()}")
         result = await handle.result()
         events = list((await client.get_workflow_handle(run_id, run_id=before["runs"][-1]).fetch_history()).events)
     finally:
