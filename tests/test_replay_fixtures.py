@@ -66,6 +66,14 @@ def test_a_reset_loop_run_and_a_parked_one_are_among_the_fixtures():
     assert events[-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED", events[-1]
 
 
+def test_the_loop_before_agents_had_names_has_every_scenario_recorded():
+    """Issue 43's change to the loop (aa53186: a run names its agent, its parameters and version) came after
+    6cf34ba, whose loop histories are all here, the reset and the parked one too: they replay in the test
+    below (tests/test_loop_upgrade.py finishes that code's runs with today's workers)."""
+    stems = {p.stem for p in FIXTURES if p.parent.name == "6cf34ba04e8f"}
+    assert LOOP_SCENARIOS | {"loop-reset-second", "loop-parked"} <= stems, sorted(stems)
+
+
 def test_fixtures_hold_no_machine_path():
     """Stack traces name files relative to the project or to site-packages, never where
     the recording machine kept them (tests/record_histories.py cuts them when it writes);
