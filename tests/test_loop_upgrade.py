@@ -8,7 +8,8 @@ The task names two orders (tests/loop_support.py: six turns, 2 refunds, 2 emails
 stand-in. On Temporal, an old worker dies at a crash point and a worker of this checkout takes the run over:
 
 - ``tool:issue_refund:after_effect``: the refund applied at the provider, its attempt still open in the old
-  history; the new worker's attempt is answered from the provider's store (replayed), not applied again.
+  history; the new worker's attempt asks the provider by the call's key first (the tool's lookup) and takes the
+  applied refund's answer (replayed): not applied again, nor sent again.
 - ``temporal:loop:after_turn``: turn 1 and its lookup recorded by the old code; the new code replays them
   and asks the model for turn 2 on, never for turn 1 again.
 - the refund's kill again, under the least history bound (the run continues as new after every turn): the
@@ -225,7 +226,7 @@ ENGINES = {
 def test_a_loop_run_the_old_command_was_killed_in_is_resumed_by_the_new(
         engine, old_checkout, provider, tmp_path, run_id, standin):
     """The old ``python -m <engine> loop`` dies after the refund is applied (its result not recorded); this
-    checkout's ``resume`` finishes the run from the old record, the refund answered from the provider's store."""
+    checkout's ``resume`` finishes the run from the old record, the refund's retry answered by its lookup at the provider."""
     package, db_var = ENGINES[engine]
     env = {db_var: str(tmp_path / f"{package}.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
            "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **model_env(standin)}
