@@ -41,10 +41,18 @@ from typing import Any
 
 from steps.limits import MAX_SUMMARY_CHARS
 from steps.loop import AskedCall, ModelAnswer
+from steps.refund_agent import REFUND_TOOLS
 
 __all__ = ["ORDER_ID", "ScriptedModel", "orders_in"]
 
 ORDER_ID = re.compile(r"\b[A-Z]-\d{3,8}\b")
+LOOKUP, REFUND, EMAIL, TICKET = "lookup_order", "issue_refund", "send_email", "create_ticket"
+"""The tools the script asks for, by the names the lab's agent declares them under (``REFUND_TOOLS``): a
+tool renamed there without here stops this module at import, not a run at its first call."""
+_UNDECLARED = [name for name in (LOOKUP, REFUND, EMAIL, TICKET) if name not in REFUND_TOOLS]
+if _UNDECLARED:
+    raise ImportError(f"drafting.scripted asks for {_UNDECLARED}, which steps.refund_agent.REFUND_TOOLS does not "
+                      f"declare (it declares {list(REFUND_TOOLS.names)}): rename them in drafting/scripted.py too")
 SUMMARY_CHARS = MAX_SUMMARY_CHARS - 20
 """The script's ticket summary, at most: the lab's agent declares 500 (``steps.refund_agent``), less room for
 the tag of a varying script (`` [answer N]``)."""
@@ -77,15 +85,15 @@ class ScriptedModel:
         if round_ is None:
             if not orders:
                 return ModelAnswer(f"I found no order number in your message, so I did nothing.{tag}")
-            return self._calls(messages, [("lookup_order", {"order_id": orders[0]})])
+            return self._calls(messages, [(LOOKUP, {"order_id": orders[0]})])
         names = [name for name, _, _ in round_]
-        if "create_ticket" in names:
-            ticket = _field(round_, "create_ticket", "ticket_id") or "(no ticket)"
+        if TICKET in names:
+            ticket = _field(round_, TICKET, "ticket_id") or "(no ticket)"
             # "Went through", not "handled": this script sees only the newest round, so it cannot tell an order
             # it refunded from one its lookup did not find (the record shows which).
             return ModelAnswer(f"Done: I went through the {_count(len(orders), 'order')} you named and recorded "
                                f"ticket {ticket}.{tag}")
-        if names == ["lookup_order"]:
+        if names == [LOOKUP]:
             _, args, result = round_[0]
             order = args.get("order_id", "")
             total, refunded = result.get("total"), result.get("refunded")
@@ -94,20 +102,20 @@ class ScriptedModel:
                 email = {"subject": f"Refund for order {order}{tag}",
                          "body": (f"Hello,\n\nWe refunded {_money(left)} for order {order}. It reaches your account "
                                   f"within a few days.{tag}\n\nKind regards,\nCustomer service")}
-                return self._calls(messages, [("issue_refund", {"order_id": order, "amount": left}),
-                                              ("send_email", email)])
+                return self._calls(messages, [(REFUND, {"order_id": order, "amount": left}),
+                                              (EMAIL, email)])
             return self._next(messages, orders, order, tag)
-        done = next((args.get("order_id", "") for name, args, _ in round_ if name == "issue_refund"), "")
+        done = next((args.get("order_id", "") for name, args, _ in round_ if name == REFUND), "")
         return self._next(messages, orders, done, tag)
 
     def _next(self, messages: list[dict], orders: list[str], after: str, tag: str) -> ModelAnswer:
         """The lookup of the order after ``after`` in the task, or the ticket once every order is behind."""
         place = orders.index(after) + 1 if after in orders else len(orders)
         if place < len(orders):
-            return self._calls(messages, [("lookup_order", {"order_id": orders[place]})])
+            return self._calls(messages, [(LOOKUP, {"order_id": orders[place]})])
         summary = f"Went through {_count(len(orders), 'order')} named by the customer: {', '.join(orders)}"
         summary = summary[:SUMMARY_CHARS] + tag
-        return self._calls(messages, [("create_ticket", {"summary": summary})])
+        return self._calls(messages, [(TICKET, {"summary": summary})])
 
     def _calls(self, messages: list[dict], calls: list[tuple[str, dict[str, Any]]]) -> ModelAnswer:
         if self.vary:

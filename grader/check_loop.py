@@ -16,10 +16,17 @@ once per kill point in turn:
 
 then resumed to the end. After each process it judges, from what it can
 count without trusting the program: the record's rows (each turn kept before
-any of its calls ran; each result once it returned), the keys (printable,
-no space, one per call, the same on every attempt), the provider's requests
-(no call with a recorded result sent again; each effect applied once), and
-the stand-in's count of turns (no turn the record held asked again).
+any of its calls ran; each result once it returned; no call skipped, that is
+left without a result and never sent while the loop went on past it), the
+keys (printable, no space, one per call, the same on every attempt), the
+provider's requests (no call with a recorded result sent again; each effect
+applied once, under the key its call is recorded with), and the stand-in's
+count of turns (no turn the record held asked again).
+
+A skip is judged before any key: the turns after it hold other calls than
+the script's at their numbers, and their effects would look like a key that
+changed. For the same reason a call's effect kind is the one its own recorded
+tool name has (``KINDS``), never the script's tool at that turn and place.
 """
 
 from __future__ import annotations
@@ -63,6 +70,22 @@ class LoopRecord:
     status: str | None = None
     turns: dict[int, dict] = field(default_factory=dict)
     calls: dict[tuple[int, int], tuple[str, dict]] = field(default_factory=dict)  # -> (key, result)
+
+    def name(self, n: int, i: int) -> str:
+        """The tool of turn ``n``'s call ``i`` as the record names it: in the call's row, else in its turn's
+        answer; "" where neither does."""
+        named = self.calls[(n, i)][1].get("name") if (n, i) in self.calls else None
+        if isinstance(named, str) and named:
+            return named
+        calls = self.turns.get(n, {}).get("calls")
+        if isinstance(calls, list) and i < len(calls) and isinstance(calls[i], dict):
+            named = calls[i].get("name")
+        return named if isinstance(named, str) else ""
+
+    def names(self, n: int) -> list[str] | None:
+        """The tools turn ``n`` asks for, in order, as recorded; None where its calls are not a list."""
+        calls = self.turns.get(n, {}).get("calls")
+        return [self.name(n, i) for i in range(len(calls))] if isinstance(calls, list) else None
 
     def describe(self) -> str:
         shown = [f"run {self.status or 'not in `runs`'}"]
@@ -108,9 +131,12 @@ def _json(text: object) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def call_name(n: int, i: int) -> str:
-    names = TURNS.get(n, ())
-    return f"turn {n}'s call {i} ({names[i] if i < len(names) else '?'})"
+def call_name(n: int, i: int, record: LoopRecord | None = None) -> str:
+    """Turn ``n``'s call ``i``, named as the record names it (a turn of another number than the script's,
+    or skipped calls, put other tools there), else as the script does."""
+    script = TURNS.get(n, ())
+    named = (record.name(n, i) if record else "") or (script[i] if i < len(script) else "?")
+    return f"turn {n}'s call {i} ({named})"
 
 
 # ---------------------------------------------------------------- what must hold after each process
@@ -124,7 +150,7 @@ def expect_keys(run: Run, record: LoopRecord) -> None:
         calls = record.turns.get(n, {}).get("calls") or []
         asked = calls[i].get("id") if i < len(calls) and isinstance(calls[i], dict) else "?"
         raise Failed(
-            f"the key of {call_name(n, i)} in run {run.run_id} is {key!r}: the model's call id went into it "
+            f"the key of {call_name(n, i, record)} in run {run.run_id} is {key!r}: the model's call id went into it "
             "as the model wrote it, and the provider refuses such a key (nothing is applied under it)",
             expected="a key of 1-255 printable ASCII characters without space, from the run, the turn and the "
                      "call's id checked or digested (the id is the model's text: untrusted)",
@@ -137,15 +163,17 @@ def expect_keys(run: Run, record: LoopRecord) -> None:
     shared = {key: places for key, places in owners.items() if len(places) > 1}
     if shared:
         key, places = next(iter(shared.items()))
-        raise Failed(f"{' and '.join(call_name(*p) for p in sorted(places))} of run {run.run_id} were sent under "
-                     "one key: the provider applies the second as the first (or refuses it)",
+        raise Failed(f"{' and '.join(call_name(*p, record=record) for p in sorted(places))} of run {run.run_id} "
+                     "were sent under one key: the provider applies the second as the first (or refuses it)",
                      expected="a key of its own for every call of every turn", seen=f"{key!r}",
                      look_at=todo(17, "the model reuses ids, across turns and within one: the turn and the call's "
                                       "place belong in the key"))
 
 
-def expect_record(run: Run, record: LoopRecord, turns: set[int], done: set[tuple[int, int]], where: str) -> None:
-    """Right after a kill ``where``: exactly the ``turns`` and call results ``done`` are recorded."""
+def expect_record(run: Run, record: LoopRecord, turns: set[int], done: set[tuple[int, int]], where: str,
+                  sent: Counter[str], what: str) -> None:
+    """Right after a kill ``where``: exactly the ``turns`` and call results ``done`` are recorded. ``sent``:
+    the provider's requests per effect kind from the last process, ``what``."""
     missing = sorted(turns - set(record.turns))
     if missing:
         n = missing[0]
@@ -177,18 +205,66 @@ def expect_record(run: Run, record: LoopRecord, turns: set[int], done: set[tuple
                      f"kill {where}", expected=f"turns {sorted(turns)}", seen=record.describe(),
                      look_at=todo(19, "a turn is recorded when the model has answered it"))
     lacking = sorted(done - set(record.calls))
+    kind = KINDS.get(record.name(*lacking[0])) if lacking else None
+    if kind is not None and not sent[kind]:  # never sent: the loop went past it, its result was not lost
+        raise Failed(f"{call_name(*lacking[0], record=record)} of run {run.run_id} was skipped: it has no recorded "
+                     f"result, and {what} reached its kill point without sending it (the provider got no {kind} "
+                     "request from it)",
+                     expected=f"a row in `calls` for each of {sorted(done)}: resume runs a call without a result "
+                              "before anything after it",
+                     seen=record.describe(),
+                     look_at=todo(19, "go on at the first call with no result; the next turn is asked only once "
+                                      "every call of the last one has its result"))
     if lacking:
-        raise Failed(f"the record of run {run.run_id} holds no result for {call_name(*lacking[0])}, although it "
-                     f"returned before the kill {where}",
+        raise Failed(f"the record of run {run.run_id} holds no result for {call_name(*lacking[0], record=record)}, "
+                     f"although it returned before the kill {where}",
                      expected=f"a row in `calls` for each of {sorted(done)}, committed once the call returned",
                      seen=record.describe(),
                      look_at=todo(16, "keep the call's result, committed, with its key") + "; and "
                              + todo(19, "record each result once it returned"))
     ahead = sorted(set(record.calls) - done)
     if ahead:
-        raise Failed(f"the record of run {run.run_id} holds a result for {call_name(*ahead[0])}, which had not "
-                     f"returned when it was killed {where}", expected=f"results of {sorted(done)} only",
+        raise Failed(f"the record of run {run.run_id} holds a result for {call_name(*ahead[0], record=record)}, "
+                     f"which had not returned when it was killed {where}", expected=f"results of {sorted(done)} only",
                      seen=record.describe(), look_at=todo(19, "record a call's result only after it returned"))
+
+
+def expect_no_skip(run: Run, record: LoopRecord, sent: Counter[str], what: str) -> None:
+    """The record holds what a loop going on at the first call without a result records: no turn after one
+    with a call left without its result, and each turn the script's at its number. Said before any key is
+    judged: the turns after a skip hold other calls than the script's at their numbers, and their effects
+    look like a key that changed. ``sent``: the provider's requests per effect kind in the last process."""
+    for n in sorted(record.turns):
+        later = min((t for t in record.turns if t > n), default=None)
+        names = record.names(n)
+        if later is None or names is None:
+            continue
+        for i in (i for i in range(len(names)) if (n, i) not in record.calls):
+            kind = KINDS.get(names[i])
+            if kind is not None and sent[kind]:  # it went out: its result was lost, not the call skipped
+                continue
+            went = f"and the provider got no {kind} request from {what}" if kind else "(not run, or not recorded)"
+            raise Failed(
+                f"{call_name(n, i, record)} of run {run.run_id} was skipped: it has no recorded result {went}, yet "
+                f"the record holds turn {later}, asked after it",
+                expected=f"turn {n}'s calls without a result run, under their keys, before turn {n + 1} is asked: "
+                         "resume goes on at the first call with no result",
+                seen=record.describe(),
+                look_at=todo(19, "go on at the first call with no result; the next turn is asked only once every "
+                                 "call of the last one has its result")
+                        + ("" if kind else "; and " + todo(16, "keep the call's result, committed, with its key")))
+    scripted = {tuple(names): m for m, names in TURNS.items() if names}
+    for n in sorted(record.turns):
+        names = record.names(n)
+        m = scripted.get(tuple(names or ()))
+        if m is not None and m != n:
+            raise Failed(f"turn {n} of run {run.run_id} is recorded as {names}, the script's turn {m}: {what} asked "
+                         f"turn {n} on a prompt that does not hold what turns 1-{n - 1} did",
+                         expected=f"turn {n} as the script answers it after every earlier call's result: "
+                                  f"{list(TURNS.get(n, ()))}",
+                         seen=record.describe(),
+                         look_at=todo(19, "go on at the first call with no result; the next turn is asked only once "
+                                          "every call of the last one has its result"))
 
 
 def expect_no_conflict(run: Run, outcome: Outcome, what: str) -> None:
@@ -217,7 +293,7 @@ def expect_effects(h: Harness, run: Run, record: LoopRecord, before: dict[str, i
         key = record.calls[place][0] if place in record.calls else ""
         if key in before and requests.get(key, 0) > before[key]:
             raise Failed(
-                f"{what} ran {call_name(*place)} again, although the record held its result",
+                f"{what} ran {call_name(*place, record=record)} again, although the record held its result",
                 expected="a call with a recorded result is done: resume goes on at the first call without one",
                 seen=f"the provider got {requests[key] - before[key]} more request(s) under {key}",
                 look_at=todo(19, "a call whose result is recorded never runs again"))
@@ -232,13 +308,13 @@ def expect_effects(h: Harness, run: Run, record: LoopRecord, before: dict[str, i
                      look_at=todo(19, "a recorded turn is never asked for again") + "; and "
                              + todo(18, "every recorded turn comes back from the record"))
     for place, (key, _) in sorted(record.calls.items()):
-        kind = KINDS.get(TURNS.get(place[0], ())[place[1]] if place[1] < len(TURNS.get(place[0], ())) else "")
+        kind = KINDS.get(record.name(*place))  # by the call's own name: a skip moves calls to other turns
         if kind is None:
             continue
         mine = [e for e in effects if e.kind == kind]
         if len(mine) > 1 or (mine and mine[0].key != key):
-            raise Failed(f"{call_name(*place)} of run {run.run_id} reached the provider under another key than "
-                         "the one its result is recorded with: the key changed between attempts",
+            raise Failed(f"{call_name(*place, record=record)} of run {run.run_id} reached the provider under another "
+                         "key than the one its result is recorded with: the key changed between attempts",
                          expected=f"every attempt under one key, the recorded {key!r}",
                          seen=f"keys of its {kind}s at the provider: {[(e.key, e.requests) for e in mine]}",
                          look_at=todo(17, "the same key on every attempt: from the run, the turn and the call, "
@@ -263,6 +339,14 @@ def expect_done(h: Harness, run: Run, record: LoopRecord, outcome: Outcome) -> l
 # ---------------------------------------------------------------- the check
 
 
+def sent_since(h: Harness, run: Run, before: dict[str, int]) -> Counter[str]:
+    """The provider's requests per effect kind for ``run`` since it held ``before`` (requests per key)."""
+    sent: Counter[str] = Counter()
+    for e in h.effects(run):
+        sent[e.kind] += e.requests - before.get(e.key, 0)
+    return sent
+
+
 def check_loop(h: Harness) -> list[str]:
     run = h.new_run("g7")
     order = f"A-{secrets.randbelow(10**6):06d}"
@@ -277,16 +361,18 @@ def check_loop(h: Harness) -> list[str]:
         what = "`python agent_loop.py start`" if k == 0 else f"the resume after the kill {KILLS[k - 1][1]}"
         outcome = (h.start if k == 0 else h.resume)(run, crash_at=point)
         record = read_loop_record(h, run)
+        sent = sent_since(h, run, before)
+        expect_no_skip(run, record, sent, what)
         expect_no_conflict(run, outcome, what)
         expect_keys(run, record)
         expect_effects(h, run, record, before, held, asked_before, turns_held, what)
         if not outcome.killed:
             h.raise_could_not_run(outcome)
-            expect_record(run, record, turns, done, where)  # a run that went past the point without it
+            expect_record(run, record, turns, done, where, sent, what)  # a run that went past the point
             raise Failed(f"{what} ended (exit {outcome.code}) before it was killed {where}",
                          expected=f"the process killed {where}", seen=f"{record.describe()}; {outcome.last_lines()}",
                          look_at=todo(19, "the loop goes on at the first call with no recorded result"))
-        expect_record(run, record, turns, done, where)
+        expect_record(run, record, turns, done, where, sent, what)
         shown.append(f"killed {where}: the record held turns {sorted(turns)} and the results of "
                      f"{len(done)} call(s); resumed")
     record = read_loop_record(h, run)
@@ -295,6 +381,7 @@ def check_loop(h: Harness) -> list[str]:
     asked_before = h.model.turns(run.task)
     outcome = h.resume(run)
     record = read_loop_record(h, run)
+    expect_no_skip(run, record, sent_since(h, run, before), f"the resume after the kill {KILLS[-1][1]}")
     expect_no_conflict(run, outcome, f"the resume after the kill {KILLS[-1][1]}")
     expect_keys(run, record)
     expect_effects(h, run, record, before, held, asked_before, turns_held, f"the resume after the kill {KILLS[-1][1]}")

@@ -106,6 +106,7 @@ class WrongAnswer:
     file: str = "flow.py"
     also: tuple[str, str] | None = None  # a second (old, new) of the same change, when it moves code
     exit: int = 1  # 3: the program died of its own exception, and the grader names the lesson's mistake above it
+    never: tuple[str, ...] = ()  # what the grader must not say: a neighbouring TODO it could wrongly blame
 
 
 ADVANCE = '''        with transaction(conn):
@@ -408,6 +409,21 @@ WRONG_ANSWERS = [
         old="            if (n, index) in results:\n                continue\n", new="",
         message=("ran turn 2's call 0 (issue_refund) again, although the record held its result",
                  "TODO 19 (exercise 7)")),
+    WrongAnswer(  # the skeleton's loop kept on resume: the turns after it look like a changed key, and are not
+        "resume asks the turn after the last recorded one, that turn's unfinished calls skipped", 7, 7,
+        file="agent_loop.py",
+        old="        if n == 0 or all((n, i) in results for i in range(len(turns[n].calls))):\n",
+        new="        if True:  # the last recorded turn is done: ask the next\n",
+        message=("turn 2's call 0 (issue_refund) of run", "was skipped", "the record holds turn 3",
+                 "TODO 19 (exercise 7) in agent_loop.py"),
+        never=("TODO 17",)),
+    WrongAnswer(
+        "resume asks the next turn once the last one's first call has a result", 7, 7, file="agent_loop.py",
+        old="        if n == 0 or all((n, i) in results for i in range(len(turns[n].calls))):\n",
+        new="        if n == 0 or not turns[n].calls or (n, 0) in results:  # its first call ran: the turn is done\n",
+        message=("turn 2's call 1 (send_email) of run", "was skipped", "without sending it",
+                 "TODO 19 (exercise 7) in agent_loop.py"),
+        never=("TODO 16", "TODO 17")),
 ]
 
 
@@ -434,6 +450,8 @@ def test_a_wrong_answer_fails_with_its_own_message(wrong, tmp_path):
     assert done.returncode == wrong.exit, done.stdout
     for needle in wrong.message:
         assert needle in done.stdout, f"{wrong.name}: expected {needle!r} in:\n{done.stdout}"
+    for needle in wrong.never:
+        assert needle not in done.stdout, f"{wrong.name}: {needle!r} is not this answer's mistake:\n{done.stdout}"
 
 
 # A right answer written another way passes: the grader holds the README's contract, not the solution's code.

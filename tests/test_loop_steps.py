@@ -185,6 +185,25 @@ def test_the_scripted_loop_refunds_each_order_once_and_answers():
     assert all(r.status == "ok" for n, r in results.items() if "/" in n)
 
 
+def test_the_script_stops_at_import_when_a_tool_it_asks_for_is_renamed(monkeypatch):
+    """The script names the lab agent's tools: a tool renamed in the declaration alone is an ImportError
+    that says which, not a run whose first call the toolbox refuses."""
+    import dataclasses
+    import importlib.util
+
+    import drafting.scripted
+    import steps.refund_agent
+    from durable_agents import Toolbox
+
+    renamed = Toolbox(dataclasses.replace(t, name="refund_order") if t.name == "issue_refund" else t
+                      for t in steps.refund_agent.REFUND_TOOLS)
+    monkeypatch.setattr(steps.refund_agent, "REFUND_TOOLS", renamed)
+    spec = importlib.util.spec_from_file_location("scripted_renamed", drafting.scripted.__file__)
+    assert spec and spec.loader
+    with pytest.raises(ImportError, match=r"asks for \['issue_refund'\], which .*REFUND_TOOLS does not declare"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
 def test_keys_are_stable_distinct_and_within_the_provider_rule():
     hostile = "x" * 300 + "\u202e\n\x00 id"
     key = tool_key("run-1", 3, 1, hostile)
