@@ -491,7 +491,7 @@ async def model_turn(req: TurnRequest, deps: StepDeps | None, agent: Agent | Non
     if model is None:
         raise PermanentError("this process has no model for the agent loop: declare the agent with one "
                              "(durable_agents.Agent(model=...)) or build the worker's dependencies with "
-                             "wiring.deps_from_env (LAB_MODEL)")
+                             "wiring.deps_from_env (LLM_BASE_URL, LLM_MODEL)")
     if deps is not None:
         await pace(deps)  # LAB_STEP_SECONDS: slow enough to watch, or to kill by hand
     tools = req.tools if req.tools is not None else toolbox.specs()

@@ -187,5 +187,5 @@ REFUND_PROMPT = (
 )
 
 REFUND_AGENT = Agent("refund", REFUND_PROMPT, REFUND_TOOLS, params=("email",))
-"""The lab's agent, declared as any user's is: no model of its own (the worker's: ``LAB_MODEL``), no services
+"""The lab's agent, declared as any user's is: no model of its own (the worker's: ``LLM_BASE_URL``), no services
 of its own (the worker's ``StepDeps``), the customer's address as its one run parameter."""
