@@ -242,7 +242,7 @@ def _cmd_status(args) -> int:
 
 async def _cmd_settle(args) -> int:
     from providerclient import ProviderClient, provider_url_from_env
-    from steps.settle import render_settle, settle
+    from steps.settle import render_settle, settle, settle_advice
     from wiring.settle import settle_loop_calls
 
     run_id = check_run_id(args.run_id)
@@ -259,8 +259,19 @@ async def _cmd_settle(args) -> int:
             async with ProviderClient(provider_url_from_env(os.environ)) as provider:
                 report = await settle(provider, run_id, [s.name for s in run.steps if s.name in keyed])
         settled, notes = _record_answers(record, run, report)
-    print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled}, indent=2) if args.json else
-          render_settle(run_id, report, retry=f"python -m runrecord retry {run_id}", recorded=notes), flush=True)
+        status = status_mod.status_of(record.load(run_id), flow_changed=_flow_changed(run))
+    # What to do next follows from the run's state, as on Temporal: no retry offered for a run retry refuses.
+    retry = f"python -m runrecord retry {run_id}"
+    refused = (f"run {run_id} reached its turn limit ({run.error}); a retry would ask that turn again under the "
+               "same limit. Start a new RUN_ID with a higher --max-turns."
+               if run.loop is not None and loop.reached_turn_limit(run.error) else None)
+    in_doubt = [step["name"] for step in status["steps"] if step["status"] == "in_doubt"]
+    offer, advice = settle_advice(run_id, status["status"], retry=retry, refused=refused, in_doubt=in_doubt,
+                                  follow=f"python -m runrecord status {run_id}",
+                                  status=f"python -m runrecord status {run_id}")
+    print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled, "run_status": status["status"],
+                      "advice": advice}, indent=2) if args.json else
+          render_settle(run_id, report, retry=retry if offer else None, recorded=notes, footer=advice), flush=True)
     return EXIT_OK
 
 

@@ -430,6 +430,8 @@ class Runner:
                 self.say(
                     f"intent in doubt: {intent.step} attempt {intent.attempt} (Idempotency-Key "
                     f"{intent.idempotency_key}): {why_in_doubt(run, intent)}; repeating it with the same key"
+                    + (" (its tool asks its lookup first: an effect applied under the key is taken, not sent again)"
+                       if run.loop is not None else "")
                 )
         # The step about to run, settled by `settle` while the run was failed: say what the provider answered.
         answered = [i for i in intents if i.position == run.position and "settled_by_provider" in (i.outcome or {})]

@@ -69,12 +69,13 @@ async def settle_calls(calls: Mapping[str, tuple[str, str]], tools: Toolbox, ser
     """``settle`` for an agent loop's calls with an effect, ``{step: (tool name, key)}`` (each under the key its
     recorded turn gives it: ``steps.loop.tool_key``): each asked through its tool's own lookup by key
     (``durable_agents.Tool.lookup``, given ``services``: what the agent's tools reach their services by in this
-    process). A tool that declares no lookup, or that ``tools`` does not hold, is ``CANNOT_ASK`` with the
-    ``reason``. The same entries as ``settle``, in order, with the tool's name."""
+    process). A tool that declares no lookup, that ``tools`` does not hold, or whose lookup raised (its
+    service unreachable) is ``CANNOT_ASK`` with the ``reason``. The same entries as ``settle`` (no request
+    digest: a lookup gives none), in order, with the tool's name."""
     report = []
     for step, (name, key) in calls.items():
         entry: dict[str, Any] = {"step": step, "tool": name, "key": key, "state": "never seen", "requests": 0,
-                                 "applied_at": None, "ids": None, "request_sha256": None}
+                                 "applied_at": None, "ids": None}
         tool = tools.get(name)
         if tool is None or tool.lookup is None:
             entry.update(state=CANNOT_ASK, requests=None,
@@ -82,7 +83,12 @@ async def settle_calls(calls: Mapping[str, tuple[str, str]], tools: Toolbox, ser
                                  f"the agent this command loaded has no tool {name!r}"))
             report.append(entry)
             continue
-        found = await tool.lookup(key, services)
+        try:
+            found = await tool.lookup(key, services)
+        except Exception as err:  # its service down, or the lookup's own bug: this call unknown, the others asked
+            entry.update(state=CANNOT_ASK, requests=None, reason=f"its lookup failed: {str(err)[:200] or repr(err)}")
+            report.append(entry)
+            continue
         if found is not None:
             entry["requests"] = found.requests
             entry["state"] = "applied" if found.applied else "not applied"
@@ -112,7 +118,7 @@ def answer_text(entry: Mapping[str, Any]) -> str:
     if entry["state"] == CANNOT_ASK:
         return (f"cannot ask: {entry.get('reason') or 'its tool declares no lookup by key'}; ask its service "
                 "what it holds under the key below")
-    return "never seen by the provider: not applied"
+    return f"never seen by {'its service' if 'tool' in entry else 'the provider'}: not applied"
 
 
 def what_retry_does(entry: Mapping[str, Any]) -> str:
@@ -141,7 +147,8 @@ def settle_advice(run_id: str, state: str, *, retry: str, refused: str | None, i
                        "parked it and what to do; a retry is refused while it is open.")
     if state == "running":
         return False, (f"run {run_id} is still running: nothing to do by hand. Its own next attempts send the same "
-                       f"keys, so what the provider holds is replayed, never applied again; `{follow}` follows it "
+                       f"keys, so what the provider holds is never applied again "
+                       f"(a tool with a lookup asks it first); `{follow}` follows it "
                        "(a retry is for a run that failed).")
     if refused is not None:
         return False, f"`{retry}` is refused for this run: {refused}"
@@ -155,7 +162,9 @@ def render_settle(run_id: str, report: list[dict[str, Any]], *, retry: str | Non
     """The report for a terminal. ``retry``: the engine's retry command, or None where a retry is not the
     next step (``settle_advice``); ``recorded``: by step, what the engine did with the answer; ``footer``: a
     closing line."""
-    lines = [f"run {run_id}: what the provider holds under each effect step's key"]
+    lines = [f"run {run_id}: what each call's service holds under its key (asked through its tool's lookup)"
+             if any("tool" in e for e in report) else f"run {run_id}: what the provider holds under each effect "
+             "step's key"]
     for e in report:
         lines.append(f"  {e['step']}: {answer_text(e)}")
         lines.append(f"    key {e['key']}")

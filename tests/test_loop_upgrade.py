@@ -226,7 +226,8 @@ ENGINES = {
 def test_a_loop_run_the_old_command_was_killed_in_is_resumed_by_the_new(
         engine, old_checkout, provider, tmp_path, run_id, standin):
     """The old ``python -m <engine> loop`` dies after the refund is applied (its result not recorded); this
-    checkout's ``resume`` finishes the run from the old record, the refund's retry answered by its lookup at the provider."""
+    checkout's ``resume`` finishes the run from the old record, the refund's retry answered by its lookup at the
+    provider."""
     package, db_var = ENGINES[engine]
     env = {db_var: str(tmp_path / f"{package}.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
            "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **model_env(standin)}
