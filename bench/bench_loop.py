@@ -16,7 +16,10 @@ everywhere (the turn limit raised to fit the task).
    dict, nothing recorded; the prompt is memory's window appended to as results come, as Temporal's
    workflow and DBOS's walk build it (the run record derives it again from the record every turn: that
    is part of its overhead).
-   Beside it, interleaved run by run: Temporal (an in-process worker with worker.py's options,
+   Beside it, interleaved run by run: the engine's floor, ``bare-tmp`` (bench/bare_temporal_loop.py: the same
+   two step functions as plain activities of a workflow that only asks, runs the calls in order and appends
+   to the same window; no lab logic), on the same worker as the lab's loop; Temporal (an in-process worker
+   with worker.py's options,
    ``flowclient.worker_options.TUNED_OPTIONS``, on a dev server in memory with ``LAB_SERVER_CONFIG``;
    the run started as ``starter.py loop`` starts it, ``flowclient.loop.start_loop``), the run record
    (``runrecord.runner.Runner.start_loop``, one commit per step, in a file under ``.state/``) and DBOS
@@ -81,7 +84,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # its bare Temporal loop, when imported as bench.bench_loop
 
+from bare_temporal_loop import BareLoop, BareLoopActivities, BareLoopInput  # noqa: E402
 from dbos import DBOS  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
@@ -128,11 +133,14 @@ EMAIL = "ada@example.com"
 # The bare loop, a lane of this bench's own (bare_loop: no engine, nothing recorded), then each engine's lane,
 # named by its registration (lab.registry).
 BARE = "bare"
+BARE_TEMPORAL = "bare-tmp"  # the engine's floor: bench/bare_temporal_loop.py, the same steps, no lab logic
 TEMPORAL = registry.registration_of(TemporalDriver).name
 RECORD = registry.registration_of(RunRecordDriver).name
 DBOS_ENGINE = registry.registration_of(DbosDriver).name
 DURABLE = (TEMPORAL, RECORD, DBOS_ENGINE)
-ENGINES = (BARE, *DURABLE)
+ENGINES = (BARE, BARE_TEMPORAL, *DURABLE)
+WITH_DEPS = (BARE, BARE_TEMPORAL, TEMPORAL, RECORD)
+"""The lanes given dependencies of their own by ``InProcess`` (DBOS builds its own on launch)."""
 POINTS = ("tool:issue_refund:after_effect", "turn:after_answer")
 # The scripted model in the loop's own process, never slowed down, whatever this process's environment says.
 STEP_ENV = {"LLM_BASE_URL": "", "LLM_OFFLINE_VARY": "0", "LAB_STEP_SECONDS": "0"}
@@ -264,15 +272,17 @@ class InProcess:
         self.env = {"PROVIDER_URL": provider_url, "MEMORY_DB": str(work / "memory.db"), **STEP_ENV}
         self.provider_url = provider_url
         self.probe = Probe()
-        self.deps = {e: probed_deps(self.env, self.probe) for e in (BARE, TEMPORAL, RECORD)}
+        self.deps = {e: probed_deps(self.env, self.probe) for e in WITH_DEPS}
         self.rule = rule_from_env({})
 
     async def __aenter__(self) -> InProcess:
         self.client = await connect({"TEMPORAL_ADDRESS": self.server.address, "TEMPORAL_NAMESPACE": "default"})
         self.queue = f"bench-loop-{uuid.uuid4().hex[:6]}"
-        self.worker: Worker | None = Worker(self.client, task_queue=self.queue, workflows=[AgentLoop],
-                                            activities=LoopActivities(self.deps[TEMPORAL]).all(),
-                                            **TUNED_OPTIONS)
+        self.worker: Worker | None = Worker(
+            self.client, task_queue=self.queue, workflows=[AgentLoop, BareLoop],
+            activities=[*LoopActivities(self.deps[TEMPORAL]).all(),
+                        *BareLoopActivities(self.deps[BARE_TEMPORAL]).all()],
+            **TUNED_OPTIONS)
         await self.worker.__aenter__()
         db = self.work / "dbos-loop.db"
         dbos_deps = probed_deps(self.env, self.probe)
@@ -304,6 +314,9 @@ class InProcess:
         began = time.perf_counter()
         if engine == BARE:
             answer = await bare_loop(self.deps[BARE], LoopInputs(run_id, task, EMAIL, max_turns=max_turns))
+        elif engine == BARE_TEMPORAL:
+            answer = await self.client.execute_workflow(
+                BareLoop.run, BareLoopInput(run_id, task, EMAIL, max_turns), id=run_id, task_queue=self.queue)
         elif engine == TEMPORAL:
             await start_loop(self.client, run_id, task, EMAIL, task_queue=self.queue, max_turns=max_turns,
                              history_bound=history_bound, rule=self.rule)
@@ -642,6 +655,15 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
               f"{ratio(engine, 'end'):>6.2f}x {m['end'] / steps * 1e3:>8.2f}")
     print("  (a turn: the model asked to the first call's request sent; a call: its request sent to the next "
           "step's I/O; overhead: less the bare loop's; start: the call that starts the run to turn 1's I/O)")
+
+    def over_floor(what: str) -> float:
+        """The lab's loop on Temporal over the engine's floor (``bare-tmp``), the median of per-round ratios."""
+        return _med([value(t, what) / value(b, what)
+                     for t, b in zip(runs[TEMPORAL], runs[BARE_TEMPORAL], strict=True)])
+
+    print(f"  the lab's loop on Temporal over the engine's floor ({BARE_TEMPORAL}: the same steps, no lab logic): "
+          f"per turn {over_floor('turn'):.2f}x, per call {over_floor('call'):.2f}x, end to end "
+          f"{over_floor('end'):.2f}x (medians of the per-round ratios)")
 
     long: dict[str, list[Timed]] = out["long"]
     lk = (args.long_turns - 2) // 2

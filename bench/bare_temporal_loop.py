@@ -1,0 +1,76 @@
+"""The engine's floor for bench_loop.py: the agent loop on Temporal with nothing of the lab's workflow logic.
+
+``BareLoop`` asks a turn, runs its calls one after the other, appends each answer and result to memory's
+window (the same ``DerivedWindow`` under the same bounds as ``workflows.agent_loop``, so each turn's prompt
+is the same), and ends at the first turn that asks for no tool. Its two activities call the same step
+functions the lab's do (``steps.loop.model_turn``, ``steps.loop.run_tool``), with the same dependencies,
+plainly: no heartbeating wrapper, no served-agent lookup, no reset reuse. The workflow has no retry
+ledger, no progress state, no details text, no history bound, no crash points, no version checks, and
+schedules each activity with Temporal's own retry policy. What the lab's loop costs over this is its
+workflow's work and what its activities wrap around the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from memory import DerivedWindow, MemoryPolicy
+    from steps import loop
+    from steps.flow import StepDeps
+    from steps.loop import LoopInputs, ToolRequest, ToolResult, TurnRequest, TurnResult
+
+TIMEOUT = timedelta(seconds=30)
+
+
+@dataclass
+class BareLoopInput:
+    run_id: str
+    task: str
+    email: str
+    max_turns: int
+
+
+class BareLoopActivities:
+    """The two steps, as plain activities on one worker's dependencies."""
+
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="bare_model_turn")
+    async def turn(self, req: TurnRequest) -> TurnResult:
+        return await loop.model_turn(req, self.deps)
+
+    @activity.defn(name="bare_tool_call")
+    async def call(self, req: ToolRequest) -> ToolResult:
+        return await loop.run_tool(req, self.deps)
+
+    def all(self) -> list:
+        return [self.turn, self.call]
+
+
+@workflow.defn(name="BenchBareLoop")
+class BareLoop:
+    @workflow.run
+    async def run(self, inp: BareLoopInput) -> str:
+        inputs = LoopInputs(inp.run_id, inp.task, inp.email, max_turns=inp.max_turns)
+        window = DerivedWindow(MemoryPolicy(max_tokens=inputs.window_tokens, max_messages=inputs.window_messages))
+        window.add(*loop.system_message(), pin=True)
+        window.add(*loop.task_message(inputs))
+        for turn in range(1, inputs.max_turns + 1):
+            answer = await workflow.execute_activity(
+                BareLoopActivities.turn, TurnRequest(inputs.run_id, turn, window.prompt(), inputs.max_turns,
+                                                     inputs.window_tokens), start_to_close_timeout=TIMEOUT)
+            window.add(*loop.turn_message(answer))
+            if not answer.calls:
+                return answer.content
+            for index, call in enumerate(answer.calls):
+                result = await workflow.execute_activity(
+                    BareLoopActivities.call, loop.tool_request(inputs, turn, index, call),
+                    start_to_close_timeout=TIMEOUT)
+                window.add(*loop.result_message(answer, result))
+        raise ApplicationError(f"turn limit of {inputs.max_turns} reached", non_retryable=True)
