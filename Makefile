@@ -165,7 +165,7 @@ lock:
 	  --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements/deploy.lock pyproject.toml
 	rm -rf $(VENV)-lock
 
-## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills and clock (docs/peers.md; ~10 min; builds .venv-peers)
+## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills and clock (docs/peers.md; ~6 min; builds .venv-peers)
 .PHONY: peers
 PEERS_VENV := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed

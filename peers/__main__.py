@@ -102,12 +102,11 @@ async def invocation(args: argparse.Namespace) -> int:
                 trials = await asyncio.gather(*(one(fault, n, s) for n, s in enumerate(subjects)))
                 say(fault_table(fault, trials) + "\n")
             runs, kills = (1, 1) if args.quick else (args.runs, args.kills)
-            figures = []
-            for subject in subjects:
-                f = clock.Figures(subject.label)
-                await clock.per_turn(ctx, subject, runs, f)
+            figures = [clock.Figures(subject.label) for subject in subjects]
+            await clock.per_turn(ctx, subjects, runs, figures)
+            print("  clock / per turn: done", file=sys.stderr, flush=True)
+            for subject, f in zip(subjects, figures, strict=True):
                 await clock.kill_to_done(ctx, subject, kills, f)
-                figures.append(f)
                 print(f"  clock / {subject.label}: done", file=sys.stderr, flush=True)
             figures += await clock.lab_in_process(ctx, runs, kills)
             say("**The clock**: the stand-in answering at once; a task of 2 orders (6 turns); "
@@ -129,8 +128,9 @@ async def invocation(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m peers", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one fault, one variant per lane, one clock run")
-    parser.add_argument("--runs", type=int, default=3, help="clock runs per subject after a warm-up (default 3)")
-    parser.add_argument("--kills", type=int, default=2, help="kills per subject for the clock (default 2)")
+    parser.add_argument("--runs", type=int, default=8,
+                        help="clock runs per subject after a warm-up (default 8: enough for the medians to rank)")
+    parser.add_argument("--kills", type=int, default=3, help="kills per subject for the clock (default 3)")
     parser.add_argument("--delay", type=float, default=1.0,
                         help="seconds the slow stand-in waits before each tool request's answer (default 1)")
     parser.add_argument("--parallel", type=int, default=3,

@@ -2,7 +2,9 @@
 
 1. **Time per turn**, the stand-in answering at once: a task of two orders (6 turns, 7 tool calls), started
    on a worker already polling, from the start call to the run's result in the caller's hands, divided by 6.
-   The first run is a warm-up and not counted. The peers and the lab's loop on Temporal run in worker
+   Every subject's worker polls at once and the runs go round by round, one of each subject per round, the
+   order reversed every other round (``per_turn``): load that drifts over the clock's minutes falls on all
+   alike. The first round is a warm-up and not counted. The peers and the lab's loop on Temporal run in worker
    processes (``peers.subjects``); the lab's run record and DBOS, and the bare loop (no engine at all: the
    baseline), run in this process through ``bench/bench_loop.py``'s ``InProcess`` with its model pointed at
    the same stand-in over HTTP.
@@ -49,27 +51,39 @@ def clock_task() -> tuple[str, dict[str, int]]:
     return "Orders " + " and ".join(orders) + " arrived broken: please refund both.", orders
 
 
-async def per_turn(ctx: Context, subject: Subject, runs: int, figures: Figures) -> None:
-    subject.fresh_queue()
-    label = f"peers-clock-{subject.queue}"
-    worker = await subject.start_worker(label, crash_at="", llm_url=ctx.standin_url, name="clock")
+async def per_turn(ctx: Context, subjects: list[Subject], runs: int, figures: list[Figures]) -> None:
+    """Every subject's worker polling at once, and their runs taken in turn: round by round, one run of each,
+    the order reversed every other round, so the machine's drift over the minutes of the clock falls on every
+    subject alike rather than on whichever was measured last. The first round warms the workers up."""
+    workers = []
     try:
+        for subject in subjects:
+            subject.fresh_queue()
+            workers.append(await subject.start_worker(f"peers-clock-{subject.queue}", crash_at="",
+                                                      llm_url=ctx.standin_url, name="clock"))
+        pairs = list(zip(subjects, figures, strict=True))
         for i in range(runs + 1):
-            task, orders = clock_task()
-            await asyncio.to_thread(seed_orders, ctx.provider_url, orders)
-            run_id = f"{label}-{i}"
-            began = time.perf_counter()
-            await subject.start_run(run_id, task)
-            outcome, _ = await subject.result(run_id, RUN_TIMEOUT)
-            seconds = time.perf_counter() - began
-            if outcome != "completed":
-                figures.note = f"a clock run ended: {outcome}"
-                return
-            if i:  # the first run warms the worker up
-                figures.per_turn.append(seconds / CLOCK_TURNS)
-                figures.events_per_turn.append(await subject.history_events(run_id) / CLOCK_TURNS)
+            for subject, f in pairs if i % 2 == 0 else reversed(pairs):
+                if not f.note:
+                    await _clocked(ctx, subject, i, f)
     finally:
-        worker.kill()
+        for worker in workers:
+            worker.kill()
+
+
+async def _clocked(ctx: Context, subject: Subject, i: int, figures: Figures) -> None:
+    task, orders = clock_task()
+    await asyncio.to_thread(seed_orders, ctx.provider_url, orders)
+    run_id = f"peers-clock-{subject.queue}-{i}"
+    began = time.perf_counter()
+    await subject.start_run(run_id, task)
+    outcome, _ = await subject.result(run_id, RUN_TIMEOUT)
+    seconds = time.perf_counter() - began
+    if outcome != "completed":
+        figures.note = f"a clock run ended: {outcome}"
+    elif i:  # the first run warms the worker up
+        figures.per_turn.append(seconds / CLOCK_TURNS)
+        figures.events_per_turn.append(await subject.history_events(run_id) / CLOCK_TURNS)
 
 
 async def kill_to_done(ctx: Context, subject: Subject, trials: int, figures: Figures) -> None:
@@ -114,7 +128,7 @@ async def lab_in_process(ctx: Context, runs: int, kills: int) -> list[Figures]:
     eng = bench_loop.InProcess(work, ctx.provider_url, ctx.server)
     # The same model as every other subject: the stand-in over HTTP, not the scripted model in this process.
     eng.env.update({"LLM_BASE_URL": ctx.standin_url, "LLM_MODEL": "scripted"})
-    eng.deps = {e: bench_loop.probed_deps(eng.env, eng.probe) for e in (bare, bench_loop.TEMPORAL, record)}
+    eng.deps = {e: bench_loop.probed_deps(eng.env, eng.probe) for e in bench_loop.WITH_DEPS}
     async with eng:
         for i in range(runs + 1):
             for engine, figures in out.items():

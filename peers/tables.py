@@ -60,7 +60,17 @@ def _spread(values: Sequence[float], scale: float = 1.0, digits: int = 0) -> str
 
 
 def figures_table(figures: Sequence[Figures]) -> str:
-    rows = [[f.subject, _spread(f.per_turn, 1000), _spread(f.events_per_turn, digits=1),
+    """The clock's table. "x the first": each Temporal subject's time per turn over the first subject's (the
+    lab's loop on Temporal) in the same round of ``clock.per_turn``, the median over the rounds both ran."""
+    first = figures[0].per_turn if figures else []
+
+    def over_first(f: Figures) -> str:
+        if not f.events_per_turn:  # not a Temporal subject: clocked apart, in this process, not in the rounds
+            return "-"
+        ratios = [mine / theirs for mine, theirs in zip(f.per_turn, first, strict=False) if theirs]
+        return f"{statistics.median(ratios):.2f}x" if ratios else "-"
+
+    rows = [[f.subject, _spread(f.per_turn, 1000), over_first(f), _spread(f.events_per_turn, digits=1),
              _spread(f.kill_to_done, digits=2), f.note or ""] for f in figures]
-    return markdown(["subject", "ms per turn, median (range)", "history events per turn",
-                     "kill → done with a standby, s", "note"], rows)
+    return markdown(["subject", "ms per turn, median (range)", "x the first, per round",
+                     "history events per turn", "kill → done with a standby, s", "note"], rows)
