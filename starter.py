@@ -233,7 +233,8 @@ async def _cmd_loop(args) -> int:
                   flush=True)
     created, existing = await start_loop(client, run_id, task, email, max_turns=max_turns,
                                          window_tokens=window_tokens, window_messages=window_messages,
-                                         history_bound=bound, agent=agent, params=params)
+                                         history_bound=bound, agent=agent, params=params,
+                                         agent_spec=args.agent or "")
     if created:
         if not args.json:
             of = "" if agent.name == REFUND_AGENT.name else f" of agent {agent.name}"
@@ -330,7 +331,8 @@ async def _cmd_settle(args) -> int:
     calls = None
     if await is_loop_run(client, run_id):
         found: Mapping[str, Any] = await loop_status(client, run_id)
-        agent = settled_agent(args.agent, found["agent"], f"python starter.py settle {run_id} --agent MODULE:ATTR")
+        agent = settled_agent(args.agent or found["agent_spec"], found["agent"],
+                              f"python starter.py settle {run_id} --agent MODULE:ATTR")
         # A loop's calls are keyed by their recorded turns (steps.loop.tool_key), not by step names; each is
         # asked through its tool's own lookup.
         calls = {f"turn-{turn['turn']}/call-{call['index']}": (call["name"], call["key"])
@@ -407,12 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="follow the run until it completes or fails")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_retry)
-    p = sub.add_parser("settle", help="ask the provider, by key, whether each effect of the run was applied",
+    p = sub.add_parser("settle", help="ask, by key, whether each effect of the run was applied (the provider; a loop "
+                                      "call's own service, through its tool's lookup)",
                        parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
                    help="a loop run's agent by import string, whose tools' lookups ask their services (default: "
-                        "the lab's refund agent; a run of another agent needs it)")
+                        "the one `starter.py loop --agent` recorded, else the lab's refund agent)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_settle)
     args = parser.parse_args(argv)

@@ -114,13 +114,14 @@ async def start_loop(
     max_turns: int | None = None, window_tokens: int | None = None,
     window_messages: int | None = None, history_bound: int = DEFAULT_HISTORY_BOUND,
     rule: RetryRule | None = None, task_timeout: timedelta | None = None,
-    agent: Agent = REFUND_AGENT, params: Mapping[str, str] | None = None,
+    agent: Agent = REFUND_AGENT, params: Mapping[str, str] | None = None, agent_spec: str = "",
 ) -> tuple[bool, dict[str, Any] | None]:
     """Start the loop run, or attach to the existing one. Returns (created, existing status).
 
     ``agent``: the agent the run is run by (a worker must serve it: ``steps.served``), recorded by name
     with its version (``LoopInput.loop``), its instructions and its tools' specs; ``params`` the run's
-    parameters it declares (the refund agent's one, its customer's address, is ``email``). The turn limit
+    parameters it declares (the refund agent's one, its customer's address, is ``email``); ``agent_spec`` the
+    import string it was loaded by, recorded for the commands that load it again (``starter.py settle``). The turn limit
     and the window's bounds are the agent's unless given. The input is checked here with the workflow's own
     rules (``InputError`` saying what to give), so a bad one is refused before a run exists; the workflow
     checks again. The retry rule comes from the environment unless given (``steps.retry.rule_from_env``)."""
@@ -150,7 +151,8 @@ async def start_loop(
                       window_messages=window_messages, retry=rule.to_dict(), history_bound=history_bound,
                       loop=list(served.signature),
                       instructions=LoopInstructions(agent.instructions, agent.tools.specs()),
-                      agent="" if lab else agent.name, params=checked_params),
+                      agent="" if lab else agent.name, params=checked_params,
+                      agent_spec="" if lab else agent_spec),
             id=run_id,
             task_queue=task_queue or default_task_queue(),
             task_timeout=task_timeout or workflow_task_timeout(),
@@ -383,7 +385,7 @@ def _entry(step: str, run: ChainRun, place: int, *, effect: bool, closed: bool) 
 
 async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     """The chain's status from its histories (no worker needed): ``run_id``, ``agent`` (the name of the agent
-    the run is run by), ``status``, ``error``,
+    the run is run by) and ``agent_spec`` (its import string, if the run recorded one), ``status``, ``error``,
     ``answer``, ``turn`` (the newest), ``max_turns``, ``runs`` (the Temporal run ids, oldest first),
     ``counts``, ``detail`` (a parked run's account, else None), and ``turns``: every turn of the chain with
     ``reused`` (true: a run before a reset recorded it and this chain read that record back, the model not
@@ -441,7 +443,8 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         status = "failed"
     output = latest.output if isinstance(latest.output, Mapping) else {}
     return {
-        "run_id": run_id, "agent": agent_name(chain.first_input.get("agent")), "status": status,
+        "run_id": run_id, "agent": agent_name(chain.first_input.get("agent")),
+        "agent_spec": str(chain.first_input.get("agent_spec") or ""), "status": status,
         "error": latest.error, "answer": output.get("answer"), "detail": latest.parked,
         "turn": turns[-1]["turn"] if turns else 1,
         "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
@@ -528,7 +531,7 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
             outcome = call.get("outcome")
             shown_result = ""
             if outcome:
-                shown_result = f": {outcome}" + (" (replayed by the provider)" if call.get("replayed") else "")
+                shown_result = f": {outcome}" + (" (answered from its service's store)" if call.get("replayed") else "")
                 if call.get("result"):
                     shown_result += f" {call['result']}"
                 elif call.get("note"):

@@ -386,8 +386,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", action="append", default=[], metavar="MODULE:ATTR", help=AGENT_HELP)
     p.set_defaults(func=_cmd_retry)
     p = sub.add_parser("settle", parents=[common],
-                       help="ask the provider, by key, whether each effect was applied; on a failed run, record "
-                            "its answer on the intents in doubt")
+                       help="ask, by key, whether each effect was applied (the provider; a loop call's own service, "
+                            "through its tool's lookup); on a failed run, record the answer on the intents in doubt")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--agent", default=None, metavar="MODULE:ATTR",
                    help="a loop run's agent by import string, whose tools' lookups ask their services (default: "

@@ -140,7 +140,7 @@ def settle_advice(run_id: str, state: str, *, retry: str, refused: str | None, i
     follow an open run and show a run."""
     if state == "completed":
         return False, (f"run {run_id} completed: nothing to do. Its steps are done and the answers above are what "
-                       "the provider applied under their keys; a completed run cannot be retried (a new RUN_ID "
+                       "was applied under their keys; a completed run cannot be retried (a new RUN_ID "
                        "does the task again).")
     if state == "parked":
         return False, (f"run {run_id} is parked (open; its workflow task keeps failing): `{status}` says what "

@@ -25,6 +25,7 @@ from flowclient.loop import loop_status, start_loop
 from lab.processes import REPO
 from steps.limits import InputError
 from steps.loop import AskedCall, LoopInputs, run_tool, tool_request
+from steps.loopargs import settled_agent
 from steps.served import Served
 from tests.agents.notebook import NOTEBOOK, Page, read_page
 from tests.support import first_workflow_task_failure, wait_exit
@@ -68,7 +69,7 @@ async def test_an_agent_of_its_own_killed_on_temporal_applies_each_effect_once(
     first = workers(crash_at=point, extra_env=env, args=["--agent", SPEC])
     assert "notebook (version" in first.output()
     created, _ = await start_loop(client, run_id, TASK, task_queue=task_queue, agent=NOTEBOOK,
-                                  params={"owner": "ana@example.com"})
+                                  params={"owner": "ana@example.com"}, agent_spec=SPEC)
     assert created
     assert wait_exit(first, 90) == -9, first.output()
     workers(extra_env=env, args=["--agent", SPEC])
@@ -79,18 +80,24 @@ async def test_an_agent_of_its_own_killed_on_temporal_applies_each_effect_once(
     assert status["counts"] == {"turns": 3, "tool_calls": 3, "effects": 2, "refused": 0}, status["counts"]
     keyed = [c["name"] for t in status["turns"] for c in t["calls"] if c["key"]]
     assert keyed == ["write_note", "archive"], status["turns"]  # its effects, from what the run recorded
-    assert status["agent"] == "notebook"
+    assert (status["agent"], status["agent_spec"]) == ("notebook", SPEC)
     if point != POINTS[-1]:
         return
-    # settle needs the run's agent, whose tools ask their own services: told so, then given it.
+    # settle loads the run's agent by the import string it recorded, and its tools ask their own services.
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "NOTEBOOK_DB": str(db)}
-    told = subprocess.run([sys.executable, "starter.py", "settle", run_id], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
-    assert told.returncode == 2 and "started by agent 'notebook'" in told.stderr and "--agent" in told.stderr, told
-    done = subprocess.run([sys.executable, "starter.py", "settle", run_id, "--agent", SPEC, "--json"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "starter.py", "settle", run_id, "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert settled(json.loads(done.stdout)) == SETTLED
+
+
+def test_settle_names_the_agent_a_run_needs_when_it_recorded_no_import_string():
+    with pytest.raises(InputError, match="started by agent 'notebook'.*--agent MODULE:ATTR"):
+        settled_agent(None, "notebook", "python starter.py settle r1 --agent MODULE:ATTR")
+    with pytest.raises(InputError, match="is agent 'refund', but the run was started by agent 'notebook'"):
+        settled_agent("steps.refund_agent:REFUND_AGENT", "notebook", "...")
+    assert settled_agent(SPEC, "notebook", "...") is NOTEBOOK
+    assert settled_agent(None, "", "...").name == "refund"  # a run recorded before agents had names
 
 
 def settled(report: dict) -> list[tuple[str, str]]:

@@ -168,6 +168,10 @@ class LoopInput:
     agents had names, and its own runs' ``email``)."""
     params: dict[str, str] | None = None
     """The run's parameters, which its agent declares and its tools read (``durable_agents.Agent.params``)."""
+    agent_spec: str = ""
+    """The import string the run's agent was started by (``starter.py loop --agent``), for the commands that load
+    it again (``starter.py settle``); "" when none was given (the refund agent, a run started from code). The
+    workflow never reads it."""
 
 
 @dataclass
