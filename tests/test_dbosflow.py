@@ -68,6 +68,13 @@ def test_a_run_completes_with_each_effect_once_and_status_speaks_the_shared_voca
                                          idempotency_key(run_id, "record_outcome"): (1, 1)}
     again = dbos_procs("start", run_id, TASK, "--email", EMAIL)
     assert wait_exit(again, timeout=60) == 3 and "already exists" in again.output()
+    # settle asks the provider by each effect step's key; it reads, and DBOS's record is not written.
+    settled = dbos_procs("settle", run_id, "--json")
+    assert wait_exit(settled, timeout=60) == 0, settled.output()
+    report = json.loads(settled.output()[settled.output().index("{"):])
+    assert [(e["step"], e["key"], e["state"]) for e in report["steps"]] == [
+        (step, idempotency_key(run_id, step), "applied") for step in ("send_confirmation", "record_outcome")]
+    assert report["run_status"] == "completed"
 
 
 def test_a_permanent_error_fails_the_run_naming_the_step_and_resume_refuses_it(dbos_procs, provider):
