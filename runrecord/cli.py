@@ -269,8 +269,8 @@ async def _cmd_settle(args) -> int:
     offer, advice = settle_advice(run_id, status["status"], retry=retry, refused=refused, in_doubt=in_doubt,
                                   follow=f"python -m runrecord status {run_id}",
                                   status=f"python -m runrecord status {run_id}")
-    print(json.dumps({"run_id": run_id, "steps": report, "recorded": settled, "run_status": status["status"],
-                      "advice": advice}, indent=2) if args.json else
+    print(json.dumps({"run_id": run_id, "steps": report, "run_status": status["status"], "in_doubt": in_doubt,
+                      "advice": advice, "recorded": settled}, indent=2) if args.json else
           render_settle(run_id, report, retry=retry if offer else None, recorded=notes, footer=advice), flush=True)
     return EXIT_OK
 
