@@ -8,6 +8,11 @@ plainly: no heartbeating wrapper, no served-agent lookup, no reset reuse. The wo
 ledger, no progress state, no details text, no history bound, no crash points, no version checks, and
 schedules each activity with Temporal's own retry policy. What the lab's loop costs over this is its
 workflow's work and what its activities wrap around the steps.
+
+With ``local_reads`` a call of a read-only tool (no effect: running it again applies nothing) is a local
+activity, run by the worker inside the workflow task that scheduled it and recorded as a marker: one
+activity dispatch fewer per such call. A lane of its own in bench_loop.py (``bare-local``): what that
+change would save the lab's loop, measured before anyone makes it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from steps import loop
     from steps.flow import StepDeps
     from steps.loop import LoopInputs, ToolRequest, ToolResult, TurnRequest, TurnResult
+    from steps.refund_agent import REFUND_TOOLS
 
 TIMEOUT = timedelta(seconds=30)
 
@@ -33,6 +39,7 @@ class BareLoopInput:
     task: str
     email: str
     max_turns: int
+    local_reads: bool = False
 
 
 class BareLoopActivities:
@@ -69,8 +76,12 @@ class BareLoop:
             if not answer.calls:
                 return answer.content
             for index, call in enumerate(answer.calls):
-                result = await workflow.execute_activity(
-                    BareLoopActivities.call, loop.tool_request(inputs, turn, index, call),
-                    start_to_close_timeout=TIMEOUT)
+                request = loop.tool_request(inputs, turn, index, call)
+                if inp.local_reads and call.name not in REFUND_TOOLS.effects:
+                    result = await workflow.execute_local_activity(BareLoopActivities.call, request,
+                                                                   start_to_close_timeout=TIMEOUT)
+                else:
+                    result = await workflow.execute_activity(BareLoopActivities.call, request,
+                                                             start_to_close_timeout=TIMEOUT)
                 window.add(*loop.result_message(answer, result))
         raise ApplicationError(f"turn limit of {inputs.max_turns} reached", non_retryable=True)

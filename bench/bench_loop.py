@@ -18,8 +18,8 @@ everywhere (the turn limit raised to fit the task).
    is part of its overhead).
    Beside it, interleaved run by run: the engine's floor, ``bare-tmp`` (bench/bare_temporal_loop.py: the same
    two step functions as plain activities of a workflow that only asks, runs the calls in order and appends
-   to the same window; no lab logic), on the same worker as the lab's loop; Temporal (an in-process worker
-   with worker.py's options,
+   to the same window; no lab logic), and ``bare-local``, the same with its read-only calls as local
+   activities, on the same worker as the lab's loop; Temporal (an in-process worker with worker.py's options,
    ``flowclient.worker_options.TUNED_OPTIONS``, on a dev server in memory with ``LAB_SERVER_CONFIG``;
    the run started as ``starter.py loop`` starts it, ``flowclient.loop.start_loop``), the run record
    (``runrecord.runner.Runner.start_loop``, one commit per step, in a file under ``.state/``) and DBOS
@@ -134,11 +134,12 @@ EMAIL = "ada@example.com"
 # named by its registration (lab.registry).
 BARE = "bare"
 BARE_TEMPORAL = "bare-tmp"  # the engine's floor: bench/bare_temporal_loop.py, the same steps, no lab logic
+BARE_LOCAL = "bare-local"  # the same, its read-only calls as local activities: what that cut would save
 TEMPORAL = registry.registration_of(TemporalDriver).name
 RECORD = registry.registration_of(RunRecordDriver).name
 DBOS_ENGINE = registry.registration_of(DbosDriver).name
 DURABLE = (TEMPORAL, RECORD, DBOS_ENGINE)
-ENGINES = (BARE, BARE_TEMPORAL, *DURABLE)
+ENGINES = (BARE, BARE_TEMPORAL, BARE_LOCAL, *DURABLE)
 WITH_DEPS = (BARE, BARE_TEMPORAL, TEMPORAL, RECORD)
 """The lanes given dependencies of their own by ``InProcess`` (DBOS builds its own on launch)."""
 POINTS = ("tool:issue_refund:after_effect", "turn:after_answer")
@@ -314,9 +315,10 @@ class InProcess:
         began = time.perf_counter()
         if engine == BARE:
             answer = await bare_loop(self.deps[BARE], LoopInputs(run_id, task, EMAIL, max_turns=max_turns))
-        elif engine == BARE_TEMPORAL:
+        elif engine in (BARE_TEMPORAL, BARE_LOCAL):
             answer = await self.client.execute_workflow(
-                BareLoop.run, BareLoopInput(run_id, task, EMAIL, max_turns), id=run_id, task_queue=self.queue)
+                BareLoop.run, BareLoopInput(run_id, task, EMAIL, max_turns, local_reads=engine == BARE_LOCAL),
+                id=run_id, task_queue=self.queue)
         elif engine == TEMPORAL:
             await start_loop(self.client, run_id, task, EMAIL, task_queue=self.queue, max_turns=max_turns,
                              history_bound=history_bound, rule=self.rule)
@@ -656,14 +658,16 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     print("  (a turn: the model asked to the first call's request sent; a call: its request sent to the next "
           "step's I/O; overhead: less the bare loop's; start: the call that starts the run to turn 1's I/O)")
 
-    def over_floor(what: str) -> float:
-        """The lab's loop on Temporal over the engine's floor (``bare-tmp``), the median of per-round ratios."""
+    def over_floor(what: str, engine: str = TEMPORAL) -> float:
+        """``engine`` over the engine's floor (``bare-tmp``), the median of per-round ratios."""
         return _med([value(t, what) / value(b, what)
-                     for t, b in zip(runs[TEMPORAL], runs[BARE_TEMPORAL], strict=True)])
+                     for t, b in zip(runs[engine], runs[BARE_TEMPORAL], strict=True)])
 
     print(f"  the lab's loop on Temporal over the engine's floor ({BARE_TEMPORAL}: the same steps, no lab logic): "
           f"per turn {over_floor('turn'):.2f}x, per call {over_floor('call'):.2f}x, end to end "
           f"{over_floor('end'):.2f}x (medians of the per-round ratios)")
+    print(f"  {BARE_LOCAL} (the floor, its read-only calls as local activities) over {BARE_TEMPORAL}: end to end "
+          f"{over_floor('end', BARE_LOCAL):.2f}x, per turn {over_floor('turn', BARE_LOCAL):.2f}x")
 
     long: dict[str, list[Timed]] = out["long"]
     lk = (args.long_turns - 2) // 2
