@@ -183,6 +183,21 @@ async def first_workflow_task_failure(raw_client, reader, run_id: str) -> str:
 # -- listening sockets (Linux /proc) ---------------------------------------------
 
 
+def activity_ids(events) -> dict[int, str]:
+    """Activity id (``<step>/<attempt>``, a loop's ``turn-2/call-0/<attempt>``) by the event id of its
+    ActivityTaskScheduled."""
+    return {e.event_id: e.activity_task_scheduled_event_attributes.activity_id for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
+
+
+def started_by(events) -> dict[str, str]:
+    """The identity of the worker that took each activity attempt (activity id -> identity)."""
+    scheduled = activity_ids(events)
+    return {scheduled[e.activity_task_started_event_attributes.scheduled_event_id]:
+            e.activity_task_started_event_attributes.identity
+            for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED}
+
+
 def _socket_inodes(pid: int) -> set[str]:
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():

@@ -48,7 +48,7 @@ from tests.loop_support import (
     assert_resumed_asking_and_applying_once,
     model_env,
 )
-from tests.support import wait_exit, worktree_of
+from tests.support import activity_ids, started_by, wait_exit, worktree_of
 
 pytestmark = pytest.mark.process
 
@@ -95,20 +95,6 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], what: str) -> str:
 def _temporal_env(dev_server, provider, queue: str) -> dict[str, str]:
     return {"TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default", "TASK_QUEUE": queue,
             "PROVIDER_URL": provider.url}
-
-
-def _activity_ids(events) -> dict[int, str]:
-    """Activity id (``turn-2/call-0/<attempt>``) by the event id of its ActivityTaskScheduled."""
-    return {e.event_id: e.activity_task_scheduled_event_attributes.activity_id for e in events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
-
-
-def _started_by(events) -> dict[str, str]:
-    """The identity of the worker that took each activity attempt (activity id -> identity)."""
-    scheduled = _activity_ids(events)
-    return {scheduled[e.activity_task_started_event_attributes.scheduled_event_id]:
-            e.activity_task_started_event_attributes.identity
-            for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED}
 
 
 def _new_status(dev_server, provider, queue: str, run_id: str) -> dict:
@@ -187,11 +173,11 @@ async def test_a_loop_run_the_old_code_started_and_died_in_is_finished_by_the_ne
     # The new worker began no step the old code recorded; it began the one the kill interrupted.
     ran = started_steps(new)
     assert ran and ran[0] == resumed_at and not recorded & set(ran), ran
-    by = _started_by(events)
+    by = started_by(events)
     assert "old-worker" in by.values() and "new-worker" in by.values(), by
     # The old worker's open attempt ended by its heartbeat's timeout, the one way Temporal learns of the death;
     # a worker killed in workflow code left no attempt open.
-    ids = _activity_ids(events)
+    ids = activity_ids(events)
     timed_out = [(ids[a.scheduled_event_id], a.failure.timeout_failure_info.timeout_type) for a in
                  (e.activity_task_timed_out_event_attributes for e in events
                   if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT)]

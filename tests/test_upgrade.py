@@ -33,7 +33,16 @@ from lab.processes import Proc, start_worker
 from providerclient import ProviderClient
 from steps.keys import idempotency_key
 from tests.record_histories import patch_ids
-from tests.support import EMAIL, TASK, effects_by_key, poll_until, wait_closed, wait_exit, worktree_of
+from tests.support import (
+    EMAIL,
+    TASK,
+    effects_by_key,
+    poll_until,
+    started_by,
+    wait_closed,
+    wait_exit,
+    worktree_of,
+)
 
 OLD_COMMIT = "f4a12a0a4eb16475bdd56be03a8d761d1cd8e28c"
 """Main before issue 35's change to workflow code (90625e8), pinned, not derived
@@ -103,20 +112,6 @@ async def _applied_once(provider, run_id: str) -> None:
     assert (len(inbox), len(tickets)) == (1, 1), (inbox, tickets)
 
 
-def _step_of(events) -> dict[int, str]:
-    """Activity id (``<step>/<attempt>``) by the event id of its ActivityTaskScheduled."""
-    return {e.event_id: e.activity_task_scheduled_event_attributes.activity_id for e in events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
-
-
-def _started_by(events) -> dict[str, str]:
-    """The identity of the worker that took each attempt (activity id -> identity)."""
-    scheduled = _step_of(events)
-    return {scheduled[e.activity_task_started_event_attributes.scheduled_event_id]:
-            e.activity_task_started_event_attributes.identity
-            for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED}
-
-
 async def newer_run_closed(client, run_id: str, than: str, timeout: float = 45.0) -> dict:
     """The status of the run a reset made (a Temporal run id other than ``than``), once
     it is no longer running; a parked run is not running, so it is returned at once."""
@@ -153,7 +148,7 @@ async def test_a_run_the_old_code_started_and_crashed_in_is_finished_by_the_new(
     finally:
         for proc in procs:
             proc.kill()
-    by = _started_by(events)
+    by = started_by(events)
     assert {by["draft/1"], by["send_confirmation/1"], by["record_outcome/1"]} == {"old-worker"}, by
     assert by["record_outcome/2"] == "new-worker", by
     timed_out = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT]
@@ -215,7 +210,7 @@ async def test_a_run_the_old_code_reset_once_is_retried_again_by_the_new(
     assert not stuck, f"the new code failed to replay the old history at events {stuck}"
     # The steps before the reset point are the old workers' (kept from the second run); the
     # ticket's attempts are the new worker's.
-    by = _started_by(events)
+    by = started_by(events)
     assert {who for attempt, who in by.items() if not attempt.startswith("record_outcome/")} == {"old-worker"}, by
     assert {who for attempt, who in by.items() if attempt.startswith("record_outcome/")} == {"new-worker"}, by
     await _applied_once(provider, run_id)
