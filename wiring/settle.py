@@ -25,7 +25,7 @@ async def settle_loop_calls(calls: Mapping[str, tuple[str, str]], agent: Agent,
     """``calls``: ``{step: (tool name, key)}`` of a run of ``agent``; the report ``settle_calls`` gives."""
     async with ProviderClient(provider_url_from_env(os.environ if env is None else env)) as provider:
         deps = StepDeps(provider=provider, llm=OfflineModel())  # no step of the flow runs here
-        served = serve([agent], deps)
+        served = serve([agent], deps, model="own")  # no model is asked here: AGENT_MODEL is not this command's
         try:
             return await settle_calls(calls, served[0].agent.tools, served[0].services)
         finally:
