@@ -229,7 +229,7 @@ def test_a_retry_asks_the_tools_lookup_first_and_takes_what_its_service_applied(
 
 
 def test_settle_asks_each_calls_tool_and_says_where_it_cannot():
-    from steps.settle import CANNOT_ASK, answer_text, settle_calls, what_retry_does
+    from durable_agents.steps.settle import CANNOT_ASK, answer_text, settle_calls, what_retry_does
 
     handled = Handled()
 
