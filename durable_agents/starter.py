@@ -244,8 +244,8 @@ async def _cmd_loop(args) -> int:
                   flush=True)
     else:
         assert existing is not None
-        print(f"run {run_id} already exists ({existing['status']}); attached to it. The task, email and numbers "
-              "given now were not used; pick a new RUN_ID for a new run.", file=sys.stderr, flush=True)
+        print(f"run {run_id} already exists ({existing['status']}); attached to it. The task, email, parameters and "
+              "numbers given now were not used; pick a new RUN_ID for a new run.", file=sys.stderr, flush=True)
     if args.no_wait:
         if args.json:
             _print_loop(existing or await loop_status(client, run_id), True)

@@ -58,7 +58,7 @@ from durable_agents.flowclient.worker_options import DEFAULT_CACHE, graceful_shu
 from durable_agents.providerclient import provider_url_from_env
 from durable_agents.steps import crashpoints
 from durable_agents.steps.refund_agent import REFUND_AGENT
-from durable_agents.steps.served import close_services, serve, serve_on
+from durable_agents.steps.served import close_services, serve, serve_on, warn_unreached_points
 from durable_agents.wiring import close_memory, deps_from_env, preload
 from durable_agents.workflows.agent_flow import AgentFlow
 from durable_agents.workflows.agent_loop import AgentLoop
@@ -72,6 +72,7 @@ async def run_worker(queue: str, *, cache: int = DEFAULT_CACHE, identity: str | 
     grace = graceful_shutdown_timeout()
     deps = deps_from_env()  # configuration errors first, before any connection
     served = serve([REFUND_AGENT, *agents], deps)
+    warn_unreached_points(served)  # a CRASH_AT that names no tool served here kills nothing
     serve_on(queue, served)  # what the loop's workflow code reads: the agents this worker serves
     # Now, not at the first draft: an import there holds the event loop that
     # sends every running attempt's heartbeats (docs/benchmarks.md).

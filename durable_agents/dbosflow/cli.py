@@ -91,7 +91,7 @@ from durable_agents.steps.params import parse_params
 from durable_agents.steps.plan import missing_params
 from durable_agents.steps.refund_agent import REFUND_AGENT
 from durable_agents.steps.runstate import exit_code
-from durable_agents.steps.served import Served, serve
+from durable_agents.steps.served import Served, serve, warn_unreached_points
 
 if TYPE_CHECKING:
     from durable_agents.dbosflow.sysdb import SystemDb
@@ -273,6 +273,7 @@ def _serve(agent: Agent) -> Served:
     from durable_agents.dbosflow import loop as dbos_loop
 
     served = serve([agent])[0]
+    warn_unreached_points([served])
     dbos_loop.serve_agent(served)
     return served
 

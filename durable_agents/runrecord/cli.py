@@ -98,7 +98,7 @@ from durable_agents.steps.params import parse_params
 from durable_agents.steps.plan import FlowStep, effect_steps, flow_from_env
 from durable_agents.steps.refund_agent import REFUND_AGENT
 from durable_agents.steps.runstate import exit_code
-from durable_agents.steps.served import close_services, serve
+from durable_agents.steps.served import close_services, serve, warn_unreached_points
 
 (EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_EXISTS, EXIT_TERMINAL, EXIT_LEASE_HELD, EXIT_FLOW_CHANGED,
  EXIT_LEASE_LOST) = range(8)
@@ -179,6 +179,7 @@ async def _runner(args, agents: list[Agent] | None = None) -> AsyncIterator[Runn
     except ValueError as err:  # a model setting the environment got wrong
         raise InputError(str(err)) from err
     served = serve(agents or (), deps)
+    warn_unreached_points(served)
     runner = Runner(db_path_from(args.db), deps, flow=_flow(), lease_seconds=_lease(args), agents=served)
     try:
         yield runner

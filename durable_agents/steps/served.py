@@ -24,6 +24,7 @@ run keeps its version whichever model asks it.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +35,7 @@ from durable_agents.steps.loop import MAX_INSTRUCTIONS_CHARS, instructions, loop
 from durable_agents.steps.refund_agent import REFUND_AGENT
 
 __all__ = ["AGENT_MODEL", "AGENT_MODELS", "REFUND", "Served", "agent_model", "agent_name", "close_services", "find",
-           "serve", "serve_on", "served_names", "served_on"]
+           "serve", "serve_on", "served_names", "served_on", "unreached_points", "warn_unreached_points"]
 
 AGENT_MODEL = "AGENT_MODEL"
 """The environment variable that chooses which model asks an agent's turns (the module docstring)."""
@@ -179,3 +180,32 @@ def find(served: Mapping[str, Served], name: str, where: str) -> Served:
         raise InputError(f"{where} does not serve agent {agent_name(name)!r} (it serves: {have}); run it with "
                          f"--agent naming that agent's import string (package.module:attribute)")
     return found
+
+
+def unreached_points(armed: Iterable[str], served: Iterable[Served]) -> list[str]:
+    """The crash points armed (``CRASH_AT``) that no code of a process serving ``served`` can reach, each said
+    with why: a ``tool:<name>:...`` point whose tool none of the agents declares (the lab's refund agent
+    included, which every engine serves), or a name that is no ``place:moment`` at all. Other points (a step's,
+    an engine's) are not checked here: their names are the engines' own (docs/crashpoints.md)."""
+    agents = {s.name: s for s in [REFUND, *served]}
+    tools = sorted({name for s in agents.values() for name in s.agent.tools.names})
+    said = []
+    for point in sorted(armed):
+        parts = point.split(":")
+        if len(parts) < 2 or not all(parts):
+            said.append(f"CRASH_AT names {point!r}, which is no crash point (a point is place:moment, e.g. "
+                        "tool:<your tool>:after_effect or turn:after_answer; docs/crashpoints.md)")
+        elif parts[0] == "tool" and parts[1] not in tools:
+            said.append(f"CRASH_AT names {point!r}, but no agent served here has a tool {parts[1]!r} (its tools: "
+                        f"{', '.join(tools)}): nothing will be killed there; a tool point names the tool, not its "
+                        "effect kind")
+    return said
+
+
+def warn_unreached_points(served: Iterable[Served]) -> None:
+    """Print ``unreached_points`` of this process's ``CRASH_AT`` to stderr, one warning a line: a kill test that
+    arms a point no code reaches would otherwise pass with nothing killed."""
+    from durable_agents.steps.crashpoints import armed
+
+    for line in unreached_points(armed(), served):
+        print(f"warning: {line}", file=sys.stderr, flush=True)
