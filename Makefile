@@ -16,10 +16,20 @@ help:
 ## install: create .venv and install the locked dependencies and the project (the other targets do it too)
 install: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/dev.lock
+# The adapter (the package durable_agents, the one distribution pyproject.toml builds) is installed editable; the
+# lab around it (lab/, lesson/, grader/, provider/, examples/, tests/, worker.py, starter.py) is not a
+# distribution: it runs from the checkout, which lab.pth puts on the environment's path. The wheelhouse holds the
+# adapter's own dependencies (requirements/adapter.lock), so tests/test_wheel.py installs its wheel into a fresh
+# environment without downloading anything; sdk-floor/ holds the lowest temporalio of the range, which
+# tests/test_sdk_range.py puts first on the path of the engine-facing tests.
+LAB_PTH := "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'lab.pth').write_text(str(pathlib.Path.cwd()) + chr(10))"
+$(STAMP): pyproject.toml requirements/dev.lock requirements/adapter.lock requirements/sdk-floor.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -c $(LAB_PTH)
+	$(PY) -m pip download --quiet --require-hashes --only-binary=:all: -r requirements/adapter.lock -d $(VENV)/wheelhouse
+	$(PY) -m pip install --quiet --no-deps --require-hashes --upgrade --target $(VENV)/sdk-floor -r requirements/sdk-floor.lock
 	touch $(STAMP)
 
 ## demo: kill a worker mid-run and watch the run resume (starts and stops everything itself)
@@ -110,7 +120,20 @@ test-fast: $(STAMP)
 powercut: $(STAMP) $(FUSERMOUNT) postgresql
 	$(PY) -m lab.powercut_matrix
 
-## lint: ruff (style, bugs, imports) on everything and mypy on the shipped packages; no findings allowed
+## api-docs: the adapter's API reference from its docstrings (pdoc), in .state/api/index.html; no warning allowed
+# The public surface (CHANGELOG.md): the namespace, the declarations, the plugin, the engines' commands, memory.
+API_MODULES := durable_agents durable_agents.agent durable_agents.tools durable_agents.flowclient.agents \
+	durable_agents.worker durable_agents.starter durable_agents.runrecord durable_agents.dbosflow durable_agents.memory \
+	'!durable_agents.*.__main__' '!durable_agents.*.sides'
+.PHONY: api-docs
+api-docs: $(STAMP)
+	@mkdir -p .state
+	PDOC_ALLOW_EXEC=1 $(PY) -m pdoc --output-directory .state/api $(API_MODULES) 2> .state/api-docs.log; \
+	  done=$$?; cat .state/api-docs.log; \
+	  if [ $$done -ne 0 ] || [ -s .state/api-docs.log ]; then echo "make api-docs: pdoc failed or warned (above)"; exit 1; fi
+	@echo "API reference: .state/api/index.html"
+
+## lint: ruff (style, bugs, imports) on everything and mypy on the adapter and the lab's packages; no findings allowed
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
@@ -163,6 +186,11 @@ lock:
 	  --no-emit-index-url --no-emit-find-links --output-file requirements/dev.lock pyproject.toml
 	$(VENV)-lock/bin/pip-compile --quiet --extra crypto --extra otel --all-build-deps --generate-hashes --strip-extras \
 	  --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements/deploy.lock pyproject.toml
+	$(VENV)-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+	  --no-emit-find-links -c requirements/dev.lock --output-file requirements/adapter.lock pyproject.toml
+	grep -v '^temporalio==' requirements/dev.lock > $(VENV)-lock/others.txt
+	$(VENV)-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+	  --no-emit-find-links -c $(VENV)-lock/others.txt --output-file requirements/sdk-floor.lock requirements/sdk-floor.in
 	rm -rf $(VENV)-lock
 
 ## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills and clock (docs/peers.md; ~6 min; builds .venv-peers)
@@ -175,6 +203,7 @@ $(PEERS_STAMP): pyproject.toml requirements/peers.lock
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements/peers.lock
 	$(PEERS_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PEERS_VENV)/bin/python -c $(LAB_PTH)
 	touch $(PEERS_STAMP)
 
 peers: $(PEERS_STAMP)

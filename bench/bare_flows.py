@@ -1,7 +1,7 @@
 """Baselines for bench_overhead.py: bare Temporal workflows with nothing of the lab's adapter.
 
 - ``BareN``: N sequential no-op activities: the floor, Temporal's own cost.
-- ``BareSteps``: the same three step functions the flow runs (``steps.flow``,
+- ``BareSteps``: the same three step functions the flow runs (``durable_agents.steps.flow``,
   with the same dependencies: offline model, memory read, provider over HTTP),
   each in a plain activity: no heartbeats, no error mapping, no input checks,
   no status bookkeeping, no memory write. The flow against this is the
@@ -16,9 +16,9 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from steps import flow
-    from steps.keys import idempotency_key
-    from steps.models import (
+    from durable_agents.steps import flow
+    from durable_agents.steps.keys import idempotency_key
+    from durable_agents.steps.models import (
         DraftRequest,
         DraftResult,
         EmailSent,

@@ -1,10 +1,10 @@
 """The engine's floor for bench_loop.py: the agent loop on Temporal with nothing of the lab's workflow logic.
 
 ``BareLoop`` asks a turn, runs its calls one after the other, appends each answer and result to memory's
-window (the same ``DerivedWindow`` under the same bounds as ``workflows.agent_loop``, so each turn's prompt
-is the same), and ends at the first turn that asks for no tool. Its two activities call the same step
-functions the lab's do (``steps.loop.model_turn``, ``steps.loop.run_tool``), with the same dependencies,
-plainly: no heartbeating wrapper, no served-agent lookup, no reset reuse. The workflow has no retry
+window (the same ``DerivedWindow`` under the same bounds as ``durable_agents.workflows.agent_loop``, so each turn's
+prompt is the same), and ends at the first turn that asks for no tool. Its two activities call the same step
+functions the lab's do (``durable_agents.steps.loop.model_turn``, ``durable_agents.steps.loop.run_tool``), with the same
+dependencies, plainly: no heartbeating wrapper, no served-agent lookup, no reset reuse. The workflow has no retry
 ledger, no progress state, no details text, no history bound, no crash points, no version checks, and
 schedules each activity with Temporal's own retry policy. What the lab's loop costs over this is its
 workflow's work and what its activities wrap around the steps.
@@ -24,11 +24,11 @@ from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from memory import DerivedWindow, MemoryPolicy
-    from steps import loop
-    from steps.flow import StepDeps
-    from steps.loop import LoopInputs, ToolRequest, ToolResult, TurnRequest, TurnResult
-    from steps.refund_agent import REFUND_TOOLS
+    from durable_agents.memory import DerivedWindow, MemoryPolicy
+    from durable_agents.steps import loop
+    from durable_agents.steps.flow import StepDeps
+    from durable_agents.steps.loop import LoopInputs, ToolRequest, ToolResult, TurnRequest, TurnResult
+    from durable_agents.steps.refund_agent import REFUND_TOOLS
 
 TIMEOUT = timedelta(seconds=30)
 

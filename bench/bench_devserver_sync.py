@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bare_flows import BareN, noop  # noqa: E402
 
+from durable_agents.wiring import close_memory, deps_from_env  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from wiring import close_memory, deps_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -76,9 +76,9 @@ class Lane:
         from temporalio.client import Client
         from temporalio.worker import Worker
 
-        from activities import FlowActivities
-        from flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
-        from workflows.agent_flow import AgentFlow
+        from durable_agents.activities import FlowActivities
+        from durable_agents.flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
+        from durable_agents.workflows.agent_flow import AgentFlow
 
         self.client = await Client.connect(self.server.address)
         self.queue = f"bench-devsync-{uuid.uuid4().hex[:6]}"
@@ -98,7 +98,7 @@ class Lane:
         return (time.perf_counter() - start) / 3
 
     async def flow(self) -> float:
-        from flowclient.runs import start_run
+        from durable_agents.flowclient.runs import start_run
 
         run_id = f"devsync-{uuid.uuid4().hex[:10]}"
         start = time.perf_counter()

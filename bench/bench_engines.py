@@ -37,8 +37,8 @@ process and its children, on files in one temp directory under .state/:
 - **resume after SIGKILL, from the kill to the run done**: for each of the
   five crash points the engines share, a process armed with ``CRASH_AT``
   dies and the replacement is started as soon as it is seen dead: a new
-  worker (Temporal, the lab's dev server), ``python -m runrecord resume``,
-  ``python -m dbosflow resume`` (DBOS's recovery on launch). Done = the
+  worker (Temporal, the lab's dev server), ``python -m durable_agents.runrecord resume``,
+  ``python -m durable_agents.dbosflow resume`` (DBOS's recovery on launch). Done = the
   engine's own completion time (WorkflowExecutionCompleted; the record's
   completion commit; DBOS's last step row, since ``workflow_status.completed_at``
   is whole seconds on SQLite).
@@ -71,24 +71,24 @@ from bench_resume_record import record_one as record_resume  # noqa: E402
 from bench_runrecord import NOOP_FLOW, StubProvider  # noqa: E402
 from dbos import DBOS  # noqa: E402
 
-from dbosflow import engine as dbos_engine  # noqa: E402
-from dbosflow import sysdb  # noqa: E402
-from dbosflow.sysdb import system_db  # noqa: E402
+from durable_agents.dbosflow import engine as dbos_engine  # noqa: E402
+from durable_agents.dbosflow import sysdb  # noqa: E402
+from durable_agents.dbosflow.sysdb import system_db  # noqa: E402
+from durable_agents.runrecord.runner import Runner  # noqa: E402
+from durable_agents.runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
+from durable_agents.steps.flow import StepDeps  # noqa: E402
+from durable_agents.steps.keys import idempotency_key  # noqa: E402
+from durable_agents.steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
+from durable_agents.steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
+from durable_agents.steps.plan import STEP_NAMES  # noqa: E402
+from durable_agents.steps.retry import RetryRule  # noqa: E402
+from durable_agents.wiring import deps_from_env  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.engines import DbosDriver, RunRecordDriver, TemporalDriver  # noqa: E402
 from lab.postgres import Postgres  # noqa: E402
 from lab.powercut_postgres import ENGINE as DBOS_PG  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from runrecord.runner import Runner  # noqa: E402
-from runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
-from steps.flow import StepDeps  # noqa: E402
-from steps.keys import idempotency_key  # noqa: E402
-from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
-from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
-from steps.plan import STEP_NAMES  # noqa: E402
-from steps.retry import RetryRule  # noqa: E402
-from wiring import deps_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -174,9 +174,9 @@ class Engines:
         from temporalio.client import Client
         from temporalio.worker import Worker
 
-        from activities import FlowActivities
-        from flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
-        from workflows.agent_flow import AgentFlow
+        from durable_agents.activities import FlowActivities
+        from durable_agents.flowclient.worker_options import TUNED_OPTIONS  # worker.py's options as shipped
+        from durable_agents.workflows.agent_flow import AgentFlow
 
         self.client = await Client.connect(self.server.address)
         self.queue = f"bench-engines-{uuid.uuid4().hex[:6]}"
@@ -198,7 +198,7 @@ class Engines:
     async def run(self, engine: str) -> None:
         run_id = f"b-{engine}-{uuid.uuid4().hex[:10]}"
         if engine == TEMPORAL:
-            from flowclient.runs import start_run
+            from durable_agents.flowclient.runs import start_run
 
             await start_run(self.client, run_id, TASK, EMAIL, queue=self.queue)
             await self.client.get_workflow_handle(run_id).result()
@@ -241,7 +241,7 @@ async def dbos_resume(url: str, point: str, work: Path, db: Path | str | None = 
     db = db or work / "dbos-resume.db"
     env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(work / "dbos-memory.db"), "PROVIDER_URL": url,
            "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "dbosflow"]
+    argv = [sys.executable, "-m", "durable_agents.dbosflow"]
     first = Proc("dbos-start", [*argv, "start", run_id, TASK, "--email", EMAIL], env={**env, "CRASH_AT": point})
     try:
         deadline = time.monotonic() + 60

@@ -4,7 +4,7 @@ workflow task timeout.
     .venv/bin/python bench/bench_history_bound.py [--repeats 5] [--body-chars 20000]
 
 A run's rule allows each step ``attempts_per_step`` failed attempts (50,
-``steps.retry``), whatever its budget: this run spends all of them on every
+``durable_agents.steps.retry``), whatever its budget: this run spends all of them on every
 step. Stand-in activities (in this process, like tests/test_operator_actions.py)
 fail with the largest bodies the limits allow, so each attempt re-records the
 largest input. A transient error costs the most history (11 events: the
@@ -42,15 +42,22 @@ from temporalio import activity  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.worker import Replayer, Worker  # noqa: E402
 
-from activities import WORKER_SHUTDOWN_TYPE, DraftOutput, RecordOutput, SendOutput  # noqa: E402
-from flowclient.connect import connect  # noqa: E402
-from flowclient.runs import WORKFLOW_TASK_TIMEOUT, start_run  # noqa: E402
-from flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.activities import WORKER_SHUTDOWN_TYPE, DraftOutput, RecordOutput, SendOutput  # noqa: E402
+from durable_agents.flowclient.connect import connect  # noqa: E402
+from durable_agents.flowclient.runs import WORKFLOW_TASK_TIMEOUT, start_run  # noqa: E402
+from durable_agents.flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.steps.limits import MAX_SUMMARY_CHARS  # noqa: E402
+from durable_agents.steps.models import (  # noqa: E402
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
+from durable_agents.steps.retry import ATTEMPTS_PER_STEP, RetryRule  # noqa: E402
+from durable_agents.workflows.agent_flow import AgentFlow  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
-from steps.limits import MAX_SUMMARY_CHARS  # noqa: E402
-from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest  # noqa: E402
-from steps.retry import ATTEMPTS_PER_STEP, RetryRule  # noqa: E402
-from workflows.agent_flow import AgentFlow  # noqa: E402
 
 WARN_EVENTS, LIMIT_EVENTS = 10_240, 51_200
 WARN_BYTES, LIMIT_BYTES = 10 * 1024 * 1024, 50 * 1024 * 1024

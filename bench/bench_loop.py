@@ -3,15 +3,15 @@
     .venv/bin/python bench/bench_loop.py [--turns 22] [--runs 8] [--kills 3] [--long-turns 102]
                                          [--long-runs 2] [--can-bound 150]
 
-The model is the scripted one (``drafting.scripted.ScriptedModel``) **in the process that runs the loop**,
-on every engine and in the baseline alike: no model server, no delay; it answers in well under a
+The model is the scripted one (``durable_agents.drafting.scripted.ScriptedModel``) **in the process that runs the
+loop**, on every engine and in the baseline alike: no model server, no delay; it answers in well under a
 millisecond. The tools are the provider's, a separate process on loopback (``lab.provider_process``),
 one for the whole invocation; every run has orders of its own, seeded before it starts, each with all of
 its total left to refund, so a task of k orders takes 2k + 2 turns and 3k + 1 tool calls (``--turns 22``:
 k = 10, 31 calls, 21 of them effects). Window bounds, turn limit and retry rule: the defaults, the same
 everywhere (the turn limit raised to fit the task).
 
-1. **Per turn and per tool call, in process.** The baseline is the bare loop: ``steps.loop.LoopPlan``,
+1. **Per turn and per tool call, in process.** The baseline is the bare loop: ``durable_agents.steps.loop.LoopPlan``,
    ``model_turn`` and ``run_tool`` called one after the other in a plain Python loop, the results in a
    dict, nothing recorded; the prompt is memory's window appended to as results come, as Temporal's
    workflow and DBOS's walk build it (the run record derives it again from the record every turn: that
@@ -20,10 +20,10 @@ everywhere (the turn limit raised to fit the task).
    two step functions as plain activities of a workflow that only asks, runs the calls in order and appends
    to the same window; no lab logic), and ``bare-local``, the same with its read-only calls as local
    activities, on the same worker as the lab's loop; Temporal (an in-process worker with worker.py's options,
-   ``flowclient.worker_options.TUNED_OPTIONS``, on a dev server in memory with ``LAB_SERVER_CONFIG``;
-   the run started as ``starter.py loop`` starts it, ``flowclient.loop.start_loop``), the run record
-   (``runrecord.runner.Runner.start_loop``, one commit per step, in a file under ``.state/``) and DBOS
-   (``dbosflow.loop``, launched once in this process, SQLite). Each engine's model and provider client
+   ``durable_agents.flowclient.worker_options.TUNED_OPTIONS``, on a dev server in memory with ``LAB_SERVER_CONFIG``;
+   the run started as ``starter.py loop`` starts it, ``durable_agents.flowclient.loop.start_loop``), the run record
+   (``durable_agents.runrecord.runner.Runner.start_loop``, one commit per step, in a file under ``.state/``) and DBOS
+   (``durable_agents.dbosflow.loop``, launched once in this process, SQLite). Each engine's model and provider client
    are wrapped in a probe that notes the moment each step's I/O begins (a turn: the model asked; a call:
    its request sent), so a step's time is from its I/O to the next step's: the step's own work plus
    what the engine does between the two (record the result, decide, dispatch). The last turn's time runs
@@ -49,10 +49,10 @@ everywhere (the turn limit raised to fit the task).
      completes untouched and another is started on the same two workers, until the armed one dies at
      the point (counted, not measured). The standby has been polling all along; the killed attempt is
      noticed only when its heartbeat timeout (the rule's 3 s) runs out: that wait is most of the figure.
-   - the run record and DBOS: ``python -m runrecord loop`` / ``python -m dbosflow loop`` armed with
-     ``CRASH_AT`` dies at the first occurrence (turn 1 mid turn, turn 2's refund mid call); as soon as it
-     is seen dead (polled every 20 ms) ``python -m runrecord resume`` / ``python -m dbosflow resume``
-     starts: the standby is that process's start-up (bench_engines.py's way).
+   - the run record and DBOS: ``python -m durable_agents.runrecord loop`` / ``python -m durable_agents.dbosflow loop``
+     armed with ``CRASH_AT`` dies at the first occurrence (turn 1 mid turn, turn 2's refund mid call); as soon as it
+     is seen dead (polled every 20 ms) ``python -m durable_agents.runrecord resume`` / ``python -m
+     durable_agents.dbosflow resume`` starts: the standby is that process's start-up (bench_engines.py's way).
 
    From the moment the killed process is seen dead to the engine's own completion time
    (WorkflowExecutionCompleted; the record's completion commit; DBOS's last step row), and to the killed
@@ -91,22 +91,18 @@ from dbos import DBOS  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities.loop import LoopActivities  # noqa: E402
-from dbosflow import engine as dbos_engine  # noqa: E402
-from dbosflow import loop as dbos_loop  # noqa: E402
-from flowclient.connect import connect  # noqa: E402
-from flowclient.loop import read_chain, start_loop  # noqa: E402
-from flowclient.worker_options import TUNED_OPTIONS  # noqa: E402
-from lab import registry  # noqa: E402
-from lab.engines import DbosDriver, RunRecordDriver, TemporalDriver  # noqa: E402
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
-from lab.provider_process import start_provider  # noqa: E402
-from memory import DerivedWindow, MemoryPolicy  # noqa: E402
-from providerclient import seed_orders  # noqa: E402
-from runrecord.runner import Runner  # noqa: E402
-from runrecord.store import RunRecord  # noqa: E402
-from steps.flow import StepDeps  # noqa: E402
-from steps.loop import (  # noqa: E402
+from durable_agents.activities.loop import LoopActivities  # noqa: E402
+from durable_agents.dbosflow import engine as dbos_engine  # noqa: E402
+from durable_agents.dbosflow import loop as dbos_loop  # noqa: E402
+from durable_agents.flowclient.connect import connect  # noqa: E402
+from durable_agents.flowclient.loop import read_chain, start_loop  # noqa: E402
+from durable_agents.flowclient.worker_options import TUNED_OPTIONS  # noqa: E402
+from durable_agents.memory import DerivedWindow, MemoryPolicy  # noqa: E402
+from durable_agents.providerclient import seed_orders  # noqa: E402
+from durable_agents.runrecord.runner import Runner  # noqa: E402
+from durable_agents.runrecord.store import RunRecord  # noqa: E402
+from durable_agents.steps.flow import StepDeps  # noqa: E402
+from durable_agents.steps.loop import (  # noqa: E402
     DEFAULT_WINDOW_MESSAGES,
     DEFAULT_WINDOW_TOKENS,
     LoopInputs,
@@ -123,11 +119,15 @@ from steps.loop import (  # noqa: E402
     tool_request,
     turn_message,
 )
-from steps.retry import rule_from_env  # noqa: E402
-from steps.startedline import started_steps  # noqa: E402
-from wiring import deps_from_env  # noqa: E402
-from workflows.agent_loop import AgentLoop  # noqa: E402
-from workflows.loop_state import MAX_HISTORY_BOUND  # noqa: E402
+from durable_agents.steps.retry import rule_from_env  # noqa: E402
+from durable_agents.steps.startedline import started_steps  # noqa: E402
+from durable_agents.wiring import deps_from_env  # noqa: E402
+from durable_agents.workflows.agent_loop import AgentLoop  # noqa: E402
+from durable_agents.workflows.loop_state import MAX_HISTORY_BOUND  # noqa: E402
+from lab import registry  # noqa: E402
+from lab.engines import DbosDriver, RunRecordDriver, TemporalDriver  # noqa: E402
+from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
+from lab.provider_process import start_provider  # noqa: E402
 
 EMAIL = "ada@example.com"
 # The bare loop, a lane of this bench's own (bare_loop: no engine, nothing recorded), then each engine's lane,
@@ -179,7 +179,7 @@ class Probe:
 
 
 class ProbedModel:
-    """The scripted model, noting when each turn is asked (``steps.ports.ToolModel``)."""
+    """The scripted model, noting when each turn is asked (``durable_agents.steps.ports.ToolModel``)."""
 
     def __init__(self, model: Any, probe: Probe) -> None:
         self.model, self.probe, self.name = model, probe, model.name
@@ -443,7 +443,8 @@ def _in_flight(proc: Proc, point: str) -> str:
 
 
 async def cli_kill(engine: str, point: str, turns: int, work: Path, provider_url: str) -> Kill:
-    """``python -m runrecord|dbosflow loop`` killed at ``point``; ``resume`` started as soon as it is dead."""
+    """``python -m durable_agents.runrecord|dbosflow loop`` killed at ``point``; ``resume`` started as soon as it is
+    dead."""
     module = registry.engine(engine).cli
     db = work / f"{module}-kills.db"
     env = {"RUNRECORD_DB" if engine == RECORD else "DBOSFLOW_DB": str(db), "PROVIDER_URL": provider_url,

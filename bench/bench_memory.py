@@ -17,7 +17,7 @@ Measured side by side in one run, on the same pre-built messages:
   per append.
 
 Each figure is the best of ``--repeat`` runs. Then the token estimator is
-measured against the provable bounds described in memory/tokens.py.
+measured against the provable bounds described in durable_agents/memory/tokens.py.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory import InMemoryStore, MemoryPolicy, Message, SQLiteStore, ToolCall, approx_tokens  # noqa: E402
-from memory.tokens import estimate_text_tokens, pretokenizer_pieces  # noqa: E402
+from durable_agents.memory import InMemoryStore, MemoryPolicy, Message, SQLiteStore, ToolCall, approx_tokens  # noqa: E402
+from durable_agents.memory.tokens import estimate_text_tokens, pretokenizer_pieces  # noqa: E402
 
 POLICY = MemoryPolicy(max_tokens=4000, max_messages=50)
 WORDS = "the order refund customer email ticket please confirm status shipped invoice address".split()

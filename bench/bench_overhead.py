@@ -57,14 +57,14 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions  # noqa: E402
 
-from activities import FlowActivities  # noqa: E402
-from flowclient.runs import start_run  # noqa: E402
-from flowclient.worker_options import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
-from flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.activities import FlowActivities  # noqa: E402
+from durable_agents.flowclient.runs import start_run  # noqa: E402
+from durable_agents.flowclient.worker_options import TUNED_OPTIONS as WORKER_OPTIONS  # noqa: E402  (the same options as worker.py)
+from durable_agents.flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.wiring import deps_from_env  # noqa: E402
+from durable_agents.workflows.agent_flow import AgentFlow  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from wiring import deps_from_env  # noqa: E402
-from workflows.agent_flow import AgentFlow  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

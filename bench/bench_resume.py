@@ -57,12 +57,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 
-from flowclient.connect import connect, exit_now  # noqa: E402
-from flowclient.runs import WORKFLOW_TASK_TIMEOUT, start_run  # noqa: E402
-from flowclient.status import run_status  # noqa: E402
+from durable_agents.flowclient.connect import connect, exit_now  # noqa: E402
+from durable_agents.flowclient.runs import WORKFLOW_TASK_TIMEOUT, start_run  # noqa: E402
+from durable_agents.flowclient.status import run_status  # noqa: E402
+from durable_agents.steps.retry import DEFAULT_HEARTBEAT_TIMEOUT, rule_from_env  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from steps.retry import DEFAULT_HEARTBEAT_TIMEOUT, rule_from_env  # noqa: E402
 
 TEMPORAL_DEFAULT_TASK_TIMEOUT = timedelta(seconds=10)
 

@@ -5,9 +5,9 @@
 For each crash point and trial, interleaved in one invocation against one
 provider process:
 
-- **record**: ``python -m runrecord start`` armed with CRASH_AT kills itself
-  (SIGKILL) at that point; as soon as it is seen dead, ``python -m runrecord
-  resume RUN_ID`` is started. Default lease (10 s): before runrecord.lease
+- **record**: ``python -m durable_agents.runrecord start`` armed with CRASH_AT kills itself
+  (SIGKILL) at that point; as soon as it is seen dead, ``python -m durable_agents.runrecord
+  resume RUN_ID`` is started. Default lease (10 s): before durable_agents.runrecord.lease
   the resume was refused until it expired. Done = the completion commit's
   time in the record (``runs.updated_at``).
 - **temporal** and **temporal+server**: ``bench_resume.one``, unchanged: a
@@ -46,13 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_resume import POINTS  # noqa: E402  (bench/bench_resume.py)
 from bench_resume import one as temporal_one
 
-from flowclient.connect import exit_now  # noqa: E402
+from durable_agents.flowclient.connect import exit_now  # noqa: E402
+from durable_agents.runrecord import RunRecord  # noqa: E402
+from durable_agents.steps.plan import STEP_NAMES  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.engines import RunRecordDriver, TemporalDriver  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from runrecord import RunRecord  # noqa: E402
-from steps.plan import STEP_NAMES  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -80,7 +80,7 @@ async def record_one(provider_url: str, point: str, workdir: Path) -> tuple[floa
     db = workdir / "runrecord.db"
     env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(workdir / "record-memory.db"), "PROVIDER_URL": provider_url,
            "RUNRECORD_LEASE_SECONDS": "10", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "runrecord"]
+    argv = [sys.executable, "-m", "durable_agents.runrecord"]
     first = Proc("runrecord-start", [*argv, "start", run_id, TASK, "--email", EMAIL], env={**env, "CRASH_AT": point})
     try:
         code = await _exited(first, 60, f"the runner armed with {point}")

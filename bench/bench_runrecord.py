@@ -42,13 +42,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runrecord.runner import Runner  # noqa: E402
-from runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
-from steps.flow import StepDeps  # noqa: E402
-from steps.keys import idempotency_key  # noqa: E402
-from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
-from steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
-from steps.plan import FlowStep  # noqa: E402
+from durable_agents.runrecord.runner import Runner  # noqa: E402
+from durable_agents.runrecord.store import Intent, NextAttempt, RunRecord, _dump  # noqa: E402
+from durable_agents.steps.flow import StepDeps  # noqa: E402
+from durable_agents.steps.keys import idempotency_key  # noqa: E402
+from durable_agents.steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: E402
+from durable_agents.steps.plan import FLOW as DEFAULT_FLOW  # noqa: E402
+from durable_agents.steps.plan import FlowStep  # noqa: E402
 
 RESULTS = [
     to_jsonable(DraftResult(subject="Re: Confirm the refund for order 1234", body="Hello,\n\n" + "x" * 300,

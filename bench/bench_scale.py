@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flowclient.connect import connect  # noqa: E402
-from flowclient.runs import start_run  # noqa: E402
+from durable_agents.flowclient.connect import connect  # noqa: E402
+from durable_agents.flowclient.runs import start_run  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 

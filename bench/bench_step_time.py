@@ -52,7 +52,7 @@ from history_segments import step_breakdown  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from flowclient.worker_options import NO_CACHE_OPTIONS as TUNED_OPTIONS  # noqa: E402  (worker.py --cache 0, as its figures were taken)
+from durable_agents.flowclient.worker_options import NO_CACHE_OPTIONS as TUNED_OPTIONS  # noqa: E402  (worker.py --cache 0, as its figures were taken)
 from lab.processes import LAB_SERVER_CONFIG, DevServer  # noqa: E402
 
 # Histogram name and the labels that pick out the runs' workflow tasks. The

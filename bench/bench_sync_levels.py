@@ -15,8 +15,8 @@ so every lane sees the same disk:
   timed commits, so the mean carries it); the baseline: a bare ``INSERT`` of
   the same result, committed at FULL, as in bench_runrecord.py;
 - memory exchange at FULL (memory's default) and at NORMAL: the two appends the
-  flow makes after a run (``steps.flow.remember_exchange``: the task and the
-  reply, one transaction each) on a ``memory.SQLiteStore`` kept open, as the
+  flow makes after a run (``durable_agents.steps.flow.remember_exchange``: the task and the
+  reply, one transaction each) on a ``durable_agents.memory.SQLiteStore`` kept open, as the
   workers keep it; a conversation per run, so the window stays realistic;
 - rollback-journal commit (``journal_mode=DELETE``) at FULL and at EXTRA: one
   ``INSERT`` committed, as the file-backed dev server and DBOS's system
@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_runrecord import bare_db, one_bare_run, one_record_run  # noqa: E402
 
-from memory import MemoryPolicy, Message, SQLiteStore  # noqa: E402
-from runrecord.store import RunRecord  # noqa: E402
-from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS  # noqa: E402
+from durable_agents.memory import MemoryPolicy, Message, SQLiteStore  # noqa: E402
+from durable_agents.runrecord.store import RunRecord  # noqa: E402
+from durable_agents.wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 REPLY = "Hello,\n\nYour refund for order 1234 is confirmed and on its way.\n\nBest regards"

@@ -45,14 +45,14 @@ from bench_resume import POINTS, completed_at  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities import FlowActivities  # noqa: E402
-from flowclient.connect import connect, exit_now  # noqa: E402
-from flowclient.runs import start_run  # noqa: E402
-from flowclient.worker_options import NO_CACHE_OPTIONS, worker_options  # noqa: E402
+from durable_agents.activities import FlowActivities  # noqa: E402
+from durable_agents.flowclient.connect import connect, exit_now  # noqa: E402
+from durable_agents.flowclient.runs import start_run  # noqa: E402
+from durable_agents.flowclient.worker_options import NO_CACHE_OPTIONS, worker_options  # noqa: E402
+from durable_agents.wiring import deps_from_env  # noqa: E402
+from durable_agents.workflows.agent_flow import AgentFlow  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from wiring import deps_from_env  # noqa: E402
-from workflows.agent_flow import AgentFlow  # noqa: E402
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"

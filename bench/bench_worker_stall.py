@@ -27,11 +27,11 @@ once and waits until every one has closed. Cases:
   figures in docs/benchmarks.md were measured with the tests' scripted fake,
   which answered at once too), N runs from ``--openai-runs``: the
   worker as it was (no preload, 100 slots), with the client loaded before
-  polling (``wiring.preload``) and 100 slots, and as shipped (preload and the
+  polling (``durable_agents.wiring.preload``) and 100 slots, and as shipped (preload and the
   shipped slot count).
 
 Each case runs under every heartbeat timeout in ``--heartbeat`` (recorded in
-the runs' rule, ``steps.retry.RetryRule.heartbeat_timeout``); the offline
+the runs' rule, ``durable_agents.steps.retry.RetryRule.heartbeat_timeout``); the offline
 cases under every sticky schedule-to-start timeout in ``--sticky``
 (``LAB_STICKY_TIMEOUT_SECONDS``; default the shipped 100 ms).
 
@@ -70,17 +70,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.api.enums.v1 import EventType, TimeoutType  # noqa: E402
 
-from flowclient.connect import connect, exit_now  # noqa: E402
-from flowclient.runs import start_run  # noqa: E402
-from flowclient.worker_options import MAX_CONCURRENT_ACTIVITIES  # noqa: E402
+from durable_agents.flowclient.connect import connect, exit_now  # noqa: E402
+from durable_agents.flowclient.runs import start_run  # noqa: E402
+from durable_agents.flowclient.worker_options import MAX_CONCURRENT_ACTIVITIES  # noqa: E402
+from durable_agents.steps.retry import rule_from_env  # noqa: E402
 from lab.model_standin import ModelStandIn  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
-from steps.retry import rule_from_env  # noqa: E402
 
 TASK = "Confirm the refund for order {i}"
 EMAIL = "ada@example.com"
-HEARTBEAT_EVERY = 0.3  # the activity wrapper's interval (activities.FlowActivities)
+HEARTBEAT_EVERY = 0.3  # the activity wrapper's interval (durable_agents.activities.FlowActivities)
 SDK_DEFAULT_SLOTS = 100
 
 

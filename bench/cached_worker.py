@@ -2,7 +2,7 @@
 for bench/bench_worker_cache.py: ``python bench/cached_worker.py --sticky-ms 200``.
 
 It runs worker.py itself (as ``__main__``, in this process) with ``--cache
-1000``; only ``flowclient.worker_options.CACHED_STICKY_TIMEOUT`` (100 ms as
+1000``; only ``durable_agents.flowclient.worker_options.CACHED_STICKY_TIMEOUT`` (100 ms as
 shipped) is replaced first, so every other option is the shipped one."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from flowclient import worker_options as shipped  # noqa: E402
+from durable_agents.flowclient import worker_options as shipped  # noqa: E402
 
 
 def main() -> int:

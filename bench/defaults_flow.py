@@ -1,7 +1,7 @@
 """The agent flow with Temporal's default activity timeouts, for
 bench/bench_resume.py's "defaults" mode only: no heartbeat timeout, so a
 killed worker's attempt is noticed only when its 10 s start-to-close timeout
-runs out. Everything else is ``workflows.agent_flow.AgentFlow``, whose
+runs out. Everything else is ``durable_agents.workflows.agent_flow.AgentFlow``, whose
 ``attempt_timeouts`` hook this overrides.
 
 Registered under the same workflow name by bench/defaults_worker.py, on the
@@ -15,11 +15,11 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
+from durable_agents.workflows.agent_flow import WORKFLOW_NAME, AgentFlow
 
 with workflow.unsafe.imports_passed_through():
-    from steps.retry import RetryRule
-    from workflows.state import FlowInput, RunStatus
+    from durable_agents.steps.retry import RetryRule
+    from durable_agents.workflows.state import FlowInput, RunStatus
 
 DEFAULTS_ATTEMPT_TIMEOUT = timedelta(seconds=10)
 """The benchmark's stand-in for Temporal's defaults: with no heartbeat timeout,

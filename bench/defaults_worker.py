@@ -25,11 +25,11 @@ from defaults_flow import DefaultsFlow  # noqa: E402  (a sibling module: bench/ 
 from temporalio.worker import Worker  # noqa: E402
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: E402
 
-from activities import FlowActivities  # noqa: E402
-from flowclient.connect import connect, exit_now, task_queue  # noqa: E402
-from flowclient.logs import configure_logging  # noqa: E402
-from flowclient.worker_options import workflow_restrictions  # noqa: E402
-from wiring import deps_from_env  # noqa: E402
+from durable_agents.activities import FlowActivities  # noqa: E402
+from durable_agents.flowclient.connect import connect, exit_now, task_queue  # noqa: E402
+from durable_agents.flowclient.logs import configure_logging  # noqa: E402
+from durable_agents.flowclient.worker_options import workflow_restrictions  # noqa: E402
+from durable_agents.wiring import deps_from_env  # noqa: E402
 
 
 async def serve(queue: str) -> None:

@@ -18,7 +18,7 @@ around it, neither of which runs on a path the worker takes without them:
 - ``FlowActivities._run`` (every attempt of every step goes through it)
   wrapped to count the attempts running at once, for the most there were.
 
-``STALL_NO_PRELOAD=1`` replaces ``wiring.preload`` with nothing: the worker
+``STALL_NO_PRELOAD=1`` replaces ``durable_agents.wiring.preload`` with nothing: the worker
 as it was before it loaded the model's client ahead of the first draft.
 """
 
@@ -37,9 +37,9 @@ os.chdir(REPO)
 
 from temporalio import activity  # noqa: E402
 
-import worker  # noqa: E402  (worker.py itself, imported as a module)
-from activities import FlowActivities  # noqa: E402
-from flowclient.connect import exit_now  # noqa: E402
+from durable_agents import worker  # noqa: E402  (worker.py itself, imported as a module)
+from durable_agents.activities import FlowActivities  # noqa: E402
+from durable_agents.flowclient.connect import exit_now  # noqa: E402
 
 PROBE_INTERVAL = 0.010
 
@@ -106,7 +106,7 @@ def main() -> int:
         return 2
     activity.heartbeat = _recording_heartbeat  # the activity wrapper looks it up on the module at each call
     FlowActivities._run = _counting_run  # type: ignore[method-assign]
-    worker.run_worker = _run_worker_probed  # worker.main looks it up at its call
+    worker.run_worker = _run_worker_probed  # durable_agents.worker.main looks it up at its call
     if os.environ.get("STALL_NO_PRELOAD") == "1":
         worker.preload = lambda deps: None
     return worker.main(sys.argv[1:])

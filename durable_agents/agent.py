@@ -3,7 +3,7 @@
 The contract:
 
 - **One ``Agent`` object serves every engine.** A Temporal worker serves it through
-  ``flowclient.agents.AgentPlugin`` (or the lab's ``worker.py --agent pkg.mod:attr``), the run record
+  ``durable_agents.flowclient.agents.AgentPlugin`` (or the lab's ``worker.py --agent pkg.mod:attr``), the run record
   and DBOS through their commands' ``--agent``; a run names its agent when it starts (``name``) and every
   engine runs that run with that agent's tools only.
 - **Its version** is the digest of what decides what a recorded call means: the loop's shape and, per tool,
@@ -64,7 +64,7 @@ class Reply:
 
 
 class Model(Protocol):
-    """What a turn asks of a model (the lab's ``steps.ports.ToolModel``)."""
+    """What a turn asks of a model (the lab's ``durable_agents.steps.ports.ToolModel``)."""
 
     name: str
 

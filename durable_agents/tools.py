@@ -86,7 +86,7 @@ class ToolContext:
     engine's attempt number when it knows one (None otherwise); ``idempotency_key`` the call's key when the
     tool has an effect (None for a read-only tool); ``params`` the run's own parameters, fixed for its life
     (the lab's: the customer's ``email``); ``services`` what the worker was given to reach the outside world
-    (the lab's: its ``steps.flow.StepDeps``)."""
+    (the lab's: its ``durable_agents.steps.flow.StepDeps``)."""
 
     run_id: str
     turn: int

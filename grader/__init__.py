@@ -15,6 +15,6 @@ judges by witnesses the learner's code cannot forge.
 - ``grader.model``: the model stand-in that counts draft calls and the loop's turns;
 - ``grader.launch``: the bootstrap in the learner's process (kills between commits).
 
-It never imports the finished engines (``runrecord/``, ``memory.window``):
+It never imports the finished engines (``durable_agents/runrecord/``, ``durable_agents.memory.window``):
 the exercises are judged against the lesson, not against an answer's code.
 """

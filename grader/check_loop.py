@@ -5,7 +5,7 @@ stand-in (``grader.model``: the lab's scripted model, its call ids hostile)
 and the provider, with an order of its own seeded there. The run takes four
 turns: a lookup; a refund and its email, two calls in one turn; a ticket; the
 final answer. It is started, then killed (SIGKILL, at points the given code
-reaches: ``ask_model``, ``use_tool``, ``steps.loop.run_tool``) and resumed,
+reaches: ``ask_model``, ``use_tool``, ``durable_agents.steps.loop.run_tool``) and resumed,
 once per kill point in turn:
 
 1. after turn 2 was received, before the learner's code saw it;
@@ -39,12 +39,12 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durable_agents.providerclient import seed_orders
+from durable_agents.steps.refund_agent import REFUND_TOOLS
 from grader.check import Check
 from grader.evidence import Effect
 from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.todos import todo
-from providerclient import seed_orders
-from steps.refund_agent import REFUND_TOOLS
 
 ORDER_TOTAL = 4200  # cents
 TURNS = {1: ("lookup_order",), 2: ("issue_refund", "send_email"), 3: ("create_ticket",), 4: ()}

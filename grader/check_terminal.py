@@ -48,7 +48,7 @@ def expect_failed(h: Harness, run: Run, outcome: Outcome, step: str, *, reasons:
     error = str(record.run.get("error") or "") if record.run else ""
     if status != "failed":
         died = h.could_not_run(outcome)
-        if died and not died.traceback.splitlines()[-1].startswith("steps.errors."):
+        if died and not died.traceback.splitlines()[-1].startswith("durable_agents.steps.errors."):
             raise died  # not the step's error escaping: the program could not run
         raise Failed(
             f"run {run.run_id} did not end in its failed state after {why}",

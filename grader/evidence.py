@@ -20,8 +20,8 @@ from urllib.parse import quote
 
 import httpx
 
-from providerclient import fetch_effects
-from steps.runstate import unix
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.runstate import unix
 
 KIND_OF_STEP = {"send_confirmation": "email", "record_outcome": "ticket"}
 WORDS = {"send_confirmation": "the confirmation email", "record_outcome": "the ticket"}

@@ -13,7 +13,7 @@ from grader.harness import Failed, Harness, Outcome, Run
 from grader.todos import todo
 
 # The exercises' flow, as their files spell it (exercises/*/flow.py, STEPS): the grader judges that flow,
-# so it names it itself rather than taking the lab's plan (steps/plan.py), which may grow steps.
+# so it names it itself rather than taking the lab's plan (durable_agents/steps/plan.py), which may grow steps.
 STEPS = ("draft", "send_confirmation", "record_outcome")
 EFFECT_STEPS = ("send_confirmation", "record_outcome")
 

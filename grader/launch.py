@@ -10,7 +10,7 @@ the k-th such commit has returned (saying, on stderr, the committing
 connection's ``synchronous`` and ``journal_mode``: a power cut's failure names
 them). That is how the grader lands a kill between any two of the learner's
 transactions, which the crash points inside
-the step functions (``steps.crashpoints``) cannot reach. With
+the step functions (``durable_agents.steps.crashpoints``) cannot reach. With
 ``GRADER_COMMITS_FILE=PATH``, a process that ends by itself writes there how
 many commits it made, so the grader knows how many kills to land; it only
 schedules the kills, it is never evidence.

@@ -8,7 +8,7 @@ Prints one JSON object: ``{"ok": true, ...}`` with what was played, or
 "todo": ...}`` for the first breach. The grader (``grader.check_memory``) turns it
 into its report. The learner's object is only called (``append``,
 ``window``); every judgement is made here from what those calls return,
-counted with the lab's counter (``memory.tokens.approx_tokens``).
+counted with the lab's counter (``durable_agents.memory.tokens.approx_tokens``).
 
 The exchange (seeded): a pinned system message, then thousands of user
 messages, replies and tool rounds (an assistant message with one to three
@@ -19,13 +19,13 @@ late, blocks afterwards, often after the round was evicted (it must go on
 arrival). A larger system message replaces the first (the rest is evicted
 down to the budget), and a later one that would leave no room beside it is
 refused (``ValueError``, the window as it was): the lab's rule for pinned
-messages (``memory.window``, ``pin``).
+messages (``durable_agents.memory.window``, ``pin``).
 
 The lab's own ``memory`` package is imported before the learner's module,
-so ``memory.messages`` and ``memory.tokens`` import as usual; the learner's
+so ``durable_agents.memory.messages`` and ``durable_agents.memory.tokens`` import as usual; the learner's
 module, and the object it builds, must not use the lab's finished window
-(``memory.window``, ``memory.stores``, ``memory.sqlite_store``,
-``memory.reader``): the exercise is to write it.
+(``durable_agents.memory.window``, ``durable_agents.memory.stores``, ``durable_agents.memory.sqlite_store``,
+``durable_agents.memory.reader``): the exercise is to write it.
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-import memory  # noqa: F401 - loaded first, so the learner's imports of memory.messages find it
-from memory.messages import Message, ToolCall
-from memory.tokens import approx_tokens
+import durable_agents.memory  # noqa: F401 - loaded first, so the learner's imports of its messages find it
+from durable_agents.memory.messages import Message, ToolCall
+from durable_agents.memory.tokens import approx_tokens
 
-FORBIDDEN = ("memory.window", "memory.stores", "memory.sqlite_store", "memory.reader", "runrecord")
-ALLOWED = "import Message and ToolCall from memory.messages, and approx_tokens from memory.tokens"
+FORBIDDEN = ("durable_agents.memory.window", "durable_agents.memory.stores", "durable_agents.memory.sqlite_store",
+             "durable_agents.memory.reader", "durable_agents.runrecord")
+ALLOWED = ("import Message and ToolCall from durable_agents.memory.messages, "
+           "and approx_tokens from durable_agents.memory.tokens")
 
 
 class Breach(Exception):
@@ -201,8 +203,8 @@ def describe(window: list[Message]) -> str:
 
 
 def refuse_pinned(mem: Any, message: Message, before: list[Message], where: str, budget: int) -> None:
-    """A pinned message that would leave no room under the budget (the lab's rule, ``memory.window``'s ``pin``):
-    refused with ValueError, the window left as it was."""
+    """A pinned message that would leave no room under the budget (the lab's rule, ``durable_agents.memory.window``'s
+    ``pin``): refused with ValueError, the window left as it was."""
     tokens = approx_tokens(message)
     try:
         mem.append(message)
@@ -216,7 +218,8 @@ def refuse_pinned(mem: Any, message: Message, before: list[Message], where: str,
     else:
         raise Breach("pinned-refused", f"after {where}, a pinned message of {tokens} tokens, which leaves no room "
                      f"under the budget of {budget}, was accepted", expected="refused with ValueError, the window "
-                     "left as it was (memory/window.py refuses such a pin)", seen=describe(list(mem.window())),
+                     "left as it was (durable_agents/memory/window.py refuses such a pin)",
+                     seen=describe(list(mem.window())),
                      todo=7)
     window = list(mem.window())
     if [m.id for m in window] != [m.id for m in before]:
@@ -279,7 +282,8 @@ def play(memory_cls: Any, budget: int, appends: int, seed: int) -> dict[str, Any
                          f"fits {budget} tokens with the new system message", seen=describe(window), todo=8)
         if total > budget:
             raise Breach("budget", f"after {where}, the window holds {total} tokens; the budget is {budget}",
-                         expected=f"at most {budget} tokens (memory.tokens.approx_tokens), after every append",
+                         expected=f"at most {budget} tokens (durable_agents.memory.tokens.approx_tokens), "
+                                  "after every append",
                          seen=describe(window), todo=8)
         if not window or window[0].id != system.id:
             raise Breach("pinned", f"after {where}, the pinned system message ({system.id}) is not first in the "

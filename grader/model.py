@@ -1,7 +1,7 @@
 """The model stand-in the grader runs: an OpenAI-compatible chat-completions
 endpoint on loopback, in a thread of the grader's own process, that counts
 every draft request it answers. The learner's program reaches it through
-``LLM_BASE_URL`` like any model (``drafting.OpenAIChatModel``), so the count
+``LLM_BASE_URL`` like any model (``durable_agents.drafting.OpenAIChatModel``), so the count
 is a witness the learner's code cannot forge: how often the draft step
 really called the model.
 
@@ -13,7 +13,7 @@ A call belongs to the task in its last user message; the grader gives every
 run a task of its own, so calls are counted per run.
 
 A request with ``tools`` is a turn of exercise 7's agent loop: the answer is
-the lab's scripted model's (``drafting.scripted``: a lookup, then a refund
+the lab's scripted model's (``durable_agents.drafting.scripted``: a lookup, then a refund
 and its email in one turn, then a ticket, then the final answer), with call
 ids as hostile as a real model's (``loop_call_id``: a space, which no
 idempotency key may carry, and one id for every call of every turn). Turns are
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from drafting.scripted import ScriptedModel
+from durable_agents.drafting.scripted import ScriptedModel
 from lab.loopback import JsonHandler, LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from durable_agents.steps.keys import idempotency_key
 from grader.harness import Harness
-from steps.keys import idempotency_key
 
 
 def quick_check_answer(h: Harness, out: TextIO) -> None:

@@ -19,9 +19,9 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
+from durable_agents.steps.controls import printable
 from grader.check_loop import read_loop_rows
 from grader.evidence import SchemaChanged, read_record
-from steps.controls import printable
 
 DEFAULT_DB = ".state/exercise-record.db"
 

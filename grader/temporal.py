@@ -29,7 +29,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from flowclient.connect import connect
+from durable_agents.flowclient.connect import connect
 from grader.evidence import WORDS
 from grader.harness import Failed, Harness, Outcome, Run, last_lines
 from grader.model import MODEL_NAME

@@ -23,7 +23,7 @@ by itself and kills every process it started):
    run completed (a worker's death is not the step's fault, and a provider
    fault is ridden out: none may fail); no duplicate effect (per run at most
    one effect of each effect step, the email and the ticket, each under the
-   run's own key: ``steps.plan.KIND_OF_STEP``); no lost effect (every
+   run's own key: ``durable_agents.steps.plan.KIND_OF_STEP``); no lost effect (every
    completed run has each effect applied, with the ids its history recorded,
    adopted ones included, and every id an applied request cites, the ticket's
    email, is one the run recorded).
@@ -54,8 +54,14 @@ from urllib.parse import quote
 
 from temporalio.client import Client
 
-from flowclient.connect import connect
-from flowclient.status import run_status
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.steps.controls import printable
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.plan import KIND_OF_STEP, STEP_NAMES
+from durable_agents.steps.runstate import RunEntry, result_fields
+from durable_agents.steps.settle import made_ids
 from lab.chaos_moves import (
     clear_faults,
     inject_faults,
@@ -67,12 +73,6 @@ from lab.chaos_moves import (
 )
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, Proc, wait_until
 from lab.provider_process import start_provider
-from providerclient import ProviderClient, fetch_effects
-from steps.controls import printable
-from steps.keys import idempotency_key
-from steps.plan import KIND_OF_STEP, STEP_NAMES
-from steps.runstate import RunEntry, result_fields
-from steps.settle import made_ids
 
 TASKS = [
     "Confirm the refund for order {n}",
@@ -212,7 +212,7 @@ class _Chaos:
 
     async def start_wave(self) -> None:
         """``--runs`` runs started at once, each with its own task and address."""
-        from flowclient.runs import start_run  # the starter's own start: id policies, timeouts
+        from durable_agents.flowclient.runs import start_run  # the starter's own start: id policies, timeouts
 
         config, report = self.config, self.report
         wave = report.waves = report.waves + 1
@@ -418,6 +418,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

@@ -20,8 +20,8 @@ from typing import Protocol
 
 from temporalio.client import Client
 
+from durable_agents.providerclient import ProviderClient
 from lab.processes import Proc
-from providerclient import ProviderClient
 
 STANDBY_ODDS = 0.6
 """The standby worker B: the chance it comes when absent, and that it is replaced after its kill."""

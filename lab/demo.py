@@ -30,7 +30,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flowclient.connect import exit_now
+from durable_agents.flowclient.connect import exit_now
+from durable_agents.providerclient import EffectRecord, fetch_effects
+from durable_agents.steps.controls import printable
+from durable_agents.steps.plan import EFFECT_STEPS, STEP_NAMES
+from durable_agents.steps.runview import render_table, step_ticker
 from lab.engines import TemporalDriver, started_steps
 from lab.processes import (
     LAB_SERVER_CONFIG,
@@ -43,10 +47,6 @@ from lab.processes import (
     wait_until,
 )
 from lab.provider_process import ProviderProcess, start_provider
-from providerclient import EffectRecord, fetch_effects
-from steps.controls import printable
-from steps.plan import EFFECT_STEPS, STEP_NAMES
-from steps.runview import render_table, step_ticker
 
 LAST = STEP_NAMES[-1]  # the step the demo kills worker 1 in: the plan's last, whose effect comes last
 _COUNTS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}

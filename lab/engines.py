@@ -3,59 +3,62 @@
 The engines are the registry's (``lab.registry``: each engine's package
 registers a row naming its driver here; ``driver_for(name)`` makes it), and the
 in-memory flow is a lane beside them (``LANES``). All run the same flow
-(``steps.plan``), each in processes of its own. What it takes to drive each is
+(``durable_agents.steps.plan``), each in processes of its own. What it takes to drive each is
 written here and nowhere else:
 
 =============  ===============================================  ==============================================
 engine         ``start``: the process that dies at ``crash_at``  ``resume``: followed until the run stops
 =============  ===============================================  ==============================================
 ``in_memory``  ``python -m lesson.in_memory RUN_ID TASK``        the same command again: nothing was recorded
-``runrecord``  ``python -m runrecord start RUN_ID TASK``         ``python -m runrecord resume RUN_ID``, asked
+``runrecord``  ``python -m durable_agents.runrecord start RUN_ID TASK``         ``python -m durable_agents.runrecord
+resume RUN_ID``, asked
                                                                  again while the dead runner's lease holds
 ``temporal``   a worker (``worker.py``) on the driver's queue,   a new worker, until the run's status is no
                then the run, started on the driver's server     longer running (the worker serves on)
-``dbos``       ``python -m dbosflow start RUN_ID TASK``          ``python -m dbosflow resume RUN_ID`` (DBOS's
+``dbos``       ``python -m durable_agents.dbosflow start RUN_ID TASK``          ``python -m durable_agents.dbosflow
+resume RUN_ID`` (DBOS's
                                                                  recovery on launch)
 =============  ===============================================  ==============================================
 
 One interface, ``EngineDriver``, the engine protocol:
 
 - ``start(run_id, task, email, crash_at=...)`` returns the process that runs
-  the run, armed with ``CRASH_AT`` (``steps.crashpoints``; docs/crashpoints.md
+  the run, armed with ``CRASH_AT`` (``durable_agents.steps.crashpoints``; docs/crashpoints.md
   names every point); ``killed(proc)`` waits for it to die there by SIGKILL;
 - ``resume(run_id)`` starts a fresh process and follows the run until it
   stops running: a ``Settled`` (the process, its exit code, the run's status,
   the restarts refused first);
-- ``status(run_id)`` is the shared shape of ``steps.runstate``, read the way
-  a user reads it (``python -m runrecord status --json``, ``python -m dbosflow
-  status --json``, and for Temporal ``flowclient.status``, which ``starter.py
+- ``status(run_id)`` is the shared shape of ``durable_agents.steps.runstate``, read the way
+  a user reads it (``python -m durable_agents.runrecord status --json``, ``python -m durable_agents.dbosflow
+  status --json``, and for Temporal ``durable_agents.flowclient.status``, which ``starter.py
   status`` prints), or None when the engine holds no such run. The in-memory
   engine never holds one: it keeps no record;
 - ``started_steps(proc)``: the steps a process began executing, from its
-  ``step <name> started`` lines (``steps.startedline``);
+  ``step <name> started`` lines (``durable_agents.steps.startedline``);
 - ``processes()``: what a power cut takes, the engine's processes alive now
   (Temporal's include its dev server); ``close()`` kills what the driver
   started, never the dev server, which belongs to whoever started it.
 
-The agent loop (``steps.loop``: the model chooses its tools turn after turn)
+The agent loop (``durable_agents.steps.loop``: the model chooses its tools turn after turn)
 has three more, on the engines that run it (the others raise
 ``NotImplementedError`` naming the engine):
 
 =================  ==========================================================================================
 ``start_loop``     ``start_loop(run_id, task, email, *, crash_at="", max_turns=20, window_tokens=2000,
                    window_messages=40, history_bound=None) -> Proc``: the process that runs a loop run, armed
-                   with ``CRASH_AT``: ``python -m runrecord loop ...``; on Temporal a worker, then the run
-                   (``flowclient.loop.start_loop``). ``history_bound`` (events; None: the workflow's 1,000) is
-                   Temporal's continue-as-new bound: an engine with no history ignores it
-``resume``         ``resume(run_id) -> Settled``, as for a run of the flow: ``python -m runrecord resume``; a
+                   with ``CRASH_AT``: ``python -m durable_agents.runrecord loop ...``; on Temporal a worker, then the
+                   run (``durable_agents.flowclient.loop.start_loop``). ``history_bound`` (events; None: the workflow's
+                   1,000) is Temporal's continue-as-new bound: an engine with no history ignores it
+``resume``         ``resume(run_id) -> Settled``, as for a run of the flow: ``python -m durable_agents.runrecord
+resume``; a
                    new Temporal worker, followed until the run stops running
 ``loop_status``    ``loop_status(run_id) -> LoopStatus | None``: the loop run in one shape for every engine,
-                   read the way a user reads it (``python -m runrecord status --json``; for Temporal
-                   ``flowclient.loop.loop_status``, what ``starter.py status --json`` prints); None when the
-                   engine holds no such run
+                   read the way a user reads it (``python -m durable_agents.runrecord status --json``; for Temporal
+                   ``durable_agents.flowclient.loop.loop_status``, what ``starter.py status --json`` prints); None when
+                   the engine holds no such run
 =================  ==========================================================================================
 
-``loop_status``'s shape (``LoopStatus``), the same words as ``steps.runstate``:
+``loop_status``'s shape (``LoopStatus``), the same words as ``durable_agents.steps.runstate``:
 
 - ``run_id``; ``status``: ``running`` | ``completed`` | ``failed`` (a run
   its engine cannot go on with, parked, is still ``running``); ``answer``:
@@ -66,15 +69,15 @@ has three more, on the engines that run it (the others raise
   the recorded turn that asked for no tool (its text is the answer);
 - each call of a recorded turn, in the model's order, recorded or not:
   ``{"index", "name", "key", "status", "attempts", "outcome", "effect_id"}``:
-  ``key`` the call's idempotency key (``steps.loop.tool_key``; None for
+  ``key`` the call's idempotency key (``durable_agents.steps.loop.tool_key``; None for
   ``lookup_order``, which applies nothing), ``outcome`` ``ok`` | ``refused``
   once recorded, ``effect_id`` the provider's id of what it applied.
 
 ``loop_status_of(status)`` builds it from a loop run's status in the shared
-steps shape, as ``python -m runrecord status --json`` prints it.
+steps shape, as ``python -m durable_agents.runrecord status --json`` prints it.
 
 The orders a task names are the caller's to seed at the provider
-(``providerclient.seed_orders``), and the model is the caller's too:
+(``durable_agents.providerclient.seed_orders``), and the model is the caller's too:
 ``LLM_BASE_URL`` in ``env`` (``lab.model_standin``, which counts every turn
 asked), else the workers' scripted offline model. On Temporal, ``status``
 of a loop run is the shared shape too, its steps the loop's (``turn-<n>``,
@@ -108,12 +111,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypedDict
 
-from dbosflow.sides import DbosSide
-from lab import registry
-from lab.processes import REPO, DevServer, Proc
-from steps import startedline
-from steps.engine_row import Engine
-from steps.loop import (
+from durable_agents.dbosflow.sides import DbosSide
+from durable_agents.steps import startedline
+from durable_agents.steps.engine_row import Engine
+from durable_agents.steps.loop import (
     DEFAULT_MAX_TURNS,
     DEFAULT_WINDOW_MESSAGES,
     DEFAULT_WINDOW_TOKENS,
@@ -124,13 +125,15 @@ from steps.loop import (
     tool_key,
     turn_step,
 )
-from steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
+from durable_agents.steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
+from lab import registry
+from lab.processes import REPO, DevServer, Proc
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
 Status = RunEntry
-"""A run's status in the shape every engine prints (``steps.runstate``)."""
+"""A run's status in the shape every engine prints (``durable_agents.steps.runstate``)."""
 
 DEFAULT_TIMEOUT = 120.0  # seconds for one process or one run: generous on a busy 2-core machine
 
@@ -176,9 +179,9 @@ def _loop_state(word: RunStateName) -> Literal["running", "completed", "failed"]
 
 
 def loop_status_of(status: Status) -> LoopStatus:
-    """``LoopStatus`` from a loop run's status in the shared steps shape (``steps.runstate``: steps named
+    """``LoopStatus`` from a loop run's status in the shared steps shape (``durable_agents.steps.runstate``: steps named
     ``turn-<n>`` and ``turn-<n>/call-<i>``, each recorded result as the run record keeps it), as ``python -m
-    runrecord status --json`` prints it. ``EngineError`` for a run of the flow."""
+    durable_agents.runrecord status --json`` prints it. ``EngineError`` for a run of the flow."""
     run_id = status["run_id"]
     turns: list[LoopTurn] = []
     asked: list[Any] = []
@@ -216,7 +219,8 @@ def loop_status_of(status: Status) -> LoopStatus:
 
 
 def _loop_of_temporal(found: dict[str, Any]) -> LoopStatus:
-    """``LoopStatus`` from ``flowclient.loop.loop_status``'s dict (what ``starter.py status --json`` prints)."""
+    """``LoopStatus`` from ``durable_agents.flowclient.loop.loop_status``'s dict (what ``starter.py status --json``
+    prints)."""
     turns: list[LoopTurn] = [{
         "turn": t["turn"], "status": t["status"], "attempts": t["attempts"],
         "final": t["status"] == "completed" and not t["calls"],
@@ -228,8 +232,8 @@ def _loop_of_temporal(found: dict[str, Any]) -> LoopStatus:
 
 
 def _entry_of_temporal_loop(found: dict[str, Any]) -> Status:
-    """The shared steps shape of a loop run on Temporal (``flowclient.loop.loop_status``'s dict): a step per
-    turn and per call, their results as the history recorded them (text cut as the status cuts it)."""
+    """The shared steps shape of a loop run on Temporal (``durable_agents.flowclient.loop.loop_status``'s dict): a step
+    per turn and per call, their results as the history recorded them (text cut as the status cuts it)."""
     steps: list[StepEntry] = []
     for t in found["turns"]:
         recorded = t["status"] == "completed"
@@ -433,6 +437,10 @@ class _CliDriver(EngineDriver):
         cli = self.registration.cli
         if cli is None:
             raise EngineError(f"the {self.name} engine registers no CLI (Engine.cli)")
+        # A checkout from before the adapter was one package (durable_agents 0.2.0) has its engines at the top.
+        top = cli.rpartition(".")[2]
+        if not (self.code / Path(*cli.split("."))).is_dir() and (self.code / top).is_dir():
+            return top
         return cli
 
     async def start(self, run_id: str, task: str, email: str, *, crash_at: str = "",
@@ -482,16 +490,17 @@ class _CliDriver(EngineDriver):
 
 
 class RunRecordDriver(_CliDriver):
-    """The hand-rolled SQLite run record (``python -m runrecord``)."""
+    """The hand-rolled SQLite run record (``python -m durable_agents.runrecord``)."""
 
     knew = "read the record of run"
-    LEASE_HELD: ClassVar[int] = 5  # ``runrecord.cli.EXIT_LEASE_HELD``, read as a user reads it: the exit code
+    # ``durable_agents.runrecord.cli.EXIT_LEASE_HELD``, read as a user reads it: the exit code
+    LEASE_HELD: ClassVar[int] = 5
 
     async def resume(self, run_id: str, *, args: Sequence[str] = (), name: str | None = None,
                      timeout: float | None = None) -> Settled:
         """As the CLI engines do, asked again while the run's lease is held (exit 5): a dead runner on this
-        host is taken over at once (``runrecord.lease``); one the record cannot prove dead holds the run until
-        its lease expires."""
+        host is taken over at once (``durable_agents.runrecord.lease``); one the record cannot prove dead holds the run
+        until its lease expires."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         refused = 0
         while True:
@@ -504,25 +513,28 @@ class RunRecordDriver(_CliDriver):
         return Settled(proc, code, await self.status(run_id), refused)
 
     async def retry(self, run_id: str, timeout: float | None = None) -> Status | None:
-        """``python -m runrecord retry RUN_ID``: the failed step again, with a fresh budget, to the run's end."""
+        """``python -m durable_agents.runrecord retry RUN_ID``: the failed step again, with a fresh budget, to the
+        run's end."""
         await self.exit_code(self.spawn(f"{self.module}-retry", ["-m", self.module, "retry", run_id]), timeout)
         return await self.status(run_id)
 
 
 class DbosDriver(_CliDriver):
-    """The flow and the agent loop on DBOS Transact (``python -m dbosflow``; the optional ``dbos`` extra)."""
+    """The flow and the agent loop on DBOS Transact (``python -m durable_agents.dbosflow``; the optional ``dbos``
+    extra)."""
 
     knew = "launched DBOS"
 
     async def steps(self, run_id: str) -> DbosSide | None:
-        """DBOS's own rows for the run (``python -m dbosflow steps --json``): this process imports no DBOS."""
+        """DBOS's own rows for the run (``python -m durable_agents.dbosflow steps --json``): this process imports no
+        DBOS."""
         side: DbosSide | None = await self.cli_json("steps", run_id)
         return side
 
 
 class TemporalDriver(EngineDriver):
     """Temporal: worker processes on one task queue of ``server`` (a ``DevServer`` its caller started), and
-    the runs started there as ``starter.py`` starts them (``flowclient.runs``)."""
+    the runs started there as ``starter.py`` starts them (``durable_agents.flowclient.runs``)."""
 
     knew = "history events of run"
 
@@ -547,7 +559,7 @@ class TemporalDriver(EngineDriver):
         """A client of the server, with this process's environment and the driver's (a payload codec key
         included, as the workers have it); connected again once the server is another process."""
         if self._client is None or self._client_of is not self.server.proc:
-            from flowclient.connect import connect
+            from durable_agents.flowclient.connect import connect
 
             self._client = await connect({**os.environ, **self.env, "TEMPORAL_ADDRESS": self.server.address,
                                           "TEMPORAL_NAMESPACE": "default"})
@@ -566,9 +578,10 @@ class TemporalDriver(EngineDriver):
     async def submit(self, run_id: str, task: str, email: str, *, conversation: str | None = None,
                      rule: Any = None) -> bool:
         """Start the run on the queue (True), or find it started already (False). ``rule``: a
-        ``steps.retry.RetryRule``; by default the one the driver's environment gives, as a CLI engine's."""
-        from flowclient.runs import start_run
-        from steps.retry import rule_from_env
+        ``durable_agents.steps.retry.RetryRule``; by default the one the driver's environment gives, as a CLI
+        engine's."""
+        from durable_agents.flowclient.runs import start_run
+        from durable_agents.steps.retry import rule_from_env
 
         created, _ = await start_run(await self.client(), run_id, task, email, conversation, queue=self.queue,
                                      rule=rule or rule_from_env({**os.environ, **self.env}))
@@ -585,9 +598,9 @@ class TemporalDriver(EngineDriver):
                           window_tokens: int = DEFAULT_WINDOW_TOKENS, window_messages: int = DEFAULT_WINDOW_MESSAGES,
                           history_bound: int | None = None, rule: Any = None) -> bool:
         """Start a loop run on the queue (True), or find it started already (False), as ``starter.py loop``
-        does (``flowclient.loop.start_loop``); ``rule`` as for ``submit``."""
-        from flowclient.loop import DEFAULT_HISTORY_BOUND, start_loop
-        from steps.retry import rule_from_env
+        does (``durable_agents.flowclient.loop.start_loop``); ``rule`` as for ``submit``."""
+        from durable_agents.flowclient.loop import DEFAULT_HISTORY_BOUND, start_loop
+        from durable_agents.steps.retry import rule_from_env
 
         created, _ = await start_loop(await self.client(), run_id, task, email, task_queue=self.queue,
                                       max_turns=max_turns, window_tokens=window_tokens,
@@ -609,15 +622,16 @@ class TemporalDriver(EngineDriver):
     async def _is_loop(self, run_id: str) -> bool:
         """Whether ``run_id`` is a loop run (``TemporalRunNotFound`` if there is none), asked once per run id."""
         if run_id not in self._loops:
-            from flowclient.loop import is_loop_run
+            from durable_agents.flowclient.loop import is_loop_run
 
             self._loops[run_id] = await is_loop_run(await self.client(), run_id)
         return self._loops[run_id]
 
     async def loop_status(self, run_id: str) -> LoopStatus | None:
-        """``flowclient.loop.loop_status`` (what ``starter.py status --json`` prints), in the shared shape."""
-        from flowclient.loop import NotALoopRun, loop_status
-        from flowclient.status import TemporalRunNotFound
+        """``durable_agents.flowclient.loop.loop_status`` (what ``starter.py status --json`` prints), in the shared
+        shape."""
+        from durable_agents.flowclient.loop import NotALoopRun, loop_status
+        from durable_agents.flowclient.status import TemporalRunNotFound
 
         try:
             found = await loop_status(await self.client(), run_id)
@@ -644,7 +658,7 @@ class TemporalDriver(EngineDriver):
     async def wait_for(self, run_id: str, until: Callable[[Status], bool],
                        on_change: Callable[[Status], Any] | None = None, timeout: float | None = None) -> Status:
         """The run's status once ``until(status)``; ``on_change`` sees every new status on the way."""
-        from flowclient.runs import wait_for_status
+        from durable_agents.flowclient.runs import wait_for_status
 
         timeout = self.timeout if timeout is None else timeout
         if not await self._is_loop(run_id):
@@ -665,13 +679,14 @@ class TemporalDriver(EngineDriver):
             await asyncio.sleep(self.poll)
 
     async def _loop_entry(self, run_id: str) -> Status:
-        from flowclient.loop import loop_status
+        from durable_agents.flowclient.loop import loop_status
 
         return _entry_of_temporal_loop(await loop_status(await self.client(), run_id))
 
     async def status(self, run_id: str) -> Status | None:
-        """The run's status (``flowclient.status``); a loop run's with the loop's steps (the module docstring)."""
-        from flowclient.status import TemporalRunNotFound, run_status
+        """The run's status (``durable_agents.flowclient.status``); a loop run's with the loop's steps (the module
+        docstring)."""
+        from durable_agents.flowclient.status import TemporalRunNotFound, run_status
 
         try:
             if await self._is_loop(run_id):
@@ -682,8 +697,9 @@ class TemporalDriver(EngineDriver):
         return found
 
     async def retry(self, run_id: str, timeout: float | None = None) -> Status | None:
-        """A reset to the workflow task that scheduled the failed step (``flowclient.runs``), to the run's end."""
-        from flowclient.runs import restart_failed_run
+        """A reset to the workflow task that scheduled the failed step (``durable_agents.flowclient.runs``), to the
+        run's end."""
+        from durable_agents.flowclient.runs import restart_failed_run
 
         await restart_failed_run(await self.client(), run_id)
         return await self.wait_for(run_id, lambda s: s["status"] != "running", timeout=timeout)

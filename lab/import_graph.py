@@ -18,8 +18,8 @@ Exit code 1 when there is a cycle of either kind, so a test can hold the
 layering in place.
 
 Between modules (``module_edges``), an import names the module it loads:
-``from steps import flow`` is an edge to ``steps.flow``, ``from steps.plan
-import FLOW`` one to ``steps.plan`` (the package ``steps/__init__.py`` that
+``from steps import flow`` is an edge to ``durable_agents.steps.flow``, ``from durable_agents.steps.plan
+import FLOW`` one to ``durable_agents.steps.plan`` (the package ``durable_agents/steps/__init__.py`` that
 Python runs first is not an edge: every module of a package would otherwise
 be in a cycle with it). An import under ``TYPE_CHECKING`` is an edge like any
 other: a type checker follows it, and so does the reader, who cannot read one
@@ -41,14 +41,37 @@ REPO = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".venv", ".venv-lock", ".state", ".git", "build", "__pycache__", "data", "probe"}
 
 
+PACKAGE = "durable_agents"
+"""The adapter's package: each of its subpackages and modules is a unit of its own (``durable_agents.steps``,
+``durable_agents.worker``), and its ``__init__`` the unit ``durable_agents``, so the layers inside the
+package are held as the layers outside it are."""
+
+
+def _package_units(path: Path) -> dict[str, list[Path]]:
+    found: dict[str, list[Path]] = {}
+    for sub in sorted(path.iterdir()):
+        if sub.name in SKIP_DIRS or sub.name.startswith("."):
+            continue
+        if sub.is_dir() and (sub / "__init__.py").exists():
+            found[f"{PACKAGE}.{sub.name}"] = sorted(
+                p for p in sub.rglob("*.py") if not SKIP_DIRS & set(p.relative_to(sub).parts))
+        elif sub.suffix == ".py":
+            found[PACKAGE if sub.stem == "__init__" else f"{PACKAGE}.{sub.stem}"] = [sub]
+    return found
+
+
 def units(repo: Path = REPO, include_tests: bool = False) -> dict[str, list[Path]]:
-    """Top-level unit name -> its Python files (a package's, or the one script's)."""
+    """Unit name -> its Python files: a top-level package's, a script's, or one part of the adapter's
+    package (``PACKAGE``)."""
     found: dict[str, list[Path]] = {}
     for path in sorted(repo.iterdir()):
         if path.name in SKIP_DIRS or path.name.startswith("."):
             continue
         if path.is_dir() and (path / "__init__.py").exists():
             if path.name == "tests" and not include_tests:
+                continue
+            if path.name == PACKAGE:
+                found.update(_package_units(path))
                 continue
             found[path.name] = sorted(p for p in path.rglob("*.py") if not SKIP_DIRS & set(p.relative_to(path).parts))
         elif path.suffix == ".py":
@@ -58,11 +81,26 @@ def units(repo: Path = REPO, include_tests: bool = False) -> dict[str, list[Path
     return found
 
 
+def unit_of(dotted: str, found: Mapping[str, object]) -> str | None:
+    """The unit a dotted module name belongs to: the longest unit name it starts with."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in found:
+            return ".".join(parts[:n])
+    return None
+
+
+def mermaid_id(unit: str) -> str:
+    """A unit's node in docs/architecture.md's picture: ``durable_agents.steps`` is ``durable_agents_steps``."""
+    return unit.replace(".", "_")
+
+
 def _imported(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [node.module]
+        # ``from durable_agents import worker`` names the module ``durable_agents.worker``
+        return [f"{node.module}.{alias.name}" for alias in node.names]
     return []
 
 
@@ -77,9 +115,8 @@ def edges(found: dict[str, list[Path]]) -> dict[tuple[str, str], list[int]]:
                 if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                     nested.update(id(n) for n in ast.walk(fn) if n is not fn)
             for node in ast.walk(tree):
-                for name in _imported(node):
-                    target = name.split(".")[0]
-                    if target in found and target != unit:
+                for target in dict.fromkeys(unit_of(name, found) for name in _imported(node)):
+                    if target is not None and target != unit:
                         counts = out[(unit, target)]
                         counts[0] += 1
                         counts[1] += id(node) in nested
@@ -101,7 +138,8 @@ class Import:
 
 
 def module_name(path: Path, repo: Path = REPO) -> str:
-    """``steps/plan.py`` -> ``steps.plan``; ``steps/__init__.py`` -> ``steps``; ``worker.py`` -> ``worker``."""
+    """``durable_agents/steps/plan.py`` -> ``durable_agents.steps.plan``; ``durable_agents/steps/__init__.py`` ->
+    ``durable_agents.steps``; ``worker.py`` -> ``worker``."""
     parts = path.relative_to(repo).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -241,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if loops or module_loops else 0
     for (a, b), (n, k) in sorted(graph.items()):
         inside = f" ({k} inside functions)" if k else ""
-        print(f"{a:<14} -> {b:<14} {n:>3} import{'s' if n != 1 else ''}{inside}")
+        print(f"{a:<28} -> {b:<28} {n:>3} import{'s' if n != 1 else ''}{inside}")
     print()
     if loops:
         for loop in loops:
@@ -256,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         counts = line_counts(found)
         for unit, n in sorted(counts.items()):
-            print(f"{unit:<14} {n:>6} lines in {len(found[unit])} file(s)")
+            print(f"{unit:<28} {n:>6} lines in {len(found[unit])} file(s)")
         print(f"{'total':<14} {sum(counts.values()):>6} lines")
     return 1 if loops or module_loops else 0
 

@@ -15,16 +15,16 @@ and the engine's processes, driven through ``lab.engines`` (``start_loop``, ``re
 1. a wave of ``--runs`` loop runs, each with orders of its own seeded at the provider and a task naming 1-3
    of them (so 4, 6 or 8 turns; every order's refund and its email are two calls of one turn). On Temporal
    the wave is started at once on one task queue; on the run record and DBOS each run is a process of its
-   own (``python -m runrecord loop``, ``python -m dbosflow loop``), at most ``--parallel`` at a time. While
-   kills are still to land, another wave follows: on Temporal once every run of the last has closed (as
+   own (``python -m durable_agents.runrecord loop``, ``python -m durable_agents.dbosflow loop``), at most ``--parallel``
+   at a time. While kills are still to land, another wave follows: on Temporal once every run of the last has closed (as
    ``lab.chaos``), on the others once fewer runs than ``--parallel`` are left to run;
 2. the kill phase, until ``--kills`` SIGKILLs have landed on a process running a run, one every 0.5-2.5 s
    (random). On Temporal, as ``lab.chaos``: a random ready worker of the queue, replaced at once (worker A
    always, B with probability 0.6; B, the standby, comes when absent with probability 0.6, so part of the
    time two workers share the queue). On the run record and DBOS: a random run's process that has begun a
    step (each run's processes at most ``KILLS_PER_RUN`` times); once the kill has been observed, the run
-   is resumed (``resume``: ``python -m runrecord resume``, ``python -m dbosflow resume``), and that process
-   may be killed in turn. Before each kill, at random, the
+   is resumed (``resume``: ``python -m durable_agents.runrecord resume``, ``python -m durable_agents.dbosflow resume``),
+   and that process may be killed in turn. Before each kill, at random, the
    provider (``POST /admin/faults``) is told to answer the next 1-3 effect requests (the tool calls'
    refunds, emails, tickets) 503 before applying anything, or to apply the next 1-2 and lose the response
    (503 after the effect);
@@ -62,8 +62,8 @@ Seeded (``--seed``: the runs' orders and tasks, the kill and fault choices, the 
 given moment still depends on the machine) and bounded: each engine's session ends by ``--max-seconds``
 whatever happens, and every process it started is killed; a run still open then fails the first check.
 
-On DBOS each run has a system database of its own: ``python -m dbosflow loop`` and ``resume`` launch DBOS,
-whose recovery re-dispatches *every* pending run of the version in its database, live ones in another process
+On DBOS each run has a system database of its own: ``python -m durable_agents.dbosflow loop`` and ``resume`` launch
+DBOS, whose recovery re-dispatches *every* pending run of the version in its database, live ones in another process
 included (every process is DBOS's executor ``local``), so two processes on one database run the same run at
 once and ask its turn twice with no kill at all. One database per run keeps "the process running a run" one
 process, as the run record's lease and Temporal's task queue do for them.
@@ -89,6 +89,10 @@ from typing import Any
 
 import httpx
 
+from durable_agents.providerclient import EffectRecord, ProviderClient, fetch_effects
+from durable_agents.steps.controls import printable
+from durable_agents.steps.engine_row import Engine
+from durable_agents.steps.loop import EFFECT_OF_TOOL
 from lab import registry
 from lab.chaos_moves import (
     clear_faults,
@@ -103,10 +107,6 @@ from lab.engines import EngineDriver, LoopStatus, LoopTurn, TemporalDriver, driv
 from lab.model_standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
-from providerclient import EffectRecord, ProviderClient, fetch_effects
-from steps.controls import printable
-from steps.engine_row import Engine
-from steps.loop import EFFECT_OF_TOOL
 
 KINDS = ("refund", "email", "ticket")
 ITEMS = {"refund": ("/v1/refunds", "refunds", "refund_id"), "email": ("/v1/emails", "emails", "message_id"),
@@ -119,7 +119,8 @@ TASKS = (
 )
 KILLS_PER_RUN = 3
 """Run record and DBOS: the most kills one run's processes take, so that kills spread over the runs and no step
-comes near the engines' limit of deaths (``steps.retry``: 10 per step, then the run fails as a poison pill)."""
+comes near the engines' limit of deaths (``durable_agents.steps.retry``: 10 per step, then the run fails as a poison
+pill)."""
 MOST_RUNS = 999  # a wave's runs: an order id is the engine's letter, the wave, the run's 3 digits, the order's 1
 CHECKS = ("failed", "duplicate", "lost", "asked again")
 CHECK_NAMES = {"failed": "every run completed", "duplicate": "no duplicate effect", "lost": "no lost effect",
@@ -859,7 +860,7 @@ def _on_postgres(config: LoopChaosConfig) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     os.environ.pop("CRASH_AT", None)  # the drivers arm nothing; one inherited would arm every process
     exit_now(main())

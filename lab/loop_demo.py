@@ -13,11 +13,11 @@ processes, through their drivers (``lab.engines``: ``start_loop``,
 1. a loop run whose task names two orders: six turns (a lookup; the refund
    and its email, two calls in one turn; the second lookup; its refund and
    email; the ticket; the final answer);
-2. the process running it (a Temporal worker, a ``python -m runrecord loop``)
+2. the process running it (a Temporal worker, a ``python -m durable_agents.runrecord loop``)
    armed with ``CRASH_AT=tool:issue_refund:after_effect``: it dies by SIGKILL
    right after the provider applied the first refund, before the call's
    result is recorded;
-3. a fresh process resumes the run (a new worker; ``python -m runrecord
+3. a fresh process resumes the run (a new worker; ``python -m durable_agents.runrecord
    resume``): the recorded turns come back from the record, the model is not
    asked them again, and the refund call runs again under the same key: its
    tool's lookup asks the provider what it holds under the key and takes the
@@ -44,14 +44,14 @@ from typing import Any
 
 from rich.markup import escape
 
-from flowclient.connect import exit_now
+from durable_agents.flowclient.connect import exit_now
+from durable_agents.providerclient import fetch_effects, seed_orders
+from durable_agents.steps.controls import printable
 from lab.demo import add_demo_arguments, console, hold_server, pick_port, print_checks, print_effects, say, start_server
 from lab.engines import EngineDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
 from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
-from providerclient import fetch_effects, seed_orders
-from steps.controls import printable
 
 POINT = "tool:issue_refund:after_effect"
 EMAIL = "ada@example.com"
@@ -211,8 +211,9 @@ TEMPORAL_WORDS = Words(
     second_is="worker 2", record="Temporal's history", reads="it replays the history",
     wait=" (Temporal first waits out the dead worker's heartbeat timeout, 3 s)")
 RECORD_WORDS = Words(
-    engine="run record", first="process 1", first_is="process 1 (python -m runrecord loop)", second="process 2",
-    second_is="process 2 (python -m runrecord resume)", record="the run record", reads="it reads the record")
+    engine="run record", first="process 1", first_is="process 1 (python -m durable_agents.runrecord loop)",
+    second="process 2", second_is="process 2 (python -m durable_agents.runrecord resume)", record="the run record",
+    reads="it reads the record")
 
 
 def _times(n: int) -> str:

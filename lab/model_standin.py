@@ -1,7 +1,8 @@
 """The model stand-in: an OpenAI-compatible chat-completions server on loopback that plays the agent loop's
-model (``drafting.scripted.ScriptedModel``, or an agent's own: ``agent``, below) and the flow's drafting model
-(``drafting.OfflineModel``), and counts every request it answers. Point ``LLM_BASE_URL`` at it (any
-``LLM_MODEL``) and the lab's real client, ``drafting.OpenAIChatModel``, talks to it over TCP as to any server.
+model (``durable_agents.drafting.scripted.ScriptedModel``, or an agent's own: ``agent``, below) and the flow's drafting
+model (``durable_agents.drafting.OfflineModel``), and counts every request it answers. Point ``LLM_BASE_URL`` at it (any
+``LLM_MODEL``) and the lab's real client, ``durable_agents.drafting.OpenAIChatModel``, talks to it over TCP as to any
+server.
 
 What it counts, and how. Every well-formed ``POST /v1/chat/completions`` (a JSON object whose ``messages``
 is a non-empty list of chat messages) is counted once, under the run and the turn its headers name:
@@ -61,7 +62,7 @@ stops cleanly on SIGTERM or SIGINT::
 
 (``--agent``: an agent that does not load, or whose model has no ``turn``, is refused with exit status 2 and
 what to do. A worker asks it over HTTP, instead of in its own process, with ``AGENT_MODEL=worker`` and
-``LLM_BASE_URL`` pointed here: ``steps.served``.)
+``LLM_BASE_URL`` pointed here: ``durable_agents.steps.served``.)
 
 (``start_model_standin`` starts that process and waits for the line; ``turns_asked`` reads one run's
 count from either form.)
@@ -83,12 +84,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from drafting import OfflineModel, ScriptedModel
 from durable_agents import Agent, load_agent
+from durable_agents.drafting import OfflineModel, ScriptedModel
+from durable_agents.steps.errors import PermanentError
+from durable_agents.steps.loop import ModelAnswer
 from lab.loopback import JsonHandler
 from lab.processes import REPO, Proc
-from steps.errors import PermanentError
-from steps.loop import ModelAnswer
 
 CHAT_PATH = "/v1/chat/completions"
 COUNTS_PATH = "/v1/counts"

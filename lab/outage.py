@@ -23,11 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.retry import RetryRule
 from lab.engines import EngineDriver, RunRecordDriver, TemporalDriver
 from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import start_provider
-from providerclient import fetch_effects
-from steps.retry import RetryRule
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -36,7 +36,7 @@ EMAIL = "ada@example.com"
 async def _row(server: DevServer, work: Path, outage: float, budget: float, say) -> dict:
     provider = start_provider(work / f"provider-{outage:g}.db")  # stopped and started again on this port and store
     # The two engines' drivers (lab.engines), each with files of its own; the run record's rule from its
-    # environment, as `python -m runrecord start` reads it, Temporal's given to the run it starts.
+    # environment, as `python -m durable_agents.runrecord start` reads it, Temporal's given to the run it starts.
     temporal = TemporalDriver(server, {"PROVIDER_URL": provider.url, "MEMORY_DB": str(work / f"memory-{outage:g}.db")},
                               queue=f"outage-{outage:g}-{uuid.uuid4().hex[:6]}", timeout=budget + 300, poll=0.5)
     record = RunRecordDriver({"RUNRECORD_DB": str(work / f"runrecord-{outage:g}.db"),
@@ -123,6 +123,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with Postgres(args.data, port=args.port) as server:
         print(f"PostgreSQL ready: {server.conninfo()}\n"
-              f"  DBOSFLOW_DB={server.url('dbosflow')} python -m dbosflow start ...", flush=True)
+              f"  DBOSFLOW_DB={server.url('dbosflow')} python -m durable_agents.dbosflow start ...", flush=True)
         try:
             server.proc.popen.wait() if server.proc else None
         except KeyboardInterrupt:

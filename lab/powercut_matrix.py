@@ -34,7 +34,7 @@ exchange, still open). Sync levels, the lab's default first: the run
 record's ``FULL`` and ``NORMAL`` (``RUNRECORD_SYNCHRONOUS``); the dev server's
 SQLite at ``EXTRA`` (``lab.processes.FILE_PRAGMAS``) and at SQLite's default,
 ``FULL`` (rollback journal; ``--sqlite-pragma synchronous=...``); DBOS's SQLite
-system database at ``EXTRA`` (``dbosflow.engine``'s) and at DBOS's own,
+system database at ``EXTRA`` (``durable_agents.dbosflow.engine``'s) and at DBOS's own,
 ``FULL`` (``DBOSFLOW_SYNCHRONOUS``). Memory runs at its default ``FULL``
 (``MEMORY_SYNCHRONOUS``), and at ``NORMAL`` in four more cases (the run
 record at its default, the memory point, both placements and rules), which
@@ -67,6 +67,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_agents.memory import open_store
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.engine_row import Engine
+from durable_agents.steps.flow import exchange_message_ids
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.plan import EFFECT_STEPS, STEP_NAMES
+from durable_agents.steps.runstate import DONE_STEP_STATES
 from lab import powercut_postgres, registry
 from lab.engines import EngineDriver, TemporalDriver, driver_for, started_steps
 from lab.postgres import scratch_dir
@@ -74,13 +81,6 @@ from lab.powercut import CutReport, PowerCut
 from lab.powercut_postgres import OnTheCut
 from lab.processes import LAB_SERVER_CONFIG, DevServer
 from lab.provider_process import ProviderProcess, start_provider
-from memory import open_store
-from providerclient import fetch_effects
-from steps.engine_row import Engine
-from steps.flow import exchange_message_ids
-from steps.keys import idempotency_key
-from steps.plan import EFFECT_STEPS, STEP_NAMES
-from steps.runstate import DONE_STEP_STATES
 
 PLACEMENTS = ("worker", "laptop")
 POINTS = ("start", "email", "between", "memory")

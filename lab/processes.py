@@ -239,7 +239,7 @@ class DevServer:
     loses every run, by design.
     ``headless=False`` serves the UI (on ``ui_port``, default the gRPC port +
     1000), and ``ui_codec_endpoint`` points the UI at a codec server
-    (``python -m payloadcodec.server``) so it shows payloads decrypted.
+    (``python -m durable_agents.payloadcodec.server``) so it shows payloads decrypted.
     ``sqlite_pragmas`` (with ``db_file``) are given to the server's SQLite as
     ``--sqlite-pragma NAME=VALUE`` over ``FILE_PRAGMAS``, e.g.
     ``{"synchronous": "FULL"}`` for SQLite's default, to measure what it loses.
@@ -381,8 +381,8 @@ def wait_for_namespace(address: str, timeout: float, proc: Proc | None = None) -
 
 def start_codec_server(env: dict[str, str], origins: list[str] | None = None, port: int = 0,
                        echo: bool = False) -> tuple[Proc, str]:
-    """``python -m payloadcodec.server`` with the codec keys in ``env``; returns (process, URL)."""
-    argv = [sys.executable, "-m", "payloadcodec.server", "--port", str(port), "--verbose"]
+    """``python -m durable_agents.payloadcodec.server`` with the codec keys in ``env``; returns (process, URL)."""
+    argv = [sys.executable, "-m", "durable_agents.payloadcodec.server", "--port", str(port), "--verbose"]
     for origin in origins or []:
         argv += ["--origin", origin]
     proc = Proc("codec-server", argv, env=env, echo=echo)

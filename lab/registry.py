@@ -1,10 +1,12 @@
 """The lab's engine registry: every engine the lab drives, found where the engine lives.
 
-An engine registers by holding a ``registration.py`` in its own top-level package, whose ``ENGINE`` is a
-``steps.engine_row.Engine`` row (``runrecord/registration.py``, ``dbosflow/registration.py``,
-``flowclient/registration.py`` for Temporal). Adding an engine is a package of its own and that one file: the
-drivers (``lab.engines.driver_for``), the loop's chaos (``lab.loop_chaos``), the power-cut matrix, the lesson
-and the benchmarks take their engines from here, in ``rank`` order, and none lists them.
+An engine registers by holding a ``registration.py`` in its own package (one of the adapter's, or one at the top of
+the checkout), whose ``ENGINE`` is a
+``durable_agents.steps.engine_row.Engine`` row (``durable_agents/runrecord/registration.py``,
+``durable_agents/dbosflow/registration.py``, ``durable_agents/flowclient/registration.py`` for Temporal). Adding an
+engine is a package of its own and that one file: the drivers (``lab.engines.driver_for``), the loop's chaos
+(``lab.loop_chaos``), the power-cut matrix, the lesson and the benchmarks take their engines from here, in ``rank``
+order, and none lists them.
 
 ``register(row)`` adds one more from anywhere (a test's stub engine; ``registered(row)`` for a ``with``
 block); an unknown name is refused with the names there are (``UnknownEngine``). The drivers and sessions a
@@ -24,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from steps.engine_row import Engine
-from steps.plan import FlowStep
+from durable_agents.steps.engine_row import Engine
+from durable_agents.steps.plan import FlowStep
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRATION = "registration"  # the module an engine's package registers in
@@ -37,15 +39,17 @@ class UnknownEngine(ValueError):
 
 
 def _discover() -> dict[str, Engine]:
-    """Each top-level package of the checkout with a ``registration.py``: its ``ENGINE``."""
+    """Each package with a ``registration.py``, of the adapter's (``durable_agents/*/``) or at the top of the
+    checkout: its ``ENGINE``."""
     found: dict[str, Engine] = {}
-    for path in sorted(ROOT.glob(f"*/{REGISTRATION}.py")):
+    for path in sorted([*ROOT.glob(f"durable_agents/*/{REGISTRATION}.py"), *ROOT.glob(f"*/{REGISTRATION}.py")]):
         if not (path.parent / "__init__.py").exists() or path.parent.name == "tests":
             continue
-        module = f"{path.parent.name}.{REGISTRATION}"
+        module = ".".join([*path.parent.relative_to(ROOT).parts, REGISTRATION])
         row = getattr(importlib.import_module(module), "ENGINE", None)
         if not isinstance(row, Engine):
-            raise TypeError(f"{module} registers no engine: give it ENGINE = steps.engine_row.Engine(...)")
+            raise TypeError(f"{module} registers no engine: "
+                            "give it ENGINE = durable_agents.steps.engine_row.Engine(...)")
         _add(found, row, module)
     return found
 

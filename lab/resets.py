@@ -19,12 +19,12 @@ newest run of the id); failed runs (the ticket API refusing with 503s until
 their 2 s budget was spent) one per point, after the provider is back. A
 reset is an operator's "try again from here": the attempts it keeps are
 history, and every step's budget and death count start again at the reset
-(``workflows/agent_flow.py``, ``_attempts``), so a failed run reset even to
+(``durable_agents/workflows/agent_flow.py``, ``_attempts``), so a failed run reset even to
 its last task tries its failed step again. ``starter.py retry`` resets to
 just before the failed step's first attempt.
 What a re-run step did to its effect is read from the status: ``replayed``
 (the same request as before: the provider answered from its store),
-``adopted`` (a different request of the same run: ``steps.adoption``),
+``adopted`` (a different request of the same run: ``durable_agents.steps.adoption``),
 ``applied`` (the first request that reached the provider) or ``kept``
 (before the reset point: not run again).
 """
@@ -40,12 +40,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from flowclient.connect import connect
-from flowclient.status import run_status
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.steps.retry import RetryRule
 from lab.processes import LAB_SERVER_CONFIG, DevServer, start_worker, temporal_cli, wait_until
 from lab.provider_process import start_provider
-from providerclient import ProviderClient, fetch_effects
-from steps.retry import RetryRule
 
 POINTS = ("first", "after draft", "after send", "last")
 TASK = "Confirm the refund for order 1234"
@@ -130,7 +130,7 @@ async def matrix(say=print) -> list[dict]:
                 queue = f"resets-{mode}-{uuid.uuid4().hex[:6]}"
                 workers.append(start_worker(server.address, url, queue,
                                             {"MEMORY_DB": str(work / f"memory-{mode}.db"), "LLM_OFFLINE_VARY": vary}))
-                from flowclient.runs import start_run
+                from durable_agents.flowclient.runs import start_run
 
                 # A completed run, reset at every point in turn.
                 run_id = f"reset-{mode}-{uuid.uuid4().hex[:6]}"
@@ -204,6 +204,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

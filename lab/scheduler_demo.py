@@ -4,9 +4,9 @@ service.
 
 It starts everything itself, in a temporary directory: a Temporal dev server, the scheduler's service
 (``examples.scheduler.service``: real HTTP, its own SQLite, one booking per ``Idempotency-Key``), and the
-engines' processes, each given the agent by import string only (``worker.py --agent``, ``python -m runrecord
-loop --agent``): nothing of the lab names it. On each engine, the process running the run is armed with
-``CRASH_AT=tool:book_room:after_effect`` and dies by SIGKILL after the service applied the booking and before
+engines' processes, each given the agent by import string only (``worker.py --agent``, ``python -m
+durable_agents.runrecord loop --agent``): nothing of the lab names it. On each engine, the process running the run is
+armed with ``CRASH_AT=tool:book_room:after_effect`` and dies by SIGKILL after the service applied the booking and before
 the call's result was recorded; a fresh process (a standby worker; ``runrecord resume RUN_ID``) finishes
 the run; the booking's retry asks the service by its key first (the tool's lookup), finds it applied and
 takes its answer, sending nothing again. Then the service's counts per key: each key applied once and
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.loop import start_loop
 from examples.scheduler.agent import AGENT
 from examples.scheduler.client import SchedulerClient
-from flowclient.connect import connect
-from flowclient.loop import start_loop
 from lab.processes import REPO, DevServer, Proc, free_port, start_worker
 
 SPEC = "examples.scheduler.agent:AGENT"
@@ -82,11 +82,12 @@ async def on_the_run_record(state: Path, env: dict[str, str], url: str, failures
                             started: list[Proc]) -> None:
     run_id = f"scheduler-record-{int(time.time())}"
     full = {**env, "RUNRECORD_DB": str(state / "runrecord.db"), "PROVIDER_URL": "http://127.0.0.1:9"}
-    first = Proc("runrecord1", [sys.executable, "-m", "runrecord", "loop", run_id, TASK, "--agent", SPEC,
+    first = Proc("runrecord1", [sys.executable, "-m", "durable_agents.runrecord", "loop", run_id, TASK, "--agent", SPEC,
                                 "--param", f"attendee={ATTENDEE}"], env={**full, "CRASH_AT": POINT}, cwd=REPO)
     started.append(first)
     check(first.wait(60) == -9, f"run record: the process died by SIGKILL at {POINT}", failures)
-    second = Proc("runrecord2", [sys.executable, "-m", "runrecord", "resume", run_id], env=full, cwd=REPO)
+    second = Proc("runrecord2", [sys.executable, "-m", "durable_agents.runrecord", "resume", run_id], env=full,
+                  cwd=REPO)
     started.append(second)
     check(second.wait(60) == 0, "run record: resume RUN_ID finished the run (the agent read from the record)",
           failures)

@@ -26,7 +26,7 @@
 - ``lesson.compare``: the engines' records of the same task side by side (the
   run record's, Temporal's history, DBOS's rows), each read by its engine's
   own ``compare`` module, with the provider's counts; a table, or with
-  ``--html`` a page (``python -m runrecord compare`` hands over to it).
+  ``--html`` a page (``python -m lesson.compare``).
 - ``lesson.lanes``: one timeline lane per engine from its record, plus what a
   watcher saw: drawn by the comparison's page and the scenario's.
 

@@ -4,14 +4,17 @@ DBOS keeps for a third, with the provider's own counts for each run's
 idempotency keys.
 
     python -m lesson.compare RECORD_RUN_ID --temporal TEMPORAL_RUN_ID [--dbos DBOS_RUN_ID] [--json] [--html PATH]
-    python -m runrecord compare ...      # the same command, as the pages teach it (it hands over to this one)
+
+The lab's command, run from the checkout: the adapter's packages read their own records
+(``durable_agents.runrecord.compare``, ``durable_agents.flowclient.compare``,
+``durable_agents.dbosflow.compare``) and start nothing of the lab.
 
 Three run ids, because the keys derive from the run id: the same id on two
 engines would make the second engine's email a replay of the first's.
 
-Each engine reads its own record: the run record ``runrecord.compare.
-record_side``, Temporal ``flowclient.compare.temporal_side``, DBOS
-``dbosflow.compare.dbos_side`` (asked of ``python -m dbosflow steps --json``
+Each engine reads its own record: the run record ``durable_agents.runrecord.compare.
+record_side``, Temporal ``durable_agents.flowclient.compare.temporal_side``, DBOS
+``durable_agents.dbosflow.compare.dbos_side`` (asked of ``python -m durable_agents.dbosflow steps --json``
 in a process of its own: the DBOS engine is an optional extra). This module,
 in the layer that puts engines side by side, lays them out and asks the
 provider. ``compare(...)`` returns a ``Comparison`` (``--json`` prints it); ``render``
@@ -60,28 +63,28 @@ from typing import NotRequired, TypedDict
 
 from temporalio.client import Client
 
-from dbosflow.sides import DbosSide
-from flowclient.compare import temporal_side
-from flowclient.connect import connect
-from flowclient.sides import TemporalSide
-from flowclient.status import TemporalRunNotFound
+from durable_agents.dbosflow.sides import DbosSide
+from durable_agents.flowclient.compare import temporal_side
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.sides import TemporalSide
+from durable_agents.flowclient.status import TemporalRunNotFound
+from durable_agents.payloadcodec import CodecConfigError
+from durable_agents.providerclient import provider_url_from_env
+from durable_agents.runrecord.compare import record_side
+from durable_agents.runrecord.sides import RecordSide
+from durable_agents.runrecord.store import RecordRunNotFound, RunRecord, SchemaError, SettingError, db_path_from
+from durable_agents.steps.controls import basic_config, printable
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.limits import InputError, check_run_id
+from durable_agents.steps.plan import EFFECT_STEPS
+from durable_agents.steps.runstate import JsonValue
+from durable_agents.steps.sides import EffectEntry, Side, SideStep
 from lesson.effects import provider_side
 from lesson.lanes import dbos_lane, record_lane, temporal_lane
-from payloadcodec import CodecConfigError
-from providerclient import provider_url_from_env
-from runrecord.compare import record_side
-from runrecord.sides import RecordSide
-from runrecord.store import RecordRunNotFound, RunRecord, SchemaError, SettingError, db_path_from
-from steps.controls import basic_config, printable
-from steps.keys import idempotency_key
-from steps.limits import InputError, check_run_id
-from steps.plan import EFFECT_STEPS
-from steps.runstate import JsonValue
-from steps.sides import EffectEntry, Side, SideStep
 from timeline import render_page
 
 EXIT_OK, EXIT_INPUT = 0, 2
-DBOS_SIDE_TIMEOUT = 120.0  # seconds for `python -m dbosflow steps --json` (it only reads DBOS's tables)
+DBOS_SIDE_TIMEOUT = 120.0  # seconds for `python -m durable_agents.dbosflow steps --json` (it only reads DBOS's tables)
 
 
 class Check(TypedDict):
@@ -105,8 +108,8 @@ class ProviderCounts(TypedDict):
 
 
 class Comparison(TypedDict):
-    """What ``compare`` returns and ``--json`` prints: each engine's side (``steps.sides``), the provider's
-    counts (None without PROVIDER_URL) and the checks against them."""
+    """What ``compare`` returns and ``--json`` prints: each engine's side (``durable_agents.steps.sides``), the
+    provider's counts (None without PROVIDER_URL) and the checks against them."""
 
     record: RecordSide
     temporal: TemporalSide
@@ -151,8 +154,9 @@ async def compare(record: RunRecord, record_run_id: str, client: Client, tempora
                   provider_url: str | None, dbos: DbosSide | None = None) -> Comparison:
     """The whole comparison as a dict; see the module docstring for each figure.
 
-    ``client``: a Temporal client (``flowclient.connect``). ``dbos``: DBOS's column, as
-    ``dbosflow.compare.dbos_side`` reads it (the caller reads it: the DBOS engine is an optional extra)."""
+    ``client``: a Temporal client (``durable_agents.flowclient.connect``). ``dbos``: DBOS's column, as
+    ``durable_agents.dbosflow.compare.dbos_side`` reads it (the caller reads it: the DBOS engine is an optional
+    extra)."""
     rec = record_side(record, record_run_id)
     tmp = await temporal_side(client, temporal_run_id)
     out: Comparison = {"record": rec, "temporal": tmp, "provider": None, "checks": []}
@@ -321,8 +325,8 @@ def compare_page(report: Comparison) -> str:
 
 def _dbos_side(args: argparse.Namespace) -> DbosSide | None:
     """DBOS's column of ``--dbos``, asked of DBOS's own command in a process of
-    its own (``python -m dbosflow steps RUN_ID --json``, which prints
-    ``dbosflow.compare.dbos_side``): the DBOS engine is an optional extra, and
+    its own (``python -m durable_agents.dbosflow steps RUN_ID --json``, which prints
+    ``durable_agents.dbosflow.compare.dbos_side``): the DBOS engine is an optional extra, and
     launching it is its own business."""
     if not args.dbos:
         return None
@@ -330,7 +334,7 @@ def _dbos_side(args: argparse.Namespace) -> DbosSide | None:
     if importlib.util.find_spec("dbos") is None:
         raise InputError("--dbos needs the dbos extra (DBOS Transact): pip install -e '.[dbos]' "
                          "(make test installs it with the dev extra)")
-    argv = [sys.executable, "-m", "dbosflow", "steps", run_id, "--json"]
+    argv = [sys.executable, "-m", "durable_agents.dbosflow", "steps", run_id, "--json"]
     done = subprocess.run(argv + (["--db", args.dbos_db] if args.dbos_db else []), capture_output=True, text=True,
                           timeout=DBOS_SIDE_TIMEOUT)
     if done.returncode == 0:
@@ -371,11 +375,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lesson.compare",
                                 description="A run record's run beside a Temporal run of the same task (and a DBOS "
                                 "run's, with --dbos), each from its own record, with the provider's counts for their "
-                                "keys. Also `python -m runrecord compare`, which hands over to this command.")
+                                "keys.")
     p.add_argument("run_id", metavar="RECORD_RUN_ID")
     p.add_argument("--temporal", required=True, metavar="TEMPORAL_RUN_ID")
     p.add_argument("--dbos", default=None, metavar="DBOS_RUN_ID",
-                   help="also a DBOS run of the same task (python -m dbosflow; needs the dbos extra)")
+                   help="also a DBOS run of the same task (python -m durable_agents.dbosflow; needs the dbos extra)")
     p.add_argument("--db", default=None,
                    help="the run record's SQLite file (default: $RUNRECORD_DB or .state/runrecord.db)")
     p.add_argument("--dbos-db", default=None,
@@ -398,6 +402,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

@@ -52,17 +52,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.plan import STEP_NAMES
 from lab.engines import EngineDriver, EngineError, TemporalDriver, driver_for, started_steps
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer
 from lab.provider_process import ProviderProcess, start_provider
 from lesson.effects import per_step
-from providerclient import fetch_effects
-from steps.plan import STEP_NAMES
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
-PACKAGES = ("activities", "flowclient", "payloadcodec", "lab", "lesson", "drafting", "memory", "provider",
-            "providerclient", "runrecord", "steps", "storage", "wiring", "workflows")
+PACKAGES = ("durable_agents", "lab", "lesson", "provider")  # the adapter, and the lab's parts a release's processes run
 TIMEOUT = 90.0
 
 # The patches a "release" makes to a checkout: (file, old text, new text).
@@ -76,12 +75,13 @@ def _pause_release(where: str, workflow_call: str, next_step: str) -> list[tuple
     """A release that adds a pause ``where``: on Temporal a timer before ``workflow_call``, unversioned;
     on the run record a step of the plan before ``next_step``."""
     return [
-        ("workflows/agent_flow.py", workflow_call,
+        ("durable_agents/workflows/agent_flow.py", workflow_call,
          f"        await workflow.sleep(0.01)  # the release: a pause {where}\n" + workflow_call),
-        ("steps/plan.py", f'    FlowStep("{next_step}",',
+        ("durable_agents/steps/plan.py", f'    FlowStep("{next_step}",',
          f'    FlowStep("pause", _pause, _no_request),  # the release: a pause {where}\n'
          f'    FlowStep("{next_step}",'),
-        ("steps/plan.py", "FLOW: tuple[FlowStep, ...] = (", PAUSE_STEP + "FLOW: tuple[FlowStep, ...] = ("),
+        ("durable_agents/steps/plan.py", "FLOW: tuple[FlowStep, ...] = (",
+         PAUSE_STEP + "FLOW: tuple[FlowStep, ...] = ("),
     ]
 
 
@@ -89,12 +89,13 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
     "before": _pause_release("before the email", SEND, "send_confirmation"),
     "after": _pause_release("after the email", RECORD, "record_outcome"),
     "before, versioned": [
-        ("workflows/agent_flow.py", SEND,
+        ("durable_agents/workflows/agent_flow.py", SEND,
          '        if workflow.patched("pause-before-send"):  # the release, versioned\n'
          "            await workflow.sleep(0.01)\n" + SEND),
     ],
     "rule": [
-        ("steps/retry.py", "DEFAULT_BUDGET_SECONDS = 900.0", "DEFAULT_BUDGET_SECONDS = 600.0  # the release"),
+        ("durable_agents/steps/retry.py", "DEFAULT_BUDGET_SECONDS = 900.0",
+         "DEFAULT_BUDGET_SECONDS = 600.0  # the release"),
     ],
     "moved": [],
 }

@@ -4,9 +4,9 @@
 
 One line per idempotency key (requests that carried it, effects applied: 0 or
 1), then per step the totals: each effect step of the flow counts the effects
-of its kind (``steps.plan``: the email is ``send_confirmation``'s, the ticket
+of its kind (``durable_agents.steps.plan``: the email is ``send_confirmation``'s, the ticket
 ``record_outcome``'s; ``LAB_FLOW`` names another flow). An agent loop's run
-(its keys name a turn and a call: ``steps.loop.tool_key``) has no steps of a
+(its keys name a turn and a call: ``durable_agents.steps.loop.tool_key``) has no steps of a
 flow: its totals are per kind of effect, the tool calls' refunds, emails and
 tickets. Reads ``PROVIDER_URL``
 (default http://127.0.0.1:8780). Exit 0, or 2 if the provider cannot be
@@ -27,15 +27,16 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from providerclient import EffectRecord, fetch_effects, provider_url_from_env
-from steps.controls import printable
-from steps.plan import FLOW, FlowStep, flow_from_env
-from steps.sides import EffectEntry
+from durable_agents.providerclient import EffectRecord, fetch_effects, provider_url_from_env
+from durable_agents.steps.controls import printable
+from durable_agents.steps.plan import FLOW, FlowStep, flow_from_env
+from durable_agents.steps.sides import EffectEntry
 
 
 def step_of(effect: EffectRecord, flow: Iterable[FlowStep] = FLOW) -> str | None:
     """The step of ``flow`` whose effect ``effect`` is: the one step of its kind, or, when several steps have
-    that kind, the one its key names (``steps.keys``: the step is the key's last part); None if none is."""
+    that kind, the one its key names (``durable_agents.steps.keys``: the step is the key's last part); None if none
+    is."""
     mine = [step.name for step in flow if step.kind == effect.kind]
     if len(mine) == 1:
         return mine[0]
@@ -58,7 +59,8 @@ def per_step(effects: Iterable[EffectRecord], flow: Iterable[FlowStep] = FLOW) -
 
 
 LOOP_KEY = re.compile(r"/turn-\d+/call-")
-"""What marks an agent loop's key: the turn and the call (``steps.loop.tool_key``; exercise 7's keys too)."""
+"""What marks an agent loop's key: the turn and the call (``durable_agents.steps.loop.tool_key``; exercise 7's keys
+too)."""
 
 
 def per_kind(effects: Iterable[EffectRecord]) -> dict[str, dict[str, int]]:

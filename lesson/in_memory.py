@@ -3,7 +3,7 @@
     python -m lesson.in_memory RUN_ID "TASK" --email ADDR [--keys random|stable]
 
 This is where the lesson starts, and it is deliberately wrong. It calls the
-same step functions (``steps.flow``) against the same provider as the durable
+same step functions (``durable_agents.steps.flow``) against the same provider as the durable
 engines, but:
 
 - **no run record**: which steps are done lives in local variables. Kill the
@@ -12,9 +12,9 @@ engines, but:
 - **no stable idempotency keys**: by default every execution of an effectful
   step sends a fresh random key (``inmem/<run id>/<step>/<random hex>``), so
   the provider cannot tell a repeat from a new request and applies it again;
-- conversation memory is a ``memory.InMemoryStore`` in this process: also lost.
+- conversation memory is a ``durable_agents.memory.InMemoryStore`` in this process: also lost.
 
-Crash points (``CRASH_AT``, see ``steps.crashpoints``; any name is accepted):
+Crash points (``CRASH_AT``, see ``durable_agents.steps.crashpoints``; any name is accepted):
 ``in_memory:after_draft``, ``in_memory:after_send_confirmation`` and
 ``in_memory:after_record_outcome``, reached right after each step returns.
 
@@ -22,13 +22,13 @@ Crash points (``CRASH_AT``, see ``steps.crashpoints``; any name is accepted):
 command: steps 1 and 2 run again, and the provider shows two email keys with
 one effect each: the confirmation email went out twice.
 
-``--keys stable`` uses the durable engines' keys (``steps.keys``): the steps
+``--keys stable`` uses the durable engines' keys (``durable_agents.steps.keys``): the steps
 still run again (no record), but the provider replays the email instead of
 sending a second one. Keys make the *effect* idempotent; only a record stops
 the *work* from being redone.
 
 It prints ``step <name> started: run <id> attempt <n>`` per execution (like
-every engine: ``steps.startedline``, so executions can be counted) and ``step
+every engine: ``durable_agents.steps.startedline``, so executions can be counted) and ``step
 <name> completed: run <id>`` after each step (``completed_line``; read back by
 ``completed_step``: with no record, these lines are all that says what a
 killed process had done). Exit codes: 0 completed, 1 a step
@@ -48,17 +48,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memory import InMemoryStore, MemoryPolicy, Message
-from steps import flow
-from steps.controls import printable
-from steps.crashpoints import crash_point
-from steps.errors import StepError
-from steps.keys import idempotency_key
-from steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
-from steps.plan import FLOW
-from steps.ports import Remembered
-from steps.requests import RunInputs, remember_request
-from steps.startedline import started_line
+from durable_agents.memory import InMemoryStore, MemoryPolicy, Message
+from durable_agents.steps import flow
+from durable_agents.steps.controls import printable
+from durable_agents.steps.crashpoints import crash_point
+from durable_agents.steps.errors import StepError
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
+from durable_agents.steps.plan import FLOW
+from durable_agents.steps.ports import Remembered
+from durable_agents.steps.requests import RunInputs, remember_request
+from durable_agents.steps.startedline import started_line
 
 KEY_MODES = ("random", "stable")
 COMPLETED = "step %s completed: run %s"
@@ -82,7 +82,7 @@ def completed_steps(text: str) -> list[str]:
 
 
 def make_key(run_id: str, step: str, mode: str) -> str:
-    """``random``: a new key per execution (the bug). ``stable``: ``steps.keys``."""
+    """``random``: a new key per execution (the bug). ``stable``: ``durable_agents.steps.keys``."""
     if mode == "stable":
         return idempotency_key(run_id, step)
     return f"inmem/{run_id}/{step}/{secrets.token_hex(8)}"
@@ -104,9 +104,9 @@ def in_process_memory(deps: Any) -> InMemoryStore:
 
 async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversation_id: str | None = None,
                    keys: str = "random", say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the steps of ``steps.plan`` in order, holding their results only in ``done``.
+    """Run the steps of ``durable_agents.steps.plan`` in order, holding their results only in ``done``.
 
-    The requests are the durable engines' (``steps.requests``), but for the
+    The requests are the durable engines' (``durable_agents.steps.requests``), but for the
     keys: ``make_key`` replaces them (``random``: the bug). No start id and no
     memory cut-off: this engine has no record to keep them in."""
     done: dict[str, Any] = {}  # the whole "record": gone when the process is
@@ -126,7 +126,7 @@ async def run_flow(run_id: str, task: str, email: str, deps: Any, *, conversatio
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from wiring import deps_from_env
+    from durable_agents.wiring import deps_from_env
 
     run_id = check_run_id(args.run_id)
     task, email = check_task(args.task), check_email(args.email)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--email", required=True)
     parser.add_argument("--conversation", default=None, help="conversation id for memory (default: RUN_ID)")
     parser.add_argument("--keys", choices=KEY_MODES, default="random",
-                        help="random: a fresh key per execution (default, the bug); stable: steps.keys")
+                        help="random: a fresh key per execution (default, the bug); stable: durable_agents.steps.keys")
     args = parser.parse_args(argv)
     try:
         return asyncio.run(_main(args))

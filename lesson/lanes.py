@@ -1,12 +1,12 @@
 """One ``timeline`` lane per durable engine, from the side each engine reads
-of its own record (the run record: ``runrecord.compare.record_side``;
-Temporal: ``flowclient.compare.temporal_side``; DBOS:
-``dbosflow.compare.dbos_side``) and the provider's count, plus, when someone
+of its own record (the run record: ``durable_agents.runrecord.compare.record_side``;
+Temporal: ``durable_agents.flowclient.compare.temporal_side``; DBOS:
+``durable_agents.dbosflow.compare.dbos_side``) and the provider's count, plus, when someone
 watched the processes (``lesson.scenario``), what they saw. Drawn by the
 comparison's page (``lesson.compare --html PATH``) and the scenario's
 (``lesson.scenario_page``). A lane's rows are its flow's (``flow``: the lab's
-``steps.plan.FLOW`` by default): a row per step, and a row per kind of effect
-the flow has (``steps.plan.effect_kinds``), to which the provider's count adds
+``durable_agents.steps.plan.FLOW`` by default): a row per step, and a row per kind of effect
+the flow has (``durable_agents.steps.plan.effect_kinds``), to which the provider's count adds
 any other kind it saw.
 
 Where each time comes from (``timeline.model``: RECORD or OBSERVED):
@@ -39,14 +39,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dbosflow.sides import DbosSide
-from flowclient.sides import TemporalSide
+from durable_agents.dbosflow.sides import DbosSide
+from durable_agents.flowclient.sides import TemporalSide
+from durable_agents.runrecord.sides import RecordSide
+from durable_agents.steps.plan import FLOW, FlowStep, effect_kinds
+from durable_agents.steps.runstate import unix
+from durable_agents.steps.runview import short_result
+from durable_agents.steps.sides import EffectEntry, Side
 from lesson.sides import EngineSide
-from runrecord.sides import RecordSide
-from steps.plan import FLOW, FlowStep, effect_kinds
-from steps.runstate import unix
-from steps.runview import short_result
-from steps.sides import EffectEntry, Side
 from timeline import OBSERVED, RECORD, Effect, Lane, Mark, Span
 from timeline.model import (
     EXECUTED,
@@ -132,7 +132,7 @@ def _read_spans(seen: Watched | None, done_before: Sequence[str], kind: SpanKind
 
 def record_lane(side: RecordSide, provider: Mapping[str, EffectEntry] | None = None,
                 seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
-    """The run record's lane, from ``runrecord.compare.record_side``."""
+    """The run record's lane, from ``durable_agents.runrecord.compare.record_side``."""
     spans: list[Span] = []
     restart = seen.restarted_at if seen else None
     done_before = []
@@ -180,7 +180,7 @@ def record_lane(side: RecordSide, provider: Mapping[str, EffectEntry] | None = N
 
 def temporal_lane(side: TemporalSide, provider: Mapping[str, EffectEntry] | None = None,
                   seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
-    """Temporal's lane, from ``flowclient.compare.temporal_side`` (its executions and workflow tasks)."""
+    """Temporal's lane, from ``durable_agents.flowclient.compare.temporal_side`` (its executions and workflow tasks)."""
     spans: list[Span] = []
     counted: dict[str, int] = {}
     for ex in side.get("executions", []):
@@ -189,7 +189,7 @@ def temporal_lane(side: TemporalSide, provider: Mapping[str, EffectEntry] | None
         if started is None:
             continue
         # Attempts are executions (the workflow retries); in runs recorded before that, the server's
-        # attempt number counts instead (flowclient.status), and only the last attempt has a start.
+        # attempt number counts instead (durable_agents.flowclient.status), and only the last attempt has a start.
         before = counted.get(step, 0)
         n = counted[step] = before + (ex["attempt"] or 1)
         if n > before + 1 and scheduled is not None:
@@ -248,7 +248,7 @@ def temporal_lane(side: TemporalSide, provider: Mapping[str, EffectEntry] | None
 
 def dbos_lane(side: DbosSide, provider: Mapping[str, EffectEntry] | None = None,
               seen: Watched | None = None, flow: Sequence[FlowStep] = FLOW) -> Lane:
-    """DBOS's lane, from ``dbosflow.compare.dbos_side`` (its step rows)."""
+    """DBOS's lane, from ``durable_agents.dbosflow.compare.dbos_side`` (its step rows)."""
     spans: list[Span] = []
     rows = side.get("rows", [])
     last_dispatch = max((r.get("dispatch") or 1 for r in rows), default=1)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_agents.steps.controls import printable
+from durable_agents.steps.loop import call_step, parse_step, turn_step
+from durable_agents.steps.sides import EffectEntry
 from lab import registry
 from lab.engines import LoopStatus
 from lesson.lanes import Watched
 from lesson.scenario import HAVE_DBOS
-from steps.controls import printable
-from steps.loop import call_step, parse_step, turn_step
-from steps.sides import EffectEntry
 from timeline.model import Source
 
 POINT = "tool:issue_refund:after_effect"

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from durable_agents.steps.loop import EFFECT_OF_TOOL, call_step, parse_step, turn_step
 from lab.engines import LoopCall, LoopTurn
 from lesson.lanes import effects_of, watched_parts
 from lesson.loop_observed import LABELS, POINT, TURNS, Attempt, LoopObserved, summary
-from steps.loop import EFFECT_OF_TOOL, call_step, parse_step, turn_step
 from timeline import RECORD, Lane, Mark, Span, render_page
 from timeline.model import AGAIN, EXECUTED, READ, REPLAY, REPLAYED, RERUN, WAITING, SpanKind, Verdict
 

@@ -12,13 +12,13 @@ processes of its own and under a run id of its own:
 - the task names two orders, seeded at the provider for that run: six turns
   (a lookup; the refund and its email, two calls in one turn; the second
   lookup; its refund and email; the ticket; the final answer);
-- the process running the loop (a Temporal worker, ``python -m runrecord
-  loop``, ``python -m dbosflow loop``) is armed with
+- the process running the loop (a Temporal worker, ``python -m durable_agents.runrecord
+  loop``, ``python -m durable_agents.dbosflow loop``) is armed with
   ``CRASH_AT=tool:issue_refund:after_effect``: it dies by SIGKILL right
   after the provider applied the first refund, before the call's result is
   recorded;
-- a fresh process resumes the run (a new worker; ``python -m runrecord
-  resume``; ``python -m dbosflow resume``): the recorded turns come back from
+- a fresh process resumes the run (a new worker; ``python -m durable_agents.runrecord
+  resume``; ``python -m durable_agents.dbosflow resume``): the recorded turns come back from
   the record, the model is not asked them again, and the refund call runs
   again under the same key: its tool's lookup asks the provider what it holds
   under the key and takes the applied refund's answer, sending nothing again.
@@ -33,8 +33,8 @@ what was read back from the record and what ran again.
 
 Where each number and time comes from: the turns and calls from the
 engines' records (``loop_status``; the bars' times from the run record's rows,
-``python -m dbosflow steps --json`` and Temporal's history through
-``flowclient.loop.read_chain``); what was asked from the stand-in's counts;
+``python -m durable_agents.dbosflow steps --json`` and Temporal's history through
+``durable_agents.flowclient.loop.read_chain``); what was asked from the stand-in's counts;
 what was applied from the provider's store; the kill (when the dead process
 was reaped), the restart and the moment a restarted process said what it had
 read, observed by this module, as ``lesson.scenario`` observes them.
@@ -61,7 +61,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dbosflow.sides import DbosSide
+from durable_agents.dbosflow.sides import DbosSide
+from durable_agents.providerclient import fetch_effects, seed_orders
+from durable_agents.runrecord.sides import RecordSide
+from durable_agents.steps.loop import call_step, parse_step
+from durable_agents.steps.runstate import unix
+from durable_agents.steps.startedline import parse_started
 from lab import registry
 from lab.engines import (
     DbosDriver,
@@ -100,17 +105,12 @@ from lesson.scenario import (
     resume_to_the_end,
     state_and_stamp,
 )
-from providerclient import fetch_effects, seed_orders
-from runrecord.sides import RecordSide
-from steps.loop import call_step, parse_step
-from steps.runstate import unix
-from steps.startedline import parse_started
 from timeline import OBSERVED, RECORD
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from flowclient.loop import LoopChain
+    from durable_agents.flowclient.loop import LoopChain
 
 # ---------------------------------------------------------------- the engines' records, as bars
 
@@ -127,9 +127,9 @@ def _process(at: float, seen: Watched) -> int:
 
 
 def record_attempts(side: RecordSide, seen: Watched) -> list[Attempt]:
-    """The run record's bars (``runrecord.compare.record_side``): a step row's started_at to completed_at; a
-    call with an effect, one bar per intent (its attempt), from its intent recorded to its answer; an intent
-    whose process died ends at the kill (observed)."""
+    """The run record's bars (``durable_agents.runrecord.compare.record_side``): a step row's started_at to
+    completed_at; a call with an effect, one bar per intent (its attempt), from its intent recorded to its answer; an
+    intent whose process died ends at the kill (observed)."""
     out = []
     for step in side["steps"]:
         intents = step["intents"]
@@ -150,8 +150,8 @@ def record_attempts(side: RecordSide, seen: Watched) -> list[Attempt]:
 
 
 def dbos_attempts(side: DbosSide, seen: Watched, first: Proc) -> list[Attempt]:
-    """DBOS's bars (``python -m dbosflow steps --json``): each ``operation_outputs`` row, started to completed,
-    in the process of its dispatch. DBOS writes nothing when a step starts, so the attempt killed in process
+    """DBOS's bars (``python -m durable_agents.dbosflow steps --json``): each ``operation_outputs`` row, started to
+    completed, in the process of its dispatch. DBOS writes nothing when a step starts, so the attempt killed in process
     1 has no row: it is drawn from that process's ``step ... started`` line to the kill (both observed)."""
     out = []
     for row in side["rows"]:
@@ -168,8 +168,8 @@ def dbos_attempts(side: DbosSide, seen: Watched, first: Proc) -> list[Attempt]:
 
 
 def temporal_attempts(chain: LoopChain, seen: Watched) -> list[Attempt]:
-    """Temporal's bars (``flowclient.loop.read_chain``): each activity execution of every run of the chain,
-    from its ActivityTaskStarted to its close. The one killed ends at the kill (observed); the server closed it
+    """Temporal's bars (``durable_agents.flowclient.loop.read_chain``): each activity execution of every run of the
+    chain, from its ActivityTaskStarted to its close. The one killed ends at the kill (observed); the server closed it
     later, at its heartbeat timeout (``waited_until``, record)."""
     out = []
     for run in chain.runs:
@@ -191,7 +191,7 @@ async def temporal_replay(client: Client, run_id: str) -> tuple[float, float] | 
     start and its close."""
     from temporalio.api.enums.v1 import EventType
 
-    from flowclient.status import read_history
+    from durable_agents.flowclient.status import read_history
 
     _, history = await read_history(client, run_id)
     first: str | None = None
@@ -279,7 +279,7 @@ class LoopScenario:
         """The bars and the provider's replays from the engine's own record (read while its server runs)."""
         seen = obs.watched
         if isinstance(driver, TemporalDriver):
-            from flowclient.loop import read_chain
+            from durable_agents.flowclient.loop import read_chain
 
             client = await driver.client()
             chain = await read_chain(client, obs.run_id)
@@ -290,8 +290,8 @@ class LoopScenario:
             obs.knew = (replay[0], replay[1], RECORD) if replay else None
             return
         if isinstance(driver, RunRecordDriver):
-            from runrecord.compare import record_side
-            from runrecord.store import RunRecord
+            from durable_agents.runrecord.compare import record_side
+            from durable_agents.runrecord.store import RunRecord
 
             with RunRecord(Path(driver.env["RUNRECORD_DB"])) as record:
                 side = record_side(record, obs.run_id)
@@ -375,6 +375,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

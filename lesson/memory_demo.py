@@ -4,10 +4,10 @@
 
 Appends a long support conversation (a pinned system message, then exchanges
 with tool calls, ending in an agent loop of several tool rounds) to a small
-``memory.InMemoryStore`` and prints, per append, what the rule evicted and
+``durable_agents.memory.InMemoryStore`` and prints, per append, what the rule evicted and
 why; then the window that would go into the next prompt, and checks on it.
 
-The rule (``memory/__init__.py``, docs/memory.md), in short: the oldest whole
+The rule (``durable_agents/memory/__init__.py``, docs/memory.md), in short: the oldest whole
 exchange goes first; then, inside the newest exchange, its oldest block (a tool
 call and its results are one block, never split), keeping the exchange's user
 message while anything else but the newest block can go; pinned messages never
@@ -20,8 +20,8 @@ import argparse
 import json
 import sys
 
-from memory import EvictionEvent, InMemoryStore, MemoryPolicy, Message, ToolCall
-from steps.controls import printable
+from durable_agents.memory import EvictionEvent, InMemoryStore, MemoryPolicy, Message, ToolCall
+from durable_agents.steps.controls import printable
 
 CONVERSATION = "order-1234"
 

@@ -11,10 +11,10 @@ Starts its own provider (temp files unless ``--state-dir``), then:
    ``CRASH_AT=runrecord:send_confirmation:after_record``: killed after the
    email went out and was recorded, before step 3;
 3. tampers with memory: ``lie`` (default) appends a message claiming the email
-   was never sent and the run must start over (``memory.open_store(path)
-   .append(conversation_id, memory.Message(...))``); ``wipe`` deletes the
+   was never sent and the run must start over (``durable_agents.memory.open_store(path)
+   .append(conversation_id, durable_agents.memory.Message(...))``); ``wipe`` deletes the
    memory file;
-4. resumes the run by id (``python -m runrecord resume``) and reports what it
+4. resumes the run by id (``python -m durable_agents.runrecord resume``) and reports what it
    did: it follows the run record, not memory. It executes only step 3; the
    email is applied once.
 
@@ -35,14 +35,14 @@ import time
 import uuid
 from pathlib import Path
 
+from durable_agents.memory import MemoryPolicy, Message, open_store, read_window
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.controls import printable
+from durable_agents.steps.runstate import RunEntry, result_fields
+from durable_agents.wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 from lab.engines import RunRecordDriver, started_steps
 from lab.provider_process import start_provider
 from lesson.effects import describe, per_step
-from memory import MemoryPolicy, Message, open_store, read_window
-from providerclient import fetch_effects
-from steps.controls import printable
-from steps.runstate import RunEntry, result_fields
-from wiring.memory import DEFAULT_MEMORY_MAX_MESSAGES, DEFAULT_MEMORY_MAX_TOKENS
 
 CONVERSATION = "order-1234"
 CRASH = "runrecord:send_confirmation:after_record"
@@ -120,7 +120,7 @@ class Story:
     async def resume(self) -> list[str]:
         """4. ``runrecord resume`` by run id (asked again while the killed process's lease holds): the steps it
         ran."""
-        print(f"==> python -m runrecord resume {self.run_id}")
+        print(f"==> python -m durable_agents.runrecord resume {self.run_id}")
         resumed = await self.record.resume(self.run_id)
         if resumed.code != 0:
             raise StoryError(f"resume exited {resumed.code}:\n{resumed.proc.output()}")

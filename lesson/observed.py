@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_agents.steps.plan import STEP_NAMES
+from durable_agents.steps.sides import EffectEntry
 from lesson.effects import describe
 from lesson.lanes import Watched
 from lesson.sides import EngineSide
-from steps.plan import STEP_NAMES
-from steps.sides import EffectEntry
 
 LABELS = {
     "in_memory": "in memory (the before)",

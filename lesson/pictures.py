@@ -36,6 +36,8 @@ import time
 import uuid
 from pathlib import Path
 
+from durable_agents.steps.controls import printable
+from durable_agents.steps.limits import InputError, check_task
 from lab.browser import NoChromium, screenshot
 from lab.processes import REPO
 from lab.provider_process import start_provider
@@ -43,8 +45,6 @@ from lesson.loop_page import loop_page
 from lesson.loop_scenario import LoopScenario
 from lesson.scenario import TASK, Scenario, ScenarioError
 from lesson.scenario_page import scenario_page
-from steps.controls import printable
-from steps.limits import InputError, check_task
 
 WIDTH = 1180  # the page's column (1140) and its margins: no empty band at the sides
 # Tall enough for the header, the summary, the legend and every lane; the page has no script to measure itself.

@@ -21,7 +21,7 @@ The modules a learner reaches for (``INJECT_MODULES``: the clock, random
 numbers, ids, files, the network) are imported for CODE, so what it meets is
 the sandbox's refusal, not a NameError; a line that fails on its own is
 reported as such, with those names. It uses the worker's own runner
-(``flowclient.worker_options``).
+(``durable_agents.flowclient.worker_options``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from durable_agents.payloadcodec import data_converter_from_env
 from lab.processes import REPO
-from payloadcodec import data_converter_from_env
 
 ANCHOR = "    async def run(self, inp: FlowInput) -> RunStatus:\n"
 # Imported for the injected line: the wall clock (time, datetime), random numbers (random, secrets,
@@ -51,12 +51,12 @@ INJECT_MODULES = ("datetime", "os", "random", "secrets", "socket", "sqlite3", "t
 
 def _workflow_class(inject: str | None):
     if not inject:
-        from workflows.agent_flow import AgentFlow
+        from durable_agents.workflows.agent_flow import AgentFlow
 
         return AgentFlow
-    source = (REPO / "workflows" / "agent_flow.py").read_text()
+    source = (REPO / "durable_agents" / "workflows" / "agent_flow.py").read_text()
     if source.count(ANCHOR) != 1:
-        raise SystemExit("lesson.replay: cannot find where run() begins in workflows/agent_flow.py")
+        raise SystemExit("lesson.replay: cannot find where run() begins in durable_agents/workflows/agent_flow.py")
     injected = source.replace(ANCHOR, ANCHOR + f"        import {', '.join(INJECT_MODULES)}  # noqa\n"
                               f"        {inject}  # injected by lesson.replay --inject\n")
     folder = Path(tempfile.mkdtemp(prefix="lesson-replay-"))
@@ -74,7 +74,7 @@ def _workflow_class(inject: str | None):
 async def replay(history: WorkflowHistory, inject: str | None = None) -> str:
     from temporalio.runtime import Runtime, TelemetryConfig
 
-    from flowclient.worker_options import worker_options
+    from durable_agents.flowclient.worker_options import worker_options
 
     # The refusal is the answer here, one line: the SDK's own logging of the
     # failed workflow task (a traceback, and the core's warning) stays quiet.
@@ -107,7 +107,7 @@ async def replay(history: WorkflowHistory, inject: str | None = None) -> str:
 
 
 async def _from_server(run_id: str) -> WorkflowHistory:
-    from flowclient.connect import connect
+    from durable_agents.flowclient.connect import connect
 
     client = await connect()
     return await client.get_workflow_handle(run_id).fetch_history()
@@ -137,6 +137,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

@@ -14,9 +14,9 @@ its driver (``lab.engines``):
 engine          killed (SIGKILL, by a crash point)         restarted with
 ==============  =========================================  =================================
 in memory       ``in_memory:after_send_confirmation``      the same ``python -m lesson.in_memory`` command
-run record      ``runrecord:send_confirmation:after_record``  ``python -m runrecord resume RUN_ID``
+run record      ``runrecord:send_confirmation:after_record``  ``python -m durable_agents.runrecord resume RUN_ID``
 Temporal        worker with ``record_outcome:before``      a new worker process
-DBOS            ``dbos:send_confirmation:after_record``    ``python -m dbosflow resume RUN_ID``
+DBOS            ``dbos:send_confirmation:after_record``    ``python -m durable_agents.dbosflow resume RUN_ID``
                                                            (DBOS's recovery on launch)
 ==============  =========================================  =================================
 
@@ -63,6 +63,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Protocol, TypeVar
 
+from durable_agents.providerclient import fetch_effects
+from durable_agents.runrecord.compare import record_side
+from durable_agents.runrecord.store import RunRecord
+from durable_agents.steps.controls import printable
+from durable_agents.steps.limits import InputError, check_task
 from lab.engines import (
     DbosDriver,
     EngineDriver,
@@ -78,11 +83,6 @@ from lesson.effects import effect_entries, per_step
 from lesson.in_memory import completed_steps
 from lesson.observed import CRASH, EXPECTED, Observed, summary
 from lesson.sides import EngineSide
-from providerclient import fetch_effects
-from runrecord.compare import record_side
-from runrecord.store import RunRecord
-from steps.controls import printable
-from steps.limits import InputError, check_task
 
 TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
@@ -97,12 +97,14 @@ START_ARGS = {
 NARRATION = {
     "in_memory": ("in memory: python -m lesson.in_memory {run} ... with CRASH_AT={crash}",
                   "  killed after {done}; starting the same command again", ""),
-    "runrecord": ("run record: python -m runrecord start {run} ... with CRASH_AT={crash}",
-                  "  killed; the record says completed: {done}; python -m runrecord resume {run}", "  {how}"),
+    "runrecord": ("run record: python -m durable_agents.runrecord start {run} ... with CRASH_AT={crash}",
+                  "  killed; the record says completed: {done}; python -m durable_agents.runrecord resume {run}",
+                  "  {how}"),
     "temporal": ("Temporal: worker 1 with CRASH_AT={crash}; starting run {run}",
                  "  worker 1 killed; history says completed: {done}; starting worker 2", "  worker 2 {how}"),
-    "dbos": ("DBOS: python -m dbosflow start {run} ... with CRASH_AT={crash}",
-             "  killed; DBOS's step rows say completed: {done}; python -m dbosflow resume {run}", "  {how}"),
+    "dbos": ("DBOS: python -m durable_agents.dbosflow start {run} ... with CRASH_AT={crash}",
+             "  killed; DBOS's step rows say completed: {done}; python -m durable_agents.dbosflow resume {run}",
+             "  {how}"),
 }
 
 
@@ -303,7 +305,7 @@ class Scenario:
             with RunRecord(self.state / "runrecord.db") as record:
                 return record_side(record, run_id)
         if isinstance(driver, TemporalDriver):
-            from flowclient.compare import temporal_side
+            from durable_agents.flowclient.compare import temporal_side
 
             return await temporal_side(await driver.client(), run_id)
         if isinstance(driver, DbosDriver):
@@ -432,6 +434,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from flowclient.connect import exit_now
+    from durable_agents.flowclient.connect import exit_now
 
     exit_now(main())

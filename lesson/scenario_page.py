@@ -3,12 +3,12 @@
 the order they ran, each on its own time axis.
 
 The durable engines' lanes come from their records (``lesson.lanes``,
-the same lanes ``python -m runrecord compare --html`` draws) plus what the
+the same lanes ``python -m lesson.compare --html`` draws) plus what the
 scenario watched: the kill, the restart, the moment the restarted process
 said what it had read. The in-memory "before" keeps no record, so its whole
 lane is drawn from observation: the moments its two processes printed
 ``step <name> started`` and ``step <name> completed`` (as the scenario read
-them: ``steps.startedline``, ``lesson.in_memory.completed_step``), the kill
+them: ``durable_agents.steps.startedline``, ``lesson.in_memory.completed_step``), the kill
 and the restart. The provider's effects under every lane, the "before"
 lane's two emails included, are the provider's record. The summary table
 above the lanes is the one the scenario prints (``lesson.observed.summary``).
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from durable_agents.steps.plan import STEP_NAMES
+from durable_agents.steps.startedline import parse_started
 from lesson.in_memory import completed_step
 from lesson.lanes import effects_of, engine_lane, watched_parts
 from lesson.observed import Observed, summary
-from steps.plan import STEP_NAMES
-from steps.startedline import parse_started
 from timeline import OBSERVED, Lane, Span, render_page
 from timeline.model import AGAIN, EXECUTED, Verdict
 

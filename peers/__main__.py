@@ -29,7 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
 
-from flowclient.connect import connect
+from durable_agents.flowclient.connect import connect
 from lab.model_standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer
 from lab.provider_process import start_provider

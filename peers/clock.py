@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_agents.providerclient import seed_orders
 from peers.faults import RUN_TIMEOUT
 from peers.subjects import Context, Subject
-from providerclient import seed_orders
 
 KILL_POINT = "tool:issue_refund:after_effect"
 CLOCK_TURNS = 6

@@ -21,10 +21,10 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from durable_agents.providerclient import fetch_effects, seed_orders
 from lab.model_standin import turns_asked
 from peers.lane import CRASH_POINTS
 from peers.subjects import Context, Subject, effects_of
-from providerclient import fetch_effects, seed_orders
 
 MODEL_FAULT = "model:during_request"
 FAULTS = (*CRASH_POINTS, MODEL_FAULT)

@@ -17,8 +17,8 @@ calling the lab's provider. A variant is one way of writing its tools:
 The worker of a lane is its own OS process, so the driver can SIGKILL it: ``worker_argv`` gives its command.
 It reads, from its environment: ``TEMPORAL_ADDRESS``, ``PROVIDER_URL``, ``LLM_BASE_URL`` (the model
 stand-in's API root, ending in ``/v1``), ``LAB_PEER_RUN`` (the run the worker's model requests are counted
-under at the stand-in, sent as ``X-Lab-Run``), and ``CRASH_AT`` (``steps.crashpoints``: the same names in every
-lane, listed in ``CRASH_POINTS``). It prints ``worker ready`` once it polls the task queue.
+under at the stand-in, sent as ``X-Lab-Run``), and ``CRASH_AT`` (``durable_agents.steps.crashpoints``: the same names in
+every lane, listed in ``CRASH_POINTS``). It prints ``worker ready`` once it polls the task queue.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ CRASH_POINTS = (
     "tool:create_ticket:after_effect",  # ... for the ticket
     "peer:between_turns",  # a turn's tool results are in, the next model request not yet sent
 )
-"""Crash points every lane's worker reaches, by the same names as the lab's loop (``steps.loop``). The fifth
-fault, a kill during a model request, is made by the driver: the stand-in answers late and the worker is
+"""Crash points every lane's worker reaches, by the same names as the lab's loop (``durable_agents.steps.loop``). The
+fifth fault, a kill during a model request, is made by the driver: the stand-in answers late and the worker is
 SIGKILLed while the request is in flight (the stand-in has counted it)."""
 
 READY = "worker ready"

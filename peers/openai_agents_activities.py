@@ -3,8 +3,8 @@
 The form the integration's README shows for a tool with I/O: an ``@activity.defn`` function, made a tool in
 the workflow by ``temporalio.openai_agents.workflow.activity_as_tool`` and registered on the worker. The
 tool's name and its JSON schema are the function's (``agents.function_schema``): the parameters the model
-fills, so the same names as the lab's loop (``steps.refund_agent.REFUND_TOOLS``). ``activity_as_tool`` gives
-the model ``str()`` of what the activity returns: each returns the JSON text of ``peers.tools``' answer, which is
+fills, so the same names as the lab's loop (``durable_agents.steps.refund_agent.REFUND_TOOLS``). ``activity_as_tool``
+gives the model ``str()`` of what the activity returns: each returns the JSON text of ``peers.tools``' answer, which is
 what the scripted model reads.
 
 The idempotency key of an effect, by the run's variant (``CustomerRun.keyed``):

@@ -13,8 +13,8 @@ integrations", and the only place a worker decides how the model is reached. So:
   the retry model"): a failed request fails the activity attempt, and Temporal's retry policy retries it.
 - **``X-Lab-Run``**, a default header of the client, from ``LAB_PEER_RUN``: the stand-in counts every model
   request under it (and under the turn the request's window implies: it sends no ``X-Lab-Turn``).
-- **``peer:between_turns``** (``steps.crashpoints``): the model activity of a turn after the first, before
-  its request is sent. The activity's input (in ``ActivityTaskScheduled``, so in the history) holds the tool
+- **``peer:between_turns``** (``durable_agents.steps.crashpoints``): the model activity of a turn after the first,
+  before its request is sent. The activity's input (in ``ActivityTaskScheduled``, so in the history) holds the tool
   results of the turn before it; nothing of the next turn has been asked. A turn after the first is one whose
   input holds a tool result (an item of type ``function_call_output``).
 """
@@ -29,7 +29,7 @@ from urllib.parse import quote
 from agents import Model, ModelProvider, ModelResponse, OpenAIProvider
 from openai import AsyncOpenAI
 
-from steps.crashpoints import crash_point
+from durable_agents.steps.crashpoints import crash_point
 
 BETWEEN_TURNS = "peer:between_turns"
 RUN_HEADER = "X-Lab-Run"  # lab.model_standin.RUN_HEADER; not imported: the stand-in's module starts a server's imports

@@ -9,8 +9,8 @@ client and the worker), the model reached through ``peers.openai_agents_model`` 
 worker registers them: a ``function_tool`` run schedules none). ``CRASH_AT`` arms the crash points
 (``peers.lane.CRASH_POINTS``).
 
-Worker options: the lab's (``flowclient.worker_options``: its sandbox, cache, 100 ms sticky timeout and slots),
-so a resume after a kill waits on the same things in every lane; the plugin adds its pass-through modules to the
+Worker options: the lab's (``durable_agents.flowclient.worker_options``: its sandbox, cache, 100 ms sticky timeout and
+slots), so a resume after a kill waits on the same things in every lane; the plugin adds its pass-through modules to the
 sandbox. Prints ``worker ready`` once polling; stops on SIGTERM or Ctrl-C.
 """
 
@@ -28,8 +28,9 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from flowclient.signals import run_until_signalled  # noqa: E402
-from flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.flowclient.signals import run_until_signalled  # noqa: E402
+from durable_agents.flowclient.worker_options import worker_options  # noqa: E402
+from durable_agents.steps import crashpoints  # noqa: E402
 from peers.lane import READY  # noqa: E402
 from peers.openai_agents_activities import ACTIVITIES  # noqa: E402
 from peers.openai_agents_model import model_provider  # noqa: E402
@@ -40,7 +41,6 @@ from peers.openai_agents_workflow import (  # noqa: E402
     VARIANTS,
     OpenAIAgentsPeerRun,
 )
-from steps import crashpoints  # noqa: E402
 
 
 def plugin() -> OpenAIAgentsPlugin:

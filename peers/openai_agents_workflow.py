@@ -44,10 +44,10 @@ with workflow.unsafe.imports_passed_through():
     from agents import Agent, RunConfig, RunContextWrapper, Runner, Tool, function_tool
     from temporalio.openai_agents.workflow import activity_as_tool
 
+    from durable_agents.steps.loop import DEFAULT_MAX_TURNS, LOOP_SYSTEM_PROMPT
     from peers import openai_agents_activities as tool_activities
     from peers import tools
     from peers.openai_agents_activities import CustomerRun
-    from steps.loop import DEFAULT_MAX_TURNS, LOOP_SYSTEM_PROMPT
 
 WORKFLOW_NAME = "OpenAIAgentsPeerRun"
 MODEL_NAME = "lab-model-stand-in"  # any name: the stand-in answers every one

@@ -1,8 +1,8 @@
 """The lab's agent written in pydantic-ai, made durable on Temporal the way pydantic-ai documents it.
 
 An ``Agent`` with an OpenAI chat model pointed at the model stand-in (``LLM_BASE_URL``), the lab's
-instructions (``steps.loop.LOOP_SYSTEM_PROMPT``), the four tools as ``@agent.tool`` functions over the shared
-bodies (``peers.tools``), and the ``TemporalDurability`` capability (``pydantic_ai.durable_exec.temporal``):
+instructions (``durable_agents.steps.loop.LOOP_SYSTEM_PROMPT``), the four tools as ``@agent.tool`` functions over the
+shared bodies (``peers.tools``), and the ``TemporalDurability`` capability (``pydantic_ai.durable_exec.temporal``):
 model requests and tool calls run as Temporal activities. In pydantic-ai 2.68.0 that capability is what the
 docs show; the ``TemporalAgent`` wrapper the issue names is deprecated in its favour (its deprecation message
 says how each argument moves) and does the same thing.
@@ -29,7 +29,7 @@ stand-in counts them under the run; it counts each under the turn its window imp
 Timeouts: pydantic-ai's defaults are a 60 s ``start_to_close_timeout`` for every activity and a 30 s heartbeat
 timeout for model requests (its activities heartbeat in the background). A SIGKILLed worker's attempt would
 then be retried only after those: the lanes run with the lab's own 3 s heartbeat timeout
-(``steps.retry.DEFAULT_HEARTBEAT_TIMEOUT``) on every activity, so the clock compares like with like.
+(``durable_agents.steps.retry.DEFAULT_HEARTBEAT_TIMEOUT``) on every activity, so the clock compares like with like.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 from temporalio.workflow import ActivityConfig
 
+from durable_agents.steps.crashpoints import crash_point
+from durable_agents.steps.loop import LOOP_SYSTEM_PROMPT
+from durable_agents.steps.retry import DEFAULT_HEARTBEAT_TIMEOUT
 from peers import tools
-from steps.crashpoints import crash_point
-from steps.loop import LOOP_SYSTEM_PROMPT
-from steps.retry import DEFAULT_HEARTBEAT_TIMEOUT
 
 AGENT_NAME = "lab_peer_agent"
 MODEL_NAME = "lab-model-stand-in"

@@ -5,8 +5,8 @@ agent's activities, found through the workflow's ``__pydantic_ai_agents__``), as
 ``TEMPORAL_ADDRESS``, ``PROVIDER_URL``, ``LLM_BASE_URL``, ``LAB_PEER_RUN`` and ``CRASH_AT`` (``peers.lane``).
 Prints ``worker ready`` once it polls; stops on SIGTERM or SIGINT.
 
-The workflow cache's sticky timeout is the lab's (``flowclient.worker_options.CACHED_STICKY_TIMEOUT``, 100 ms
-instead of Temporal's 10 s): a killed worker's sticky queue then holds the run's next workflow task no longer
+The workflow cache's sticky timeout is the lab's (``durable_agents.flowclient.worker_options.CACHED_STICKY_TIMEOUT``,
+100 ms instead of Temporal's 10 s): a killed worker's sticky queue then holds the run's next workflow task no longer
 than it does for the lab's own workers, so the resume times compare the frameworks, not this setting.
 """
 
@@ -20,11 +20,11 @@ from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from flowclient.signals import run_until_signalled
-from flowclient.worker_options import CACHED_STICKY_TIMEOUT
+from durable_agents.flowclient.signals import run_until_signalled
+from durable_agents.flowclient.worker_options import CACHED_STICKY_TIMEOUT
+from durable_agents.steps import crashpoints
 from peers.lane import READY
 from peers.pydantic_ai_workflow import PeerPydanticAIRun
-from steps import crashpoints
 
 
 async def serve(task_queue: str) -> None:

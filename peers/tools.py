@@ -1,7 +1,7 @@
 """The agent's four tools as plain functions against the lab's provider, shared by every peer lane.
 
-The bodies are the lab's own declaration (``steps.refund_agent.REFUND_TOOLS``: the arguments' check and the
-handlers), called here with the key the lane chose; these functions give each the signature a framework
+The bodies are the lab's own declaration (``durable_agents.steps.refund_agent.REFUND_TOOLS``: the arguments' check and
+the handlers), called here with the key the lane chose; these functions give each the signature a framework
 reads as the tool's.
 
 Each lane wraps these bodies the way its framework's documentation shows a tool (pydantic-ai's
@@ -17,12 +17,13 @@ The contract:
   that dedups by key) for ``documented``; something derived from the framework's identity of the call for
   ``keyed`` (``call_key``).
 - Right after the provider's 200 for an effect, ``crash_point(f"tool:{name}:after_effect")``: the same names as
-  the lab's loop (``steps.loop``), so ``CRASH_AT`` kills a worker at the same place in every lane.
-- Each returns a JSON-able dict of the same fields the lab's loop gives the model (``steps.loop.run_tool``),
-  which is what the scripted model (``drafting.scripted``) reads from a tool result: ``total`` and
-  ``refunded`` of a lookup, ``order_id`` of a refund, ``ticket_id`` of a ticket. Arguments the lab's loop would
-  refuse, an unknown order and a refund the provider refuses come back as ``{"error": reason}`` (nothing
-  applied), the loop's refused result; any other failure raises, and the framework's retry takes over.
+  the lab's loop (``durable_agents.steps.loop``), so ``CRASH_AT`` kills a worker at the same place in every lane.
+- Each returns a JSON-able dict of the same fields the lab's loop gives the model
+  (``durable_agents.steps.loop.run_tool``), which is what the scripted model (``durable_agents.drafting.scripted``)
+  reads from a tool result: ``total`` and ``refunded`` of a lookup, ``order_id`` of a refund, ``ticket_id`` of a ticket.
+  Arguments the lab's loop would refuse, an unknown order and a refund the provider refuses come back as ``{"error":
+  reason}`` (nothing applied), the loop's refused result; any other failure raises, and the framework's retry takes
+  over.
 - The email goes to the run's customer (``to``, which the lane takes from the run's inputs), never to an address
   the model wrote.
 """
@@ -34,12 +35,12 @@ import uuid
 from typing import Any
 
 from durable_agents import ToolContext, ToolRefused
-from providerclient import ProviderClient, provider_url_from_env
-from steps.crashpoints import crash_point
-from steps.flow import StepDeps
-from steps.keys import KEY_PREFIX
-from steps.loop import call_id_digest
-from steps.refund_agent import REFUND_TOOLS
+from durable_agents.providerclient import ProviderClient, provider_url_from_env
+from durable_agents.steps.crashpoints import crash_point
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.keys import KEY_PREFIX
+from durable_agents.steps.loop import call_id_digest
+from durable_agents.steps.refund_agent import REFUND_TOOLS
 
 __all__ = ["call_key", "create_ticket", "fresh_key", "issue_refund", "lookup_order", "provider", "send_email"]
 
@@ -70,9 +71,9 @@ def call_key(run_id: str, tool: str, identity: str) -> str:
 
 async def _declared(client: ProviderClient, tool: str, run_id: str, args: JsonDict, *, key: str | None = None,
                     to: str = "") -> JsonDict:
-    """The lab's tool as it declares it (``steps.refund_agent.REFUND_TOOLS``): its arguments checked, its handler
-    run against ``client`` under ``key``, the email to ``to``; a refusal as ``{"error": reason}``. A lane calls a
-    tool outside any turn of the lab's loop: its place is given as turn 0, call 0."""
+    """The lab's tool as it declares it (``durable_agents.steps.refund_agent.REFUND_TOOLS``): its arguments checked, its
+    handler run against ``client`` under ``key``, the email to ``to``; a refusal as ``{"error": reason}``. A lane calls
+    a tool outside any turn of the lab's loop: its place is given as turn 0, call 0."""
     context = ToolContext(run_id, 0, 0, idempotency_key=key, params={"email": to},
                           services=StepDeps(provider=client, llm=None))
     try:

@@ -4,7 +4,7 @@ when one field is to blame (the codes are listed in ``provider.server``'s
 docstring and docs/provider-contract.md).
 
 The provider's own, on purpose: it is the far side of an API, so it shares no
-error types with its clients (their vocabulary is ``steps.errors``, onto which
+error types with its clients (their vocabulary is ``durable_agents.steps.errors``, onto which
 ``providerclient`` maps these answers).
 """
 

@@ -16,8 +16,8 @@ Adding a kind: a row here (its validator in ``provider.validation``, its
 limits in docs/provider-contract.md), then ``SCHEMA_VERSION`` + 1 in
 ``provider.store`` with ``_kinds_schema`` as that version's upgrade: it
 creates the kind's table and rebuilds the bookkeeping's ``CHECK``, keeping
-every row. The client's side (``providerclient``, ``steps.ports``) gets a
-method for it; a flow's step names the kind (``steps.plan.FlowStep.kind``).
+every row. The client's side (``providerclient``, ``durable_agents.steps.ports``) gets a
+method for it; a flow's step names the kind (``durable_agents.steps.plan.FlowStep.kind``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ stored receipt even once the order is fully refunded. A refused refund is
 treated as a request that fails validation: counted under its key, nothing
 stored, the key free to carry a request that passes.
 
-Schema versions (``PRAGMA user_version``; ``storage.sqlite.migrate``): 1, the
+Schema versions (``PRAGMA user_version``; ``durable_agents.storage.sqlite.migrate``): 1, the
 emails, tickets and bookkeeping; 2, the optional request metadata of each
 effect; 3, the kinds of ``provider.kinds`` (a refunds table, and the
 bookkeeping's ``CHECK (kind IN (...))`` rebuilt from the table, every row
@@ -47,8 +47,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from durable_agents.storage import sqlite
 from provider.kinds import BY_NAME, KINDS, NAMES, EffectKind
-from storage import sqlite
 
 SCHEMA_VERSION = 4
 

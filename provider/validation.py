@@ -6,8 +6,8 @@ was refunded, which only a transaction can read safely.)
 
 The provider's own, on purpose: it is the far side of an API and trusts no
 client to have checked anything, so it shares no code with its clients (they
-apply the same limits in their own code, ``steps.limits`` and
-``steps.controls``). docs/provider-contract.md holds the table of limits both
+apply the same limits in their own code, ``durable_agents.steps.limits`` and
+``durable_agents.steps.controls``). docs/provider-contract.md holds the table of limits both
 sides must honour; a test on each side reads it and checks that side's
 constants and behaviour against it.
 """
@@ -182,7 +182,7 @@ def _check_field_names(payload: dict[str, Any], expected: tuple[str, ...],
 
 # The provider's own text rule, written here on purpose: it is the far side of
 # an API and trusts no client to have checked (the lab's clients apply the
-# same rule in their own code, steps/controls.py; nothing is shared).
+# same rule in their own code, durable_agents/steps/controls.py; nothing is shared).
 _CONTROLS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _NOT_SINGLE_LINE_TEXT = re.compile(f"[{_CONTROLS}]")
 _NOT_MULTILINE_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import pytest_asyncio
 
-from flowclient.connect import connect
+from durable_agents.flowclient.connect import connect
 from lab.model_standin import start_model_standin
 from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
@@ -106,14 +106,14 @@ def db(tmp_path):
 
 @pytest.fixture
 def runrecord(db, provider):
-    """Start ``python -m runrecord ...`` processes on this test's record and
+    """Start ``python -m durable_agents.runrecord ...`` processes on this test's record and
     provider; every one is reaped (SIGKILL if still running) after the test."""
     started: list[Proc] = []
 
     def start(*args: str, env: dict | None = None) -> Proc:
         full = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db"), "PROVIDER_URL": provider.url,
                 "PYTHONUNBUFFERED": "1", **(env or {})}
-        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "runrecord", *args], env=full)
+        proc = Proc(f"runrecord{len(started) + 1}", [sys.executable, "-m", "durable_agents.runrecord", *args], env=full)
         started.append(proc)
         return proc
 
@@ -126,14 +126,14 @@ def runrecord(db, provider):
 
 @pytest.fixture
 def dbos_procs(provider, tmp_path):
-    """``python -m dbosflow`` processes on this test's database and provider; all reaped."""
+    """``python -m durable_agents.dbosflow`` processes on this test's database and provider; all reaped."""
     db = tmp_path / "dbosflow.db"
     started: list[Proc] = []
 
     def start(*args: str, crash_at: str | None = None, env: dict | None = None) -> Proc:
         env = {"DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
                "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at or "", **(env or {})}
-        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "dbosflow", *args], env=env)
+        proc = Proc(f"dbosflow{len(started) + 1}", [sys.executable, "-m", "durable_agents.dbosflow", *args], env=env)
         started.append(proc)
         return proc
 

@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from durable_agents.providerclient import EffectRecord, fetch_effects, lookup_counts
+from durable_agents.steps.loop import MIN_WINDOW_TOKENS
+from durable_agents.steps.retry import SAME_ERROR_LIMIT
 from lab.model_standin import FAILED_WORDS, turns_asked
-from providerclient import EffectRecord, fetch_effects, lookup_counts
-from steps.loop import MIN_WINDOW_TOKENS
-from steps.retry import SAME_ERROR_LIMIT
 
 ORDERS = {"A-1001": 2500, "B-2002": 1200}
 TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
@@ -79,7 +79,8 @@ def assert_failed_at_the_turn_limit(status: Mapping[str, Any], provider_url: str
 
 SAME_ERROR_FAILS = {"fail_status": 500}
 """The model stand-in's options (``lab.model_standin.ModelStandIn``) for a model that answers every turn with
-the same model-side error, word for word (a 500 is transient, not an outage: ``drafting.openai_compat``)."""
+the same model-side error, word for word (a 500 is transient, not an outage:
+``durable_agents.drafting.openai_compat``)."""
 OUTAGES_THAT_CLEAR = {
     "an outage, the same words": {"fail_status": 503, "fail_times": SAME_ERROR_LIMIT + 1},
     "errors that differ": {"fail_status": 500, "fail_times": SAME_ERROR_LIMIT + 1, "fail_varied": True},

@@ -3,7 +3,7 @@ the eviction rule, and a generator of realistic conversations.
 
 The reference model is written differently on purpose (flat lists, rescans
 everything on every append, O(n^2)): if it and the stores agree on every
-window of random sequences, the incremental bookkeeping in memory/window.py is
+window of random sequences, the incremental bookkeeping in durable_agents/memory/window.py is
 right, or both are wrong in the same way, which the independent invariant
 checks below would catch.
 """
@@ -14,7 +14,7 @@ import json
 import random
 from dataclasses import dataclass, field, replace
 
-from memory import (
+from durable_agents.memory import (
     MemoryPolicy,
     Message,
     OversizeMessageError,
@@ -23,7 +23,7 @@ from memory import (
     ToolCall,
     UnknownToolCallError,
 )
-from memory.window import truncate_to_fit
+from durable_agents.memory.window import truncate_to_fit
 
 # ---------------------------------------------------------------------------
 # Invariants that must hold for any window, whatever the history.

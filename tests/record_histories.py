@@ -73,7 +73,7 @@ cancel-in-backoff      cancelled while step 2 waits out a 10 s Retry-After after
 terminated-mid-effect  terminated while step 2's request is held: TERMINATED
 =====================  =========================================================
 
-The agent loop's (``AgentLoop``, started as ``flowclient.loop.start_loop`` does),
+The agent loop's (``AgentLoop``, started as ``durable_agents.flowclient.loop.start_loop`` does),
 each on the model stand-in (``lab.model_standin``: the scripted model, its tool
 call ids deterministic) and an order of its own seeded at the provider, the task
 naming that one order: lookup; refund and email in one turn; ticket; answer.
@@ -136,20 +136,20 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from activities.loop import MODEL_TURN, TOOL_CALL
-from flowclient.connect import connect
-from flowclient.loop import loop_status, read_chain, start_loop
-from flowclient.runs import restart_failed_run, start_run
-from flowclient.status import run_status
+from durable_agents.activities.loop import MODEL_TURN, TOOL_CALL
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.loop import loop_status, read_chain, start_loop
+from durable_agents.flowclient.runs import restart_failed_run, start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import ProviderClient, seed_orders
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.retry import RetryRule
+from durable_agents.workflows import agent_flow
+from durable_agents.workflows.agent_loop import LOOP_WORKFLOW_NAME
+from durable_agents.workflows.loop_state import MIN_HISTORY_BOUND, LoopInput
 from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, temporal_cli, wait_until
 from lab.provider_process import start_provider
-from providerclient import ProviderClient, seed_orders
-from steps.keys import idempotency_key
-from steps.retry import RetryRule
-from workflows import agent_flow
-from workflows.agent_loop import LOOP_WORKFLOW_NAME
-from workflows.loop_state import MIN_HISTORY_BOUND, LoopInput
 
 # Not a secret: it exists so the encrypted fixtures can be decoded by the tests.
 FIXTURE_KEY = base64.b64encode(bytes(range(200, 232))).decode()
@@ -386,7 +386,7 @@ def patch_ids(event) -> list[str]:
 
 
 def _counted(event, step_of) -> bool:
-    """A marker of the retired ``counted-<run>-<step>-<attempt>`` patch (workflows.attempts)."""
+    """A marker of the retired ``counted-<run>-<step>-<attempt>`` patch (durable_agents.workflows.attempts)."""
     return any(p.startswith("counted-") for p in patch_ids(event))
 
 
@@ -775,8 +775,8 @@ _CLOSED = tuple((f"{_name(t)}", _of(t)) for t in (
 
 
 class LoopScenarios(Scenarios):
-    """The agent loop's scenarios (``workflows.agent_loop``), each on an order of its own (the provider refunds
-    an order's total once in all, across runs) and the model stand-in (``env`` names it). Each returns the
+    """The agent loop's scenarios (``durable_agents.workflows.agent_loop``), each on an order of its own (the provider
+    refunds an order's total once in all, across runs) and the model stand-in (``env`` names it). Each returns the
     names it wrote and prints what proves it (``prove``); the provider, the judge of effects, is asked too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

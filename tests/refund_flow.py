@@ -2,19 +2,19 @@
 
     draft -> issue_refund (a refund, POST /v1/refunds) -> send_confirmation (an email) -> record_outcome (a ticket)
 
-It is built from the plan alone (``steps.plan.FlowStep``): the lab's three steps
-as ``steps.plan.FLOW`` has them, and one step of its own, whose function and
+It is built from the plan alone (``durable_agents.steps.plan.FlowStep``): the lab's three steps
+as ``durable_agents.steps.plan.FLOW`` has them, and one step of its own, whose function and
 request builder are here, whose effect is the provider's ``refund`` kind, and
-whose amount and order id are the run's parameters (``steps.params``). No
+whose amount and order id are the run's parameters (``durable_agents.steps.params``). No
 engine, tool or page names it: the commands run it when ``LAB_FLOW`` names it,
 
-    LAB_FLOW=tests.refund_flow:REFUND_FLOW python -m runrecord start RUN_ID "TASK" --email ADDR \\
+    LAB_FLOW=tests.refund_flow:REFUND_FLOW python -m durable_agents.runrecord start RUN_ID "TASK" --email ADDR \\
         --param order_id=A-1234 --param amount=1250
 
-and the same with ``python -m dbosflow``, once the provider keeps the order
-(``providerclient.seed_orders``, or ``POST /v1/orders``): it refunds only the
+and the same with ``python -m durable_agents.dbosflow``, once the provider keeps the order
+(``durable_agents.providerclient.seed_orders``, or ``POST /v1/orders``): it refunds only the
 orders it keeps, up to their total, and refuses any other refund, which fails
-this step (``steps.errors.Refused``, a permanent error).
+this step (``durable_agents.steps.errors.Refused``, a permanent error).
 ``tests/test_second_flow.py`` runs it, kills it and resumes it on the run
 record and on DBOS through the lab's engine driver, draws it with the timeline
 and counts it with the effects table.
@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from steps.adoption import start_metadata
-from steps.crashpoints import crash_point
-from steps.flow import StepDeps
-from steps.keys import idempotency_key
-from steps.plan import FLOW, FlowStep
-from steps.requests import RunInputs
+from durable_agents.steps.adoption import start_metadata
+from durable_agents.steps.crashpoints import crash_point
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.plan import FLOW, FlowStep
+from durable_agents.steps.requests import RunInputs
 
 STEP = "issue_refund"
 

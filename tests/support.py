@@ -25,14 +25,14 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
-from flowclient.runs import wait_for_status
-from flowclient.status import failure_text
+from durable_agents.flowclient.runs import wait_for_status
+from durable_agents.flowclient.status import failure_text
+from durable_agents.providerclient import EffectRecord, fetch_effects
+from durable_agents.runrecord import DEFAULT_FLOW, RunRecord
+from durable_agents.runrecord.store import NextAttempt
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.startedline import started_steps
 from lab.processes import REPO, Proc, wait_until
-from providerclient import EffectRecord, fetch_effects
-from runrecord import DEFAULT_FLOW, RunRecord
-from runrecord.store import NextAttempt
-from steps.keys import idempotency_key
-from steps.startedline import started_steps
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ TASK = "Confirm the refund for order 1234"
 EMAIL = "ada@example.com"
 
 # Bad input and the words every engine's CLI must answer it with (starter.py
-# in tests/test_flow.py, python -m runrecord in tests/test_runrecord.py).
+# in tests/test_flow.py, python -m durable_agents.runrecord in tests/test_runrecord.py).
 BAD_INPUT_CASES = [
     (["start", "r-1", "", "--email", EMAIL], "task is empty"),
     (["start", "r-1", "x" * 4001, "--email", EMAIL], "limit is 4000"),
@@ -91,8 +91,8 @@ def finished(proc: Proc, timeout: float = 60.0) -> int:
 
 
 async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
-    """The Temporal run's status (flowclient.status) once it is no longer running: what the Temporal driver
-    (``lab.engines.TemporalDriver.settle``) waits for, for tests that hold a client rather than a driver."""
+    """The Temporal run's status (durable_agents.flowclient.status) once it is no longer running: what the Temporal
+    driver (``lab.engines.TemporalDriver.settle``) waits for, for tests that hold a client rather than a driver."""
     return await wait_for_status(client, run_id, lambda s: s["status"] != "running", poll=0.1, timeout=timeout)
 
 
@@ -101,7 +101,7 @@ async def wait_closed(client, run_id: str, timeout: float = 90.0) -> dict:
 
 def executions(proc_or_text: Proc | str, step: str) -> int:
     """How many times a process began executing ``step``: every engine prints its started line
-    (``steps.startedline``) once per execution. Takes the process or text already read from one."""
+    (``durable_agents.steps.startedline``) once per execution. Takes the process or text already read from one."""
     text = proc_or_text if isinstance(proc_or_text, str) else proc_or_text.output()
     return started_steps(text).count(step)
 
@@ -121,7 +121,7 @@ def counts(provider_url: str, run_id: str, step: str) -> tuple[int, int] | None:
 
 
 def status_json(runrecord, run_id: str) -> dict:
-    """``python -m runrecord status RUN_ID --json``, through the ``runrecord`` fixture."""
+    """``python -m durable_agents.runrecord status RUN_ID --json``, through the ``runrecord`` fixture."""
     proc = runrecord("status", run_id, "--json")
     finished(proc)
     return json.loads(proc.output())
@@ -266,7 +266,7 @@ class Limit:
     provider: str  # the provider's constant (provider.validation), "rule" or "no"
     status: int | None  # what the provider answers past the limit; None: accepted
     error: str | None
-    client: str  # the client's constant (steps.limits), "rule" or "no"
+    client: str  # the client's constant (durable_agents.steps.limits), "rule" or "no"
 
 
 def _cell(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Adoption (steps/adoption.py), against a real provider process: the step
+"""Adoption (durable_agents/steps/adoption.py), against a real provider process: the step
 that gets a 409 reads back what was applied under its key and adopts it only
 when it is its own run's (same start, same endpoint, same recipient); every
 other conflict is permanent and says which check failed. End to end: a run
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from flowclient.runs import start_run
-from providerclient import ProviderClient, fetch_effects
-from steps.adoption import START_ID_METADATA, adopt
-from steps.errors import IdempotencyConflict, PermanentError
-from steps.flow import StepDeps, record_outcome, send_confirmation
-from steps.keys import idempotency_key
-from steps.models import RecordRequest, SendRequest
+from durable_agents.flowclient.runs import start_run
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.steps.adoption import START_ID_METADATA, adopt
+from durable_agents.steps.errors import IdempotencyConflict, PermanentError
+from durable_agents.steps.flow import StepDeps, record_outcome, send_confirmation
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.models import RecordRequest, SendRequest
 from tests.support import EMAIL, wait_closed
 
 

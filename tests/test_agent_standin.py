@@ -1,6 +1,6 @@
 """An agent's own scripted model served by the model stand-in (``lab.model_standin --agent``), and the
-worker-side switch that asks it there (``AGENT_MODEL=worker``, ``steps.served``): a script answers alike in
-the worker's process and over HTTP, because it is given the same messages both ways; the switch keeps the
+worker-side switch that asks it there (``AGENT_MODEL=worker``, ``durable_agents.steps.served``): a script answers alike
+in the worker's process and over HTTP, because it is given the same messages both ways; the switch keeps the
 agent's version; a bad value or a missing ``LLM_BASE_URL`` is refused saying what to give; and on Temporal,
 a worker killed after a turn's answer makes the stand-in, in a process of its own, count that turn twice and
 every other once.
@@ -19,13 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from drafting import OpenAIChatModel
 from durable_agents import Agent, ScriptedModel
-from examples.scheduler import agent as scheduler
-from flowclient.loop import start_loop
-from lab.model_standin import ModelStandIn, start_model_standin, turns_asked
-from lab.processes import REPO, Proc
-from steps.loop import (
+from durable_agents.drafting import OpenAIChatModel
+from durable_agents.flowclient.loop import start_loop
+from durable_agents.steps.loop import (
     LoopInputs,
     ToolResult,
     TurnRequest,
@@ -36,8 +33,11 @@ from steps.loop import (
     task_message,
     turn_message,
 )
-from steps.refund_agent import REFUND_AGENT
-from steps.served import Served, agent_model, serve
+from durable_agents.steps.refund_agent import REFUND_AGENT
+from durable_agents.steps.served import Served, agent_model, serve
+from examples.scheduler import agent as scheduler
+from lab.model_standin import ModelStandIn, start_model_standin, turns_asked
+from lab.processes import REPO, Proc
 from tests.agents.notebook import NOTEBOOK
 from tests.support import wait_exit
 
@@ -57,8 +57,8 @@ def recording(seen: list[list[dict]]) -> Agent:
 
 
 async def three_turns(ask) -> list[TurnResult]:
-    """The scheduler's three turns, each asked through ``steps.loop.model_turn`` by ``ask(request)`` on the
-    window the loop builds from what it recorded (tool results written here, as the service would answer)."""
+    """The scheduler's three turns, each asked through ``durable_agents.steps.loop.model_turn`` by ``ask(request)`` on
+    the window the loop builds from what it recorded (tool results written here, as the service would answer)."""
     inputs = LoopInputs("run-1", TASK, "", agent="scheduler", params={"attendee": "ana@example.com"})
     window = [system_message(scheduler.AGENT.instructions)[1], task_message(inputs)[1]]
     turns = []
@@ -141,7 +141,7 @@ def test_a_bad_agent_model_or_worker_without_llm_base_url_is_refused_saying_what
 @pytest.mark.process
 def test_the_stand_in_process_refuses_an_agent_that_does_not_load_with_exit_2():
     for spec, said in (("tests.agents.nowhere:AGENT", "cannot import 'tests.agents.nowhere'"),
-                       ("steps.refund_agent:REFUND_AGENT", "agent refund declares no model of its own")):
+                       ("durable_agents.steps.refund_agent:REFUND_AGENT", "agent refund declares no model of its own")):
         proc = Proc("model-standin", [sys.executable, "-m", "lab.model_standin", "--agent", spec], cwd=REPO)
         assert wait_exit(proc, 30) == 2, proc.output()
         assert said in proc.output(), proc.output()
@@ -179,7 +179,7 @@ async def test_a_turn_killed_after_its_answer_is_asked_twice_at_the_stand_in_and
 @pytest.mark.parametrize("engine", ["runrecord", "dbosflow"])
 def test_the_run_record_and_dbos_commands_ask_the_stand_in_with_agent_model_worker(
         engine, runrecord, dbos_procs, run_id, tmp_path):
-    """The switch is read where every engine serves its agents (``steps.served.serve``): the record's and
+    """The switch is read where every engine serves its agents (``durable_agents.steps.served.serve``): the record's and
     DBOS's commands ask the stand-in too, each turn once."""
     db = tmp_path / "notebook.db"
     standin, url = start_model_standin(agent=NOTEBOOK_SPEC, env={"NOTEBOOK_DB": str(db)})

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from lab.import_graph import cycles, describe_cycle, edges, module_edges, units
+from lab.import_graph import cycles, describe_cycle, edges, mermaid_id, module_edges, units
 from lab.processes import REPO
 
 DOC = (REPO / "docs" / "architecture.md").read_text()
@@ -23,7 +23,7 @@ def drawn_edges() -> set[tuple[str, str]]:
 
 
 def code_edges() -> set[tuple[str, str]]:
-    return {(a, b) for a, b in edges(units()) if a != "bench"}
+    return {(mermaid_id(a), mermaid_id(b)) for a, b in edges(units()) if a != "bench"}
 
 
 def test_the_picture_is_the_import_graph():
@@ -63,61 +63,82 @@ def test_the_module_graph_sees_every_kind_of_import(tmp_path):
     assert "pkg.b -> pkg.a: " in describe_cycle(["pkg.a", "pkg.b"], graph)
 
 
-TEMPORAL_SIDE = ("temporalio", "flowclient", "workflows", "activities")
+TEMPORAL_SIDE = ("temporalio", "durable_agents.flowclient", "durable_agents.workflows", "durable_agents.activities",
+                 "durable_agents.worker", "durable_agents.starter", "workflows", "activities")
+
+
+def _on_temporal_side(module: str) -> bool:
+    return any(module == side or module.startswith(side + ".") for side in TEMPORAL_SIDE)
 
 
 @pytest.mark.process
 def test_the_run_record_imports_nothing_of_temporal():
-    """The engine that shows life without Temporal: no module of ``runrecord/`` imports the SDK or the
-    project's Temporal side, at the top or inside a function (``compare`` hands over to ``lesson.compare``
-    by exec), and ``python -m runrecord`` starts without loading any of it."""
-    imports = [(path.relative_to(REPO), node.lineno, name) for path in units()["runrecord"]
+    """The engine that shows life without Temporal: no module of ``durable_agents/runrecord/`` imports the SDK or
+    the project's Temporal side, at the top or inside a function, and ``python -m durable_agents.runrecord``
+    starts without loading any of it."""
+    imports = [(path.relative_to(REPO), node.lineno, name) for path in units()["durable_agents.runrecord"]
                for node in ast.walk(ast.parse(path.read_text()))
                for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
                             [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-               if name.split(".")[0] in TEMPORAL_SIDE]
-    assert not imports, f"runrecord/ imports Temporal: {imports}"
+               if _on_temporal_side(name)]
+    assert not imports, f"durable_agents/runrecord/ imports Temporal: {imports}"
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "runrecord", "--help"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "durable_agents.runrecord", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "compare" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "resume" in done.stdout, done.stdout + done.stderr
     loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert not {m for m in loaded if m.split(".")[0] in TEMPORAL_SIDE}, sorted(
-        m for m in loaded if m.split(".")[0] in TEMPORAL_SIDE)
+    assert not {m for m in loaded if _on_temporal_side(m)}, sorted(m for m in loaded if _on_temporal_side(m))
 
 
-LAB_SIDE = ("lab", "lesson", "grader", "bench", "peers", "exercises")
+PACKAGE = "durable_agents"
+# Everything of the repository that is not the package: what the package may never import.
+LAB_SIDE = ("lab", "lesson", "grader", "bench", "peers", "exercises", "provider", "examples", "timeline", "tests",
+            "worker", "starter", "workflows", "activities")
+
+
+def _in_package(unit: str) -> bool:
+    return unit == PACKAGE or unit.startswith(PACKAGE + ".")
 
 
 def test_the_adapter_imports_nothing_of_the_lab():
-    """``durable_agents`` is what an agent builder imports (CONVENTIONS.md, "The adapter"): none of the lab's
-    packages, at the top or inside a function."""
-    graph = edges(units())
-    assert not [b for a, b in graph if a == "durable_agents" and b in LAB_SIDE], sorted(
-        b for a, b in graph if a == "durable_agents")
+    """``durable_agents`` is the distribution a user installs (CONVENTIONS.md, "The adapter"): none of its
+    modules imports anything of the repository outside it, at the top or inside a function."""
+    graph = edges(units(include_tests=True))
+    outside = sorted((a, b) for a, b in graph if _in_package(a) and not _in_package(b))
+    assert not outside, outside
+    assert not [u for u in units() if not _in_package(u) and u not in LAB_SIDE + ("bench",)], (
+        "a top-level unit that is neither the package nor listed as the lab's: add it to LAB_SIDE")
 
 
 @pytest.mark.process
 def test_importing_the_adapter_loads_no_module_of_the_lab():
+    """Every module of the package imported, in a process of its own: none of the lab's is loaded."""
     import subprocess
     import sys
 
-    check = ("import sys, durable_agents\n"
+    check = ("import pkgutil, importlib, sys, durable_agents\n"
+             "for m in pkgutil.walk_packages(durable_agents.__path__, 'durable_agents.'):\n"
+             "    m.name.endswith('.__main__') or importlib.import_module(m.name)\n"
              f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LAB_SIDE!r}))")
-    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_the_core_and_the_judge_stay_apart():
     graph = edges(units())
-    assert not [b for a, b in graph if a == "steps" and b != "durable_agents"], \
-        "steps imports nothing outside itself but the adapter"
-    assert not [b for a, b in graph if a == "durable_agents"], "the adapter, beneath the core, imports nothing of it"
-    assert [b for a, b in graph if a == "provider"] == ["storage"], "the provider shares no code with its clients"
-    assert not [b for a, b in graph if a == "storage"], "storage is neutral"
-    assert not [a for a, b in graph if b in ("starter", "worker") and a != "bench"], "nothing imports the scripts"
+    declared = ("durable_agents.agent", "durable_agents.tools")
+    assert not [b for a, b in graph if a == "durable_agents.steps" and b not in declared], \
+        "the core imports nothing outside itself but the declarations (agent.py, tools.py)"
+    assert not [b for a, b in graph if a in declared and b not in declared], \
+        "the declarations, beneath the core, import nothing of the project"
+    assert [b for a, b in graph if a == "provider"] == ["durable_agents.storage"], \
+        "the provider shares no code with its clients"
+    assert not [b for a, b in graph if a == "durable_agents.storage"], "storage is neutral"
+    scripts = ("starter", "worker", "durable_agents.starter", "durable_agents.worker")
+    assert not [a for a, b in graph if b in scripts and a not in ("bench", "starter", "worker")], \
+        "nothing imports the scripts but the lab's thin ones"
 
 
 def _defines(path, dotted: str) -> bool:
@@ -210,32 +231,36 @@ def _assigned(path, name: str) -> bool:
 
 @pytest.mark.process
 def test_the_worker_shutdown_type_is_written_once_where_a_history_reader_can_import_it():
-    """The failure type of an attempt its worker's shutdown cut short: one definition, in ``steps.errors``,
-    which imports nothing, so ``flowclient.status`` reads histories without importing the activities;
-    ``activities.WORKER_SHUTDOWN_TYPE`` stays importable under that name (``workflows.attempts``)."""
+    """The failure type of an attempt its worker's shutdown cut short: one definition, in
+    ``durable_agents.steps.errors``, which imports nothing, so ``durable_agents.flowclient.status`` reads histories
+    without importing the activities; ``durable_agents.activities.WORKER_SHUTDOWN_TYPE`` stays importable under that
+    name
+    (``durable_agents.workflows.attempts``)."""
     import subprocess
     import sys
 
     defined = sorted(str(path.relative_to(REPO)) for files in units(include_tests=True).values() for path in files
                      if _assigned(path, "WORKER_SHUTDOWN_TYPE"))
-    assert defined == ["steps/errors.py"], f"WORKER_SHUTDOWN_TYPE is assigned in {defined}"
-    imports = [node for node in ast.parse((REPO / "steps" / "errors.py").read_text()).body
+    assert defined == ["durable_agents/steps/errors.py"], f"WORKER_SHUTDOWN_TYPE is assigned in {defined}"
+    imports = [node for node in ast.parse((REPO / "durable_agents" / "steps" / "errors.py").read_text()).body
                if isinstance(node, ast.Import | ast.ImportFrom) and getattr(node, "module", None) != "__future__"]
-    assert not imports, "steps/errors.py imports nothing: every engine and reader imports it"
-    check = ("import sys, flowclient.status\n"
-             "assert 'activities' not in sys.modules, 'flowclient.status imported the activities'\n"
-             "import activities, steps.errors\n"
-             "assert activities.WORKER_SHUTDOWN_TYPE == flowclient.status.WORKER_SHUTDOWN_TYPE == "
-             "steps.errors.WORKER_SHUTDOWN_TYPE == 'WorkerShutdown'")
+    assert not imports, "durable_agents/steps/errors.py imports nothing: every engine and reader imports it"
+    check = ("import sys, durable_agents.flowclient.status\n"
+             "assert 'durable_agents.activities' not in sys.modules, 'flowclient.status imported the activities'\n"
+             "import durable_agents.activities as activities, durable_agents.steps.errors as errors\n"
+             "assert activities.WORKER_SHUTDOWN_TYPE == durable_agents.flowclient.status.WORKER_SHUTDOWN_TYPE == "
+             "errors.WORKER_SHUTDOWN_TYPE == 'WorkerShutdown'")
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
 def test_the_workflows_schedule_their_attempts_in_one_place():
-    # The attempt loop (an activity per attempt, a timer per backoff) is written once, workflows.attempts'
-    # StepAttempts, for the flow and the agent loop alike; before_live.py is the frozen path of old runs.
+    # The attempt loop (an activity per attempt, a timer per backoff) is written once,
+    # durable_agents.workflows.attempts' StepAttempts, for the flow and the agent loop alike; before_live.py is the
+    # frozen path of old runs.
     scheduling = re.compile(r"workflow\.(execute_activity\w*|start_activity\w*|sleep)\(")
-    found = {path.name for path in (REPO / "workflows").glob("*.py") if scheduling.search(path.read_text())}
+    found = {path.name for path in (REPO / "durable_agents" / "workflows").glob("*.py")
+             if scheduling.search(path.read_text())}
     assert found == {"attempts.py", "before_live.py"}, found
 
 
@@ -273,11 +298,11 @@ def _engine_words(paths) -> list[str]:
 
 
 def test_the_core_names_no_engine():
-    """``steps/`` is engine-agnostic in its code: no name it defines, imports or reads, and no string it holds,
-    names a registered engine (``lab.registry``); each engine's shapes and crash points are its package's.
+    """``durable_agents/steps/`` is engine-agnostic in its code: no name it defines, imports or reads, and no string it
+    holds, names a registered engine (``lab.registry``); each engine's shapes and crash points are its package's.
     Docstrings and comments may say which engine does what."""
-    found = _engine_words(sorted((REPO / "steps").glob("*.py")))
-    assert not found, "steps/ names an engine (move it to the engine's package):\n" + "\n".join(found)
+    found = _engine_words(sorted((REPO / "durable_agents" / "steps").glob("*.py")))
+    assert not found, "durable_agents/steps/ names an engine (move it to the engine's package):\n" + "\n".join(found)
 
 
 def test_the_core_check_can_fail(tmp_path):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from durable_agents.providerclient import ProviderClient
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.plan import KIND_OF_STEP
+from durable_agents.steps.runstate import run_entry, step_entry
 from lab.chaos import ChaosConfig, ChaosReport, _check, run_chaos
-from providerclient import ProviderClient
-from steps.keys import idempotency_key
-from steps.plan import KIND_OF_STEP
-from steps.runstate import run_entry, step_entry
 
 
 @pytest.mark.parametrize("vary", [False, True], ids=["deterministic", "varying"])

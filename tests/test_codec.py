@@ -1,4 +1,4 @@
-"""Payload encryption (payloadcodec/__init__.py): unit checks of the codec, then the
+"""Payload encryption (durable_agents/payloadcodec/__init__.py): unit checks of the codec, then the
 real thing: a run on the dev server with workers, starter and run-record
 compare all on the codec, and the history read raw, without it."""
 
@@ -20,11 +20,10 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
-from flowclient.connect import connect
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from lab.processes import REPO
-from payloadcodec import (
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.payloadcodec import (
     ENCODING,
     KEY_ID_METADATA,
     WORKFLOW_ID_METADATA,
@@ -38,7 +37,8 @@ from payloadcodec import (
     data_converter_from_env,
     describe,
 )
-from steps.startedline import started_in
+from durable_agents.steps.startedline import started_in
+from lab.processes import REPO
 from tests.support import first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
@@ -254,7 +254,7 @@ async def test_history_holds_no_personal_data_and_tools_still_read_it(
         assert secret.encode() not in raw, f"{secret!r} is in the stored history"
     assert raw.count(ENCODING) >= 4 and b"lab-test" in raw
     # Without the key nothing decodes: the status reader says which key it lacks.
-    from flowclient.status import run_status
+    from durable_agents.flowclient.status import run_status
     with pytest.raises(UnknownKeyError, match="lab-test"):
         await run_status(await connect({"TEMPORAL_ADDRESS": dev_server.address,
                                         "LAB_CODEC_KEY": KEY_B, "LAB_CODEC_KEY_ID": "other"}), run_id)
@@ -264,13 +264,13 @@ async def test_history_holds_no_personal_data_and_tools_still_read_it(
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["steps"][1]["result"]["to"] == EMAIL
 
-    # So does the run-record comparison, which connects through flowclient.connect.
+    # So does the run-record comparison, which connects through durable_agents.flowclient.connect.
     record_db = tmp_path / "runrecord.db"
     rec_env = {**codec_env, "RUNRECORD_DB": str(record_db), "PROVIDER_URL": provider.url}
     rec_id = f"rec-{run_id}"[:64]
-    ran = _cli(dev_server, rec_env, "start", rec_id, TASK, "--email", EMAIL, module="runrecord")
+    ran = _cli(dev_server, rec_env, "start", rec_id, TASK, "--email", EMAIL, module="durable_agents.runrecord")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    compared = _cli(dev_server, rec_env, "compare", rec_id, "--temporal", run_id, "--json", module="runrecord")
+    compared = _cli(dev_server, rec_env, rec_id, "--temporal", run_id, "--json", module="lesson.compare")
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert EMAIL in compared.stdout
     # The worker's own output carries neither the address nor the task.
@@ -318,9 +318,9 @@ async def test_a_real_history_is_bound_to_its_run_for_workers_replay_and_status(
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
-    from flowclient.status import activity_traces
-    from flowclient.worker_options import worker_options
-    from workflows.agent_flow import AgentFlow
+    from durable_agents.flowclient.status import activity_traces
+    from durable_agents.flowclient.worker_options import worker_options
+    from durable_agents.workflows.agent_flow import AgentFlow
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
     workers(extra_env=codec_env)
@@ -354,7 +354,7 @@ async def test_a_payload_copied_from_another_run_is_refused_by_the_worker(
     another run's sealed input: the worker refuses it instead of acting on it."""
     from temporalio.common import RawValue
 
-    from workflows.agent_flow import WORKFLOW_NAME
+    from durable_agents.workflows.agent_flow import WORKFLOW_NAME
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
     worker = workers(extra_env=codec_env)
@@ -382,7 +382,7 @@ async def test_plaintext_input_is_refused_until_the_switch_allows_it(
     """A run started without the codec (before encryption was on, or by someone
     without the key) is refused by a worker with the codec; the operator's
     switch makes it readable, and it completes."""
-    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+    from durable_agents.workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
     strict = workers(extra_env=codec_env)
@@ -410,7 +410,7 @@ async def test_memo_queries_results_and_failures_pass_the_codec_with_plaintext_r
 ):
     """Everything legitimate a run carries is encrypted by the codec, so the
     default refusal of plaintext breaks none of it."""
-    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+    from durable_agents.workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     codec_env = {"LAB_CODEC_KEY": KEY_A, "LAB_CODEC_KEY_ID": "lab-test"}
     workers(extra_env={**codec_env, "LAB_STEP_SECONDS": "0.3"})

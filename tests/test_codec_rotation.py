@@ -17,10 +17,10 @@ pytest.importorskip("cryptography", reason="the crypto extra: pip install -e '.[
 
 from temporalio.api.history.v1 import History
 
-from flowclient.connect import connect
-from flowclient.runs import start_run
-from payloadcodec import ENCODING, KEY_ID_METADATA
-from providerclient import fetch_effects
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.runs import start_run
+from durable_agents.payloadcodec import ENCODING, KEY_ID_METADATA
+from durable_agents.providerclient import fetch_effects
 from tests.support import executions, first_workflow_task_failure, payloads_in, poll_until, wait_closed
 
 OLD = base64.b64encode(bytes(range(32, 64))).decode()

@@ -1,4 +1,4 @@
-"""The codec server (payloadcodec/server.py): the protocol over real HTTP
+"""The codec server (durable_agents/payloadcodec/server.py): the protocol over real HTTP
 against the process, then the Temporal UI in a real browser (headless
 Chromium) showing an encrypted run decrypted through it, and not without it.
 
@@ -24,8 +24,9 @@ import temporalio.converter
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import WorkflowSerializationContext
 
-from flowclient.connect import connect
-from flowclient.runs import start_run
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.runs import start_run
+from durable_agents.payloadcodec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from lab.browser import NoChromium, chromium, dom, screenshot
 from lab.processes import (
     LAB_SERVER_CONFIG,
@@ -36,7 +37,6 @@ from lab.processes import (
     start_codec_server,
     start_worker,
 )
-from payloadcodec import ENCODING, WORKFLOW_ID_METADATA, codec_from_env
 from tests.support import poll_until, wait_closed
 
 pytestmark = pytest.mark.process
@@ -158,7 +158,7 @@ def test_bad_input_gets_a_json_error_that_says_what_to_send(codec_server, body, 
 )
 def test_json_nested_past_the_depth_limit_gets_a_400_naming_it(codec_server_proc, body):
     """Not a dropped connection and a traceback: Python's JSON parser recurses per level."""
-    from payloadcodec.server import MAX_JSON_DEPTH
+    from durable_agents.payloadcodec.server import MAX_JSON_DEPTH
 
     answer = httpx.post(f"{codec_server_proc[1]}/decode", content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400, answer.text
@@ -175,7 +175,7 @@ def test_wrong_paths_and_methods(codec_server):
 
 
 def _run_module(argv, env):
-    return subprocess.run([sys.executable, "-m", "payloadcodec.server", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "durable_agents.payloadcodec.server", *argv], cwd=REPO,
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
 
 
@@ -326,7 +326,7 @@ def test_with_a_token_only_bearers_of_it_are_answered():
 
 
 def test_a_short_token_is_refused_at_start():
-    done = subprocess.run([sys.executable, "-m", "payloadcodec.server", "--port", "0"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "durable_agents.payloadcodec.server", "--port", "0"], cwd=REPO,
                           env={**os.environ, **ENV, "LAB_CODEC_SERVER_TOKEN": "short"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "too short" in done.stderr

@@ -28,7 +28,7 @@ COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# What pyproject.toml leaves out of the wheel, and so mypy and the image too.
+# What stays out of the image and of mypy's tree (and, like the rest of the lab, out of the wheel).
 NOT_SHIPPED = ("tests", "bench", "exercises", "docs")
 
 EXPECTED_SERVICES = {
@@ -216,26 +216,37 @@ def _ignored(relative: str, rules: list[re.Pattern[str]]) -> bool:
     return any(rule.fullmatch("/".join(parts[:n])) for n in range(1, len(parts) + 1) for rule in rules)
 
 
+# What the image runs of the lab, from its working directory (docker-compose.yml's commands): the scripts and
+# the stand-in provider. The adapter it runs is the package `pip install .` installs.
+IMAGE_RUNS_FROM_THE_TREE = ("worker.py", "starter.py", "provider")
+
+
 def test_the_image_ships_what_pyproject_ships_and_nothing_it_leaves_out():
-    """One list of packages: pyproject's `packages.find`. The image copies the tree and .dockerignore
-    leaves out the rest; mypy checks the same tree. Nothing here may name a package."""
+    """One list of packages: pyproject's `packages.find`, the adapter alone. The image copies the tree,
+    installs the package from it and runs the lab's scripts and provider from its working directory;
+    .dockerignore leaves out the rest; mypy checks the same tree. Nothing here may name a package."""
     copied = _copied()
     assert "." in copied, f"deploy/Dockerfile must copy the tree (`COPY . .`), not a list of packages: {copied}"
     packages = _shipped_packages()
     tops = {name.split(".")[0] for name in packages}
-    assert {"steps", "workflows", "activities", "provider", "dbosflow"} <= tops, sorted(tops)
-    assert not tops & set(NOT_SHIPPED), f"pyproject.toml ships {sorted(tops & set(NOT_SHIPPED))}"
+    assert tops == {"durable_agents"}, f"pyproject.toml ships {sorted(tops)}: the adapter's package alone"
+    assert {"durable_agents.steps", "durable_agents.workflows", "durable_agents.dbosflow"} <= set(packages), packages
     rules = _dockerignore_rules()
-    modules = [f"{name}.py" for name in PYPROJECT["tool"]["setuptools"]["py-modules"]]
-    needed = [PYPROJECT["project"]["readme"], "pyproject.toml", "requirements/deploy.lock", *modules]
-    for package in packages:
-        directory = REPO / package.replace(".", "/")
+    needed = [PYPROJECT["project"]["readme"], "pyproject.toml", "requirements/deploy.lock"]
+    directories = [REPO / package.replace(".", "/") for package in packages]
+    for name in IMAGE_RUNS_FROM_THE_TREE:
+        path = REPO / name
+        if path.is_dir():
+            directories += [d for d in (path, *path.rglob("*")) if d.is_dir() and d.name != "__pycache__"]
+        else:
+            needed.append(name)
+    for directory in directories:
         needed += [str(path.relative_to(REPO)) for path in directory.iterdir()
                    if path.is_file() and not path.name.endswith((".pyc", ".pyo"))]
     left_out = [path for path in needed if _ignored(path, rules)]
-    assert not left_out, f".dockerignore leaves out what `pip install .` in the image needs: {left_out}"
+    assert not left_out, f".dockerignore leaves out what the image installs or runs: {left_out}"
     # What does not ship stays out of the image, and out of mypy's tree.
-    must_not = [*NOT_SHIPPED, ".git", ".venv", ".state", "steps/__pycache__/flow.cpython-311.pyc",
+    must_not = [*NOT_SHIPPED, ".git", ".venv", ".state", "durable_agents/steps/__pycache__/flow.cpython-311.pyc",
                 ".state/provider.db", "provider.db-wal"]
     kept = [path for path in must_not if not _ignored(path, rules)]
     assert not kept, f"the image would hold {kept}, which does not ship: leave it out in .dockerignore"
@@ -244,8 +255,8 @@ def test_the_image_ships_what_pyproject_ships_and_nothing_it_leaves_out():
     excludes = [mypy["exclude"]] if isinstance(mypy["exclude"], str) else mypy["exclude"]
     for name in NOT_SHIPPED:
         assert any(re.search(pattern, f"{name}/") for pattern in excludes), f"mypy does not exclude {name}/"
-    for name in tops:
-        assert not any(re.search(pattern, f"{name}/") for pattern in excludes), f"mypy excludes {name}/, which ships"
+    for name in (*tops, "provider", "lab"):
+        assert not any(re.search(pattern, f"{name}/") for pattern in excludes), f"mypy excludes {name}/"
 
 
 def _compose_cli() -> list[str] | None:
@@ -279,10 +290,10 @@ def test_the_stack_runs_production_options_that_its_processes_accept(compose):
     each parses with the reader the process uses (a typo would stop every worker), the
     shutdown grace outlasts the longest attempt, and compose waits longer than the grace
     before its SIGKILL, so a rolling restart lets attempts in flight finish."""
-    from drafting import model_from_env
-    from flowclient.runs import parking_window, workflow_task_timeout
-    from flowclient.worker_options import graceful_shutdown_timeout, worker_options
-    from steps.retry import ATTEMPT_TIMEOUT_SECONDS
+    from durable_agents.drafting import model_from_env
+    from durable_agents.flowclient.runs import parking_window, workflow_task_timeout
+    from durable_agents.flowclient.worker_options import graceful_shutdown_timeout, worker_options
+    from durable_agents.steps.retry import ATTEMPT_TIMEOUT_SECONDS
 
     svc = compose["services"]
     worker = {k: _as_compose_fills(v) for k, v in svc["worker"]["environment"].items()}

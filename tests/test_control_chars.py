@@ -11,7 +11,7 @@ And what was recorded before the rule, or comes back from the provider or
 from Temporal's history, is shown escaped.
 
 The checks here use their own definition of a raw control byte, not the
-code's, so breaking ``steps.controls`` makes them fail.
+code's, so breaking ``durable_agents.steps.controls`` makes them fail.
 """
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.status import TemporalRunNotFound, run_status
-from flowclient.worker_options import worker_options
+from durable_agents.flowclient.status import TemporalRunNotFound, run_status
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.payloadcodec import data_converter_from_env
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps import flow
+from durable_agents.steps.errors import PermanentError
+from durable_agents.steps.models import DraftRequest, RecordRequest, SendRequest
+from durable_agents.workflows.agent_flow import WORKFLOW_NAME, AgentFlow, FlowInput
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
-from payloadcodec import data_converter_from_env
-from providerclient import fetch_effects
-from steps import flow
-from steps.errors import PermanentError
-from steps.models import DraftRequest, RecordRequest, SendRequest
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import EMAIL, TASK, wait_closed
 from tests.tiers import starts
-from workflows.agent_flow import WORKFLOW_NAME, AgentFlow, FlowInput
 
 # What must never reach a terminal: C0 (newline aside), DEL, C1, bidi overrides and isolates.
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -87,7 +87,8 @@ def assert_no_raw(text: str, where: str) -> None:
 
 
 def offline_subject(task: str) -> str:
-    """What the offline model writes as the subject (drafting/offline.py): tests must not trust the code's escaping."""
+    """What the offline model writes as the subject (durable_agents/drafting/offline.py): tests must not trust the
+    code's escaping."""
     one_line = " ".join(task.split())
     if len(one_line) <= 196:
         return "Re: " + one_line
@@ -116,7 +117,7 @@ def refusal(field: str, h: Hostile) -> str:
 async def test_the_starter_refuses_hostile_tasks_naming_the_character_and_starts_nothing(dev_server, client, capsys):
     import asyncio
 
-    import starter as starter_module
+    from durable_agents import starter as starter_module
 
     for h in REFUSED:
         run = f"ctl-start-{h.name}"
@@ -192,8 +193,8 @@ async def test_status_escapes_what_temporals_history_holds(dev_server, client, t
 def test_the_live_rich_table_escapes_data_and_its_markup():
     from rich.console import Console
 
-    from steps.runstate import run_entry, step_entry
-    from steps.runview import rich_table
+    from durable_agents.steps.runstate import run_entry, step_entry
+    from durable_agents.steps.runview import rich_table
 
     status = run_entry("r-1", "failed", [
         step_entry("draft", "completed", 1, {"subject": "Re: \x1b]0;owned\x07 [red]x[/red]"}),
@@ -286,14 +287,14 @@ async def test_a_run_in_flight_before_the_rule_replays_with_a_hostile_task():
 
 
 def runrecord_cli(db: Path, provider_url: str, *args: str) -> subprocess.CompletedProcess:
-    return run_cli(["-m", "runrecord", *args, "--db", str(db)],
+    return run_cli(["-m", "durable_agents.runrecord", *args, "--db", str(db)],
                    {"PROVIDER_URL": provider_url, "MEMORY_DB": str(db.parent / "memory.db")})
 
 
 def test_the_run_record_refuses_hostile_tasks_and_runs_accepted_ones(tmp_path, provider, capsys):
     import signal
 
-    from runrecord.cli import main as runrecord_main
+    from durable_agents.runrecord.cli import main as runrecord_main
 
     db = tmp_path / "runrecord.db"
     for h in REFUSED:
@@ -436,13 +437,14 @@ def test_the_provider_refuses_a_lone_surrogate_by_name_not_with_a_500(provider_u
 
 def test_the_providers_rule_is_its_own_code():
     """It shares nothing with the client's rule: the provider package imports nothing from the client side
-    (steps.controls and steps.limits included), at the top of a module or inside a function. Its one project
-    import is storage, the neutral SQLite helper, which itself imports nothing from the project."""
+    (durable_agents.steps.controls and durable_agents.steps.limits included), at the top of a module or inside a
+    function. Its one project import is the adapter's storage, the neutral SQLite helper, which itself imports
+    nothing from the project."""
     from lab.import_graph import edges, units
 
     graph = edges(units())
-    assert sorted(b for a, b in graph if a == "provider") == ["storage"]
-    assert sorted(b for a, b in graph if a == "storage") == []
+    assert sorted(b for a, b in graph if a == "provider") == ["durable_agents.storage"]
+    assert sorted(b for a, b in graph if a == "durable_agents.storage") == []
 
 
 # -- the model's output ------------------------------------------------------------
@@ -475,7 +477,7 @@ class _Provider:
 
 @pytest.mark.parametrize("h", HOSTILE, ids=IDS)
 async def test_the_models_subject_is_checked_before_anything_is_sent(h):
-    from drafting import Draft, DraftError, OfflineModel
+    from durable_agents.drafting import Draft, DraftError, OfflineModel
 
     deps = flow.StepDeps(provider=_Provider(), llm=_Model(subject=h.text[:200]))
     request = DraftRequest(run_id="r-1", task=TASK, conversation_id="r-1")
@@ -542,8 +544,8 @@ async def test_a_hostile_subject_from_a_real_model_client_fails_the_run_once_and
 
 
 def test_the_table_escapes_every_value_and_a_value_cannot_forge_a_row():
-    from steps.runstate import run_entry, step_entry
-    from steps.runview import render_table
+    from durable_agents.steps.runstate import run_entry, step_entry
+    from durable_agents.steps.runview import render_table
 
     evil = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e\x7f\x00\r\n  error: forged"
     status = run_entry("r-1", "running", [
@@ -559,7 +561,7 @@ def test_the_table_escapes_every_value_and_a_value_cannot_forge_a_row():
 
 
 def test_log_lines_show_control_characters_escaped_and_keep_tracebacks():
-    from flowclient.logs import FORMAT, PrintableFormatter
+    from durable_agents.flowclient.logs import FORMAT, PrintableFormatter
 
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -589,7 +591,7 @@ def test_bytes_that_are_not_utf8_are_refused_by_name_not_by_a_traceback(tmp_path
     task = b"Refund \xff order 42"
     commands = {
         "starter": [b"starter.py", b"start", b"ctl-bytes", task, b"--email", EMAIL.encode()],
-        "runrecord": [b"-m", b"runrecord", b"start", b"ctl-bytes", task, b"--email", EMAIL.encode(),
+        "runrecord": [b"-m", b"durable_agents.runrecord", b"start", b"ctl-bytes", task, b"--email", EMAIL.encode(),
                       b"--db", str(tmp_path / "runrecord.db").encode()],
     }
     for name, args in commands.items():
@@ -606,7 +608,7 @@ def test_bytes_that_are_not_utf8_are_refused_by_name_not_by_a_traceback(tmp_path
 
 
 def test_printable_escapes_lone_surrogates_so_printing_cannot_fail():
-    from steps.controls import printable
+    from durable_agents.steps.controls import printable
 
     shown = printable("Refund \udcff order")
     assert shown == "Refund \\udcff order"

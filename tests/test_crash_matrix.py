@@ -1,8 +1,8 @@
 """The crash matrix: every named crash point (docs/crashpoints.md), on every
 durable engine (Temporal, the run record, and DBOS when its extra is
 installed). For each: a process armed with CRASH_AT dies there by SIGKILL; a
-fresh process (a new Temporal worker, ``python -m runrecord resume``, or
-``python -m dbosflow resume``, i.e. DBOS's recovery on launch)
+fresh process (a new Temporal worker, ``python -m durable_agents.runrecord resume``, or
+``python -m durable_agents.dbosflow resume``, i.e. DBOS's recovery on launch)
 finishes the run. Asserted, from the processes' own output and the
 provider's own counts:
 
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from durable_agents.providerclient import fetch_effects
+from durable_agents.runrecord import RunRecord
+from durable_agents.runrecord.status import run_status as record_status
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES, step_points
 from lab.processes import Proc
 from lab.registry import engine_points
-from providerclient import fetch_effects
-from runrecord import RunRecord
-from runrecord.status import run_status as record_status
-from steps.keys import idempotency_key
-from steps.plan import EFFECT_STEPS, FLOW, STEP_NAMES, step_points
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
 
 
@@ -100,8 +100,8 @@ class Case:
         return 1
 
 
-# The steps' points (steps.plan), then each engine's own (its registration's, from the flow). DBOS records
-# nothing when a step starts, so its only own point is after it recorded a step's output; the steps' points are
+# The steps' points (durable_agents.steps.plan), then each engine's own (its registration's, from the flow). DBOS
+# records nothing when a step starts, so its only own point is after it recorded a step's output; the steps' points are
 # the rest of its matrix.
 POINTS = step_points(FLOW)
 ENGINE_POINTS = engine_points(FLOW)
@@ -143,8 +143,8 @@ def check_resume(case: Case, first: Proc, second: Proc, status: dict, provider_u
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.engine == "temporal"], ids=lambda c: c.id)
 async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, provider, task_queue):
-    from flowclient.runs import start_run
-    from flowclient.status import run_status
+    from durable_agents.flowclient.runs import start_run
+    from durable_agents.flowclient.status import run_status
 
     run_id = new_run_id(case)
     first = workers(crash_at=case.point, extra_env=case.env)
@@ -172,7 +172,7 @@ async def test_temporal_resumes_at_the_right_step(case: Case, client, workers, p
 async def test_runrecord_resumes_at_the_right_step(case: Case, runrecord, db, provider):
     run_id = new_run_id(case)
     # The default lease (10 s): the resume below starts at once, so it must take
-    # over the dead holder's lease before expiry (runrecord.lease), not wait it out.
+    # over the dead holder's lease before expiry (durable_agents.runrecord.lease), not wait it out.
     env = {**case.env, "RUNRECORD_LEASE_SECONDS": "10"}
     first = runrecord("start", run_id, TASK, "--email", EMAIL, env={**env, "CRASH_AT": case.point})
     assert wait_exit(first, timeout=90) == -9, first.output()
@@ -204,14 +204,14 @@ async def test_dbos_resumes_at_the_right_step(case: Case, dbos_procs, provider):
                                           "(make test installs it)")
 @pytest.mark.parametrize("case", PG_CASES, ids=lambda c: c.id)
 async def test_dbos_on_postgres_resumes_at_the_right_step(case: Case, dbos_procs, provider, postgres):
-    from dbosflow.compare import dbos_side
+    from durable_agents.dbosflow.compare import dbos_side
     from lab.postgres import database_name
 
     run_id = new_run_id(case)
     db = postgres.url(database_name("cm", run_id))
     check_dbos_case(case, dbos_procs, provider, run_id, db)
-    # The rows the lab reads outside DBOS (dbosflow.sysdb), read on PostgreSQL: one per step, sized, and the
-    # dispatch each was recorded in (DBOS's recovery_attempts, read by the workflow itself).
+    # The rows the lab reads outside DBOS (durable_agents.dbosflow.sysdb), read on PostgreSQL: one per step, sized, and
+    # the dispatch each was recorded in (DBOS's recovery_attempts, read by the workflow itself).
     side = dbos_side(db, run_id)
     assert side["totals"]["operation_outputs_rows"] == len(STEP_NAMES) and side["totals"]["bytes"] > 0, side
     dispatches = {r["name"]: r["dispatch"] for r in side["rows"]}
@@ -220,7 +220,7 @@ async def test_dbos_on_postgres_resumes_at_the_right_step(case: Case, dbos_procs
 
 def check_dbos_case(case: Case, dbos_procs, provider, run_id: str, db) -> None:
     """One DBOS case on ``db`` (a SQLite path, or a PostgreSQL URL given to the processes as DBOSFLOW_DB)."""
-    from dbosflow import status as dbos_status
+    from durable_agents.dbosflow import status as dbos_status
 
     where = {"DBOSFLOW_DB": str(db)}
     first = dbos_procs("start", run_id, TASK, "--email", EMAIL, crash_at=case.point, env={**case.env, **where})

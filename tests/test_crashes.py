@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.retry import RetryRule
 from lab.processes import Proc
-from providerclient import fetch_effects
-from steps.retry import RetryRule
 from tests.support import EMAIL, TASK, executions, wait_closed, wait_exit
 
 
@@ -64,7 +64,7 @@ def _runner(provider, tmp_path, *args, crash_at=None, env=None) -> Proc:
             "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **(env or {})}
     if crash_at:
         full["CRASH_AT"] = crash_at
-    return Proc("runrecord", [sys.executable, "-m", "runrecord", *args], env=full)
+    return Proc("runrecord", [sys.executable, "-m", "durable_agents.runrecord", *args], env=full)
 
 
 def _status(provider, tmp_path, run_id) -> dict:

@@ -1,4 +1,4 @@
-"""The flow on DBOS Transact (``python -m dbosflow``), with real processes: a
+"""The flow on DBOS Transact (``python -m durable_agents.dbosflow``), with real processes: a
 real provider that counts effects, DBOS processes killed by SIGKILL, DBOS's
 SQLite system database in the test's temp dir.
 
@@ -28,13 +28,13 @@ import pytest
 pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
-from dbosflow.engine import APP_VERSION, RECOVERY_BACKSTOP, dbos_max_attempts  # noqa: E402
-from dbosflow.status import status_of  # noqa: E402
-from providerclient import fetch_effects  # noqa: E402
-from steps.keys import idempotency_key  # noqa: E402
-from steps.plan import FLOW  # noqa: E402
-from steps.retry import MOST_WORKER_DEATHS, RetryRule, rule_from_env  # noqa: E402
-from steps.startedline import started_in, started_steps  # noqa: E402
+from durable_agents.dbosflow.engine import APP_VERSION, RECOVERY_BACKSTOP, dbos_max_attempts  # noqa: E402
+from durable_agents.dbosflow.status import status_of  # noqa: E402
+from durable_agents.providerclient import fetch_effects  # noqa: E402
+from durable_agents.steps.keys import idempotency_key  # noqa: E402
+from durable_agents.steps.plan import FLOW  # noqa: E402
+from durable_agents.steps.retry import MOST_WORKER_DEATHS, RetryRule, rule_from_env  # noqa: E402
+from durable_agents.steps.startedline import started_in, started_steps  # noqa: E402
 from tests.support import EMAIL, TASK, executions, wait_exit  # noqa: E402
 
 

@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
-from dbosflow.compare import dbos_side  # noqa: E402
-from flowclient.runs import start_run  # noqa: E402
+from durable_agents.dbosflow.compare import dbos_side  # noqa: E402
+from durable_agents.flowclient.runs import start_run  # noqa: E402
+from durable_agents.runrecord import RunRecord  # noqa: E402
 from lab.processes import REPO  # noqa: E402
 from lesson.compare import compare, render  # noqa: E402
-from runrecord import RunRecord  # noqa: E402
 from tests.support import EMAIL, TASK, finished, wait_closed, wait_exit  # noqa: E402
 
 
@@ -65,10 +65,10 @@ async def test_compare_lays_dbos_beside_temporal_and_the_record(client, dev_serv
 
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "PROVIDER_URL": provider.url,
            "RUNRECORD_DB": str(db), "DBOSFLOW_DB": str(dbos_procs.db)}
-    cli = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", temporal_id,
+    cli = subprocess.run([sys.executable, "-m", "lesson.compare", record_id, "--temporal", temporal_id,
                           "--dbos", dbos_id, "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["dbos"]["totals"] == dbos_side(dbos_procs.db, dbos_id)["totals"]
-    missing = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", temporal_id,
+    missing = subprocess.run([sys.executable, "-m", "lesson.compare", record_id, "--temporal", temporal_id,
                               "--dbos", "no-such-run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr, missing.stderr

@@ -45,7 +45,7 @@ def test_demo_with_encryption_points_the_ui_at_a_codec_server(tmp_path):
     assert done.returncode == 0, out
     assert "the UI decrypts them through the codec server at http://127.0.0.1:" in out
     assert out.count("PASS") == 4 and "FAIL" not in out
-    leftovers = subprocess.run(["pgrep", "-f", "payloadcodec.server"], capture_output=True, text=True)
+    leftovers = subprocess.run(["pgrep", "-f", "durable_agents.payloadcodec.server"], capture_output=True, text=True)
     assert str(tmp_path) not in leftovers.stdout
 
 

@@ -9,6 +9,7 @@ Replayer within seconds, on the worker's own runner."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import shutil
 import subprocess
@@ -21,19 +22,18 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from flowclient.worker_options import worker_options
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.providerclient import fetch_effects
 from lab.processes import REPO, Proc
-from providerclient import fetch_effects
 from tests.support import EMAIL, TASK, executions, poll_until, wait_exit
 
 # What the incompatible deploy changes: a new timer before the email, where
 # every run already past the draft has the email's activity in its history.
 ORIGINAL = "        sent = await self._attempts("
 INCOMPATIBLE = "        await workflow.sleep(0.01)  # the incompatible change\n" + ORIGINAL
-PACKAGES = ("activities", "flowclient", "payloadcodec", "drafting", "memory", "provider", "providerclient", "steps",
-            "storage", "wiring", "workflows")
+PACKAGES = ("durable_agents", "provider")
 
 
 def incompatible_checkout(root: Path) -> Path:
@@ -41,9 +41,9 @@ def incompatible_checkout(root: Path) -> Path:
     for package in PACKAGES:
         shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "worker.py", root / "worker.py")
-    flow = root / "workflows" / "agent_flow.py"
+    flow = root / "durable_agents" / "workflows" / "agent_flow.py"
     source = flow.read_text()
-    assert source.count(ORIGINAL) == 1, "the test's patch no longer matches workflows/agent_flow.py"
+    assert source.count(ORIGINAL) == 1, "the test's patch no longer matches durable_agents/workflows/agent_flow.py"
     flow.write_text(source.replace(ORIGINAL, INCOMPATIBLE))
     return root
 
@@ -125,11 +125,12 @@ async def test_the_replayer_fails_fast_on_an_incompatible_history(client, worker
     await start_run(client, run_id, TASK, EMAIL, queue=task_queue)
     await client.get_workflow_handle(run_id).result()
     history = await client.get_workflow_handle(run_id).fetch_history()
-    await Replayer(workflows=[__import__("workflows.agent_flow").agent_flow.AgentFlow],
+    await Replayer(workflows=[importlib.import_module("durable_agents.workflows.agent_flow").AgentFlow],
                    workflow_runner=worker_options()["workflow_runner"]).replay_workflow(history)
 
     module = tmp_path / "incompatible_flow.py"
-    module.write_text((REPO / "workflows" / "agent_flow.py").read_text().replace(ORIGINAL, INCOMPATIBLE))
+    source = (REPO / "durable_agents" / "workflows" / "agent_flow.py").read_text()
+    module.write_text(source.replace(ORIGINAL, INCOMPATIBLE))
     sys.path.insert(0, str(tmp_path))
     try:
         from incompatible_flow import AgentFlow as IncompatibleFlow

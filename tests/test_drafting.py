@@ -13,10 +13,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from drafting import Draft, DraftError, LanguageModel, OfflineModel, OpenAIChatModel, make_draft, model_from_env
-from drafting.openai_compat import parse_draft, retry_after_seconds
-from steps.errors import PermanentError, TransientError
-from steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
+from durable_agents.drafting import (
+    Draft,
+    DraftError,
+    LanguageModel,
+    OfflineModel,
+    OpenAIChatModel,
+    make_draft,
+    model_from_env,
+)
+from durable_agents.drafting.openai_compat import parse_draft, retry_after_seconds
+from durable_agents.steps.errors import PermanentError, TransientError
+from durable_agents.steps.limits import MAX_SUBJECT_CHARS, MAX_SUMMARY_CHARS
 from tests.fake_openai_server import FakeOpenAIServer, Scripted, completion, error, no_choices
 
 SECRET = "sk-test-4f1c0ffee-not-a-real-key"
@@ -176,7 +184,7 @@ async def test_503_is_transient(server, model):
 
 async def test_500_is_transient_and_the_servers_answer_to_the_request(server, model):
     """Not an outage: the server took the request and failed on it (the agent loop stops a turn on one that
-    repeats word for word, steps.retry.StepLedger.after_error)."""
+    repeats word for word, durable_agents.steps.retry.StepLedger.after_error)."""
     server.push(error(500, "model crashed on this input"))
     with pytest.raises(TransientError) as caught:
         await model.draft(conversation())
@@ -365,7 +373,7 @@ def test_openai_is_imported_at_the_first_request_not_at_start():
 
     program = (
         "import asyncio, sys\n"
-        "from drafting import model_from_env\n"
+        "from durable_agents.drafting import model_from_env\n"
         "model = model_from_env({'LLM_BASE_URL': 'http://127.0.0.1:9/v1', 'LLM_MODEL': 'm', 'LLM_TIMEOUT': '2'})\n"
         "print('openai' in sys.modules)\n"
         "try:\n"

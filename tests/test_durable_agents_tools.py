@@ -229,7 +229,7 @@ def test_a_retry_asks_the_tools_lookup_first_and_takes_what_its_service_applied(
 
 
 def test_settle_asks_each_calls_tool_and_says_where_it_cannot():
-    from steps.settle import CANNOT_ASK, answer_text, settle_calls, what_retry_does
+    from durable_agents.steps.settle import CANNOT_ASK, answer_text, settle_calls, what_retry_does
 
     handled = Handled()
 
@@ -255,3 +255,18 @@ def test_settle_asks_each_calls_tool_and_says_where_it_cannot():
     assert answer_text(report[3]).startswith("cannot ask: tool cancel declares no lookup by key")
     assert "has no tool 'gone'" in answer_text(report[4])
     assert "its service must apply at most one request per key" in what_retry_does(report[3])
+
+
+def test_a_crash_point_no_code_reaches_is_said_not_silently_armed():
+    """``CRASH_AT=tool:<effect kind>:after_effect`` (the kind, not the tool) or a name of no shape would kill
+    nothing: a kill test would pass untested. Each process serving agents says so at its start."""
+    from durable_agents.steps.served import Served, unreached_points
+    from tests.agents.notebook import NOTEBOOK
+
+    served = [Served(NOTEBOOK)]
+    said = unreached_points({"tool:note:after_effect", "bogus", "tool:write_note:after_effect",
+                             "tool:issue_refund:after_effect", "turn:after_answer", "temporal:loop:after_turn"},
+                            served)
+    assert len(said) == 2, said
+    assert "'bogus', which is no crash point" in said[0]
+    assert "no agent served here has a tool 'note'" in said[1] and "write_note" in said[1]

@@ -1,5 +1,5 @@
 """The lab's engine drivers (``lab.engines``) and what they stand on: the line every engine prints as a
-step begins, written and read in one place (``steps.startedline``), and ``Proc.wait``.
+step begins, written and read in one place (``durable_agents.steps.startedline``), and ``Proc.wait``.
 
 The lessons and lab tools drive all four engines through these drivers (tests/test_lesson.py plays the
 scenario on each, tests/test_power_cut.py the power cuts); here, the interface itself, on the two engines
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
+from durable_agents.steps.plan import STEP_NAMES
+from durable_agents.steps.startedline import Started, parse_started, started_in, started_line
 from lab.engines import EngineError, InMemoryDriver, RunRecordDriver, started_steps
 from lab.processes import REPO, Proc, ProcessTimeout
-from steps.plan import STEP_NAMES
-from steps.startedline import Started, parse_started, started_in, started_line
 from tests.support import EMAIL, TASK
 
 

@@ -1,7 +1,7 @@
 """The Temporal path, end to end, against real processes: the dev server,
 the provider (which counts effects), and worker processes killed with SIGKILL.
 
-Crash points (steps/crashpoints.py) make a worker kill itself at an exact
+Crash points (durable_agents/steps/crashpoints.py) make a worker kill itself at an exact
 place; a second worker, started without them, must finish the run."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import sys
 import pytest
 from temporalio.api.enums.v1 import TimeoutType
 
-from flowclient.runs import start_run
-from flowclient.status import TemporalRunNotFound, run_status
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import TemporalRunNotFound, run_status
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.retry import RetryRule
+from durable_agents.steps.settle import settle
 from lab.processes import REPO
-from providerclient import ProviderClient, fetch_effects
-from steps.keys import idempotency_key
-from steps.retry import RetryRule
-from steps.settle import settle
 from tests.support import BAD_INPUT_CASES, EMAIL, TASK, effects_by_key, executions, poll_until, wait_closed, wait_exit
 
 pytestmark = pytest.mark.process
@@ -226,7 +226,7 @@ async def test_same_run_id_twice_is_one_run(client, workers, provider, run_id, t
 
 async def test_workflow_boundary_refuses_bad_input(client, workers, provider, run_id, task_queue):
     """Input that bypasses the starter still cannot start a step."""
-    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+    from durable_agents.workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     workers()
     await client.start_workflow(

@@ -245,10 +245,11 @@ WRONG_ANSWERS = [
                  "TODO 7 (exercise 4) in bounded_memory.py")),
     WrongAnswer(
         "builds on the lab's finished window", 4, 4, file="bounded_memory.py",
-        old="from memory.messages import Message\n",
-        new="from memory import InMemoryStore, MemoryPolicy  # noqa: F401\nfrom memory.messages import Message\n",
-        message=("uses `InMemoryStore` from memory.stores", "asks you to write the window yourself",
-                 "import Message and ToolCall from memory.messages")),
+        old="from durable_agents.memory.messages import Message\n",
+        new="from durable_agents.memory import InMemoryStore, MemoryPolicy  # noqa: F401\n"
+            "from durable_agents.memory.messages import Message\n",
+        message=("uses `InMemoryStore` from durable_agents.memory.stores", "asks you to write the window yourself",
+                 "import Message and ToolCall from durable_agents.memory.messages")),
     WrongAnswer(
         "memory is kept but never feeds the prompt", 4, 4,
         old="    deps.context, deps.remember = bounded_memory.context, bounded_memory.remember\n",
@@ -568,7 +569,8 @@ def test_the_graders_registries_come_from_the_exercises_and_the_check_modules():
 def test_the_exercises_never_import_the_finished_engines():
     import ast
 
-    finished = ("runrecord", "memory.window", "memory.stores", "memory.sqlite_store", "memory.reader")
+    finished = ("durable_agents.runrecord", "durable_agents.memory.window", "durable_agents.memory.stores",
+                "durable_agents.memory.sqlite_store", "durable_agents.memory.reader")
     for path in EXERCISES.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
+from durable_agents.memory import SQLiteStore
 from lab.processes import Proc
-from memory import SQLiteStore
 from tests.support import executions, poll_until, wait_closed, wait_exit
 
 HOLD = """

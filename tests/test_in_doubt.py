@@ -31,21 +31,21 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities import FlowActivities
-from flowclient.runs import start_run
-from flowclient.status import IN_DOUBT_NOTE, activity_traces
+from durable_agents.activities import FlowActivities
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import IN_DOUBT_NOTE, activity_traces
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.runrecord import Runner, RunRecord
+from durable_agents.runrecord.status import status_of as record_status
+from durable_agents.steps.errors import PermanentError, TransientError
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.models import DraftRequest, RecordRequest, SendRequest
+from durable_agents.steps.retry import RetryRule
+from durable_agents.wiring import deps_from_env
 from lab.processes import REPO
-from providerclient import ProviderClient, fetch_effects
-from runrecord import Runner, RunRecord
-from runrecord.status import status_of as record_status
-from steps.errors import PermanentError, TransientError
-from steps.flow import StepDeps
-from steps.keys import idempotency_key
-from steps.models import DraftRequest, RecordRequest, SendRequest
-from steps.retry import RetryRule
 from tests.probe.cancelled_attempts import CancelledAttemptProbe
 from tests.support import EMAIL, TASK, finished, poll_until, status_json, wait_closed
-from wiring import deps_from_env
 
 
 async def set_faults(provider, **spec):
@@ -129,7 +129,7 @@ def test_record_lost_answers_leave_the_step_in_doubt_and_settle_records_applied(
     assert "send_confirmation: applied at" in settle.output() and "message_id msg_" in settle.output()
     assert (f"run record: attempts {', '.join(str(n) for n in range(1, attempts + 1))} settled with this answer; "
             "the step is no longer in doubt") in settle.output(), settle.output()
-    assert f"`python -m runrecord retry {run_id}`: the same key gets this answer back" in settle.output()
+    assert f"`python -m durable_agents.runrecord retry {run_id}`: the same key gets this answer back" in settle.output()
     # Recorded: the step is failed, not in doubt, and each intent holds the provider's answer.
     assert [s["status"] for s in status_json(runrecord, run_id)["steps"]] == ["completed", "failed", "pending"]
     with RunRecord(db) as record:
@@ -359,7 +359,7 @@ class Unexpected:
 @pytest.mark.parametrize("step, in_doubt", [("draft", False), ("send_confirmation", True),
                                              ("record_outcome", True)])
 async def test_the_activity_marks_an_unexpected_exception_in_an_effect_step_in_doubt(step, in_doubt):
-    """What the workflow reads (``workflows.attempts``): the failure's details say ``in_doubt`` for an
+    """What the workflow reads (``durable_agents.workflows.attempts``): the failure's details say ``in_doubt`` for an
     effect step, since the exception may have come after the request reached the provider."""
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, activity_type=step, activity_id=f"{step}/1")
@@ -413,8 +413,8 @@ def test_dbos_status_agrees_on_what_may_have_been_applied(step, errors, shown):
     pytest.importorskip("dbos", reason="DBOS Transact is an optional extra: pip install -e '.[dbos]'")
     from dbos import error as dbos_errors  # DBOS's public name for its exceptions
 
-    from dbosflow.engine import APP_VERSION, StepFailed
-    from dbosflow.status import status_of
+    from durable_agents.dbosflow.engine import APP_VERSION, StepFailed
+    from durable_agents.dbosflow.status import status_of
 
     rows = [{"function_name": step, "output": None, "error": dbos_errors.DBOSMaxStepRetriesExceeded(step, 2, errors)}]
     if step != "draft":
@@ -429,8 +429,8 @@ def test_dbos_status_agrees_on_what_may_have_been_applied(step, errors, shown):
 
 def test_dbos_status_a_permanent_error_is_not_in_doubt():
     pytest.importorskip("dbos", reason="DBOS Transact is an optional extra: pip install -e '.[dbos]'")
-    from dbosflow.engine import APP_VERSION, StepFailed
-    from dbosflow.status import status_of
+    from durable_agents.dbosflow.engine import APP_VERSION, StepFailed
+    from durable_agents.dbosflow.status import status_of
 
     rows = [{"function_name": "draft", "error": None, "output": {"dispatch": 1, "attempt": 1, "result": {}}},
             {"function_name": "send_confirmation", "output": None, "error": PermanentError("422 recipient")}]

@@ -23,13 +23,13 @@ import uuid
 
 import pytest
 
-from flowclient.connect import connect
-from flowclient.runs import start_run
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.runs import start_run
+from durable_agents.runrecord import RunRecord
+from durable_agents.runrecord.status import run_status as record_status
+from durable_agents.steps.keys import idempotency_key
 from lab.processes import DevServer, Proc, start_worker
 from lab.provider_process import start_provider
-from runrecord import RunRecord
-from runrecord.status import run_status as record_status
-from steps.keys import idempotency_key
 from tests.support import (
     EMAIL,
     TASK,
@@ -120,7 +120,7 @@ async def test_every_process_killed_at_once_runrecord(tmp_path):
     def runner(*args: str, extra: dict | None = None, provider_url: str) -> Proc:
         env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider_url,
                "PYTHONUNBUFFERED": "1", "RUNRECORD_LEASE_SECONDS": "0.5", **(extra or {})}
-        proc = Proc(f"runrecord{len(procs)}", [sys.executable, "-m", "runrecord", *args], env=env)
+        proc = Proc(f"runrecord{len(procs)}", [sys.executable, "-m", "durable_agents.runrecord", *args], env=env)
         procs.append(proc)
         return proc
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_agents.steps.plan import STEP_NAMES
 from lab.processes import REPO
 from lesson.scenario import EXPECTED, HAVE_DBOS, Observed
-from steps.plan import STEP_NAMES
 from tests.support import parse_page
 
 LAB = REPO / "LAB.md"
@@ -87,15 +87,16 @@ def test_lab_md_points_at_code_that_exists():
     assert not missing, missing
     # Functions and classes named next to their files.
     sources = {
-        "runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail", "def restart_failed"),
-        "runrecord/store.py": ("def begin_attempt", "def complete_step"),
-        "steps/plan.py": ("FLOW",),
-        "steps/requests.py": ("def send_request", "def record_request"),
-        "steps/retry.py": ("StepLedger",),
-        "workflows/agent_flow.py": ("def _attempts",),
+        "durable_agents/runrecord/runner.py": ("def _one_step", "def resume", "def check_flow", "def _fail",
+                                               "def restart_failed"),
+        "durable_agents/runrecord/store.py": ("def begin_attempt", "def complete_step"),
+        "durable_agents/steps/plan.py": ("FLOW",),
+        "durable_agents/steps/requests.py": ("def send_request", "def record_request"),
+        "durable_agents/steps/retry.py": ("StepLedger",),
+        "durable_agents/workflows/agent_flow.py": ("def _attempts",),
         "lesson/in_memory.py": ("def run_flow", "def make_key"),
-        "wiring/memory.py": ("def memory_from_env",),
-        "steps/flow.py": ("def build_prompt",),
+        "durable_agents/wiring/memory.py": ("def memory_from_env",),
+        "durable_agents/steps/flow.py": ("def build_prompt",),
     }
     for path, names in sources.items():
         source = (REPO / path).read_text()
@@ -225,8 +226,8 @@ def test_scenario_deploy_on_every_engine(tmp_path):
 def test_effects_counts_an_agent_loops_tool_calls_per_kind_not_as_the_flows_steps():
     """A loop run's keys name turns and calls: its totals are per kind of effect, never labelled with the
     three-step flow's step names (which it does not have); a flow run's stay per step."""
+    from durable_agents.providerclient import EffectRecord
     from lesson.effects import LOOP_KEY, per_kind, per_step
-    from providerclient import EffectRecord
 
     def effect(key: str, kind: str, requests: int) -> EffectRecord:
         return EffectRecord(key=key, kind=kind, run_id="r", requests=requests, effects_applied=1, status_code=200,

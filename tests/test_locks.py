@@ -22,12 +22,14 @@ def pins(lock: str) -> dict[str, str]:
     return {canonicalize_name(n): v for n, v in PIN.findall((REPO / "requirements" / lock).read_text())}
 
 
-@pytest.mark.parametrize("lock, extras", [("dev.lock", ["dev"]), ("deploy.lock", ["crypto", "otel"])])
-def test_every_declared_dependency_is_pinned_with_hashes(lock, extras):
+@pytest.mark.parametrize("lock, extras, build", [("dev.lock", ["dev"], True), ("deploy.lock", ["crypto", "otel"], True),
+                                                 ("adapter.lock", [], False)])
+def test_every_declared_dependency_is_pinned_with_hashes(lock, extras, build):
     declared = list(PYPROJECT["project"]["dependencies"])
     for extra in extras:
         declared += PYPROJECT["project"]["optional-dependencies"][extra]
-    declared += PYPROJECT["build-system"]["requires"]
+    if build:
+        declared += PYPROJECT["build-system"]["requires"]
     pinned = pins(lock)
     for text in declared:
         requirement = Requirement(text)
@@ -44,3 +46,10 @@ def test_the_makefile_installs_from_the_lock():
     makefile = (REPO / "Makefile").read_text()
     assert "pip install --quiet --require-hashes -r requirements/dev.lock" in makefile
     assert "pip install --quiet --no-deps --no-build-isolation -e ." in makefile
+
+
+def test_the_adapters_wheelhouse_lock_pins_what_the_lab_runs():
+    """``adapter.lock`` (the wheels a fresh environment installs the built wheel from: tests/test_wheel.py) pins
+    every package at the version ``dev.lock`` pins, so the wheel is tested with what the suite ran against."""
+    adapter, dev = pins("adapter.lock"), pins("dev.lock")
+    assert adapter and {name: dev.get(name) for name in adapter} == adapter, "run `make lock`"

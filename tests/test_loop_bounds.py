@@ -1,6 +1,6 @@
 """The agent loop on Temporal under an operator's hands and a heavy model (issue 41), against the session's
 dev server, with in-process workers: what is under test is the workflow's decisions and how the run is
-reported, not the activities (stand-ins here, written the way ``activities.run_heartbeating`` ends an
+reported, not the activities (stand-ins here, written the way ``durable_agents.activities.run_heartbeating`` ends an
 attempt).
 
 - a loop run whose workflow task keeps failing is **parked**, not running: ``loop_status`` says what
@@ -28,14 +28,22 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from flowclient.loop import loop_status, start_loop
-from flowclient.worker_options import worker_options
+from durable_agents.flowclient.loop import loop_status, start_loop
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.steps.loop import (
+    ONE_ROUND_TOKENS,
+    ToolRequest,
+    ToolResult,
+    TurnRequest,
+    TurnResult,
+    loop_signature,
+    tool_specs,
+)
+from durable_agents.steps.retry import SAME_ERROR_LIMIT, RetryRule
+from durable_agents.workflows.agent_loop import LOOP_WORKFLOW_NAME, AgentLoop
+from durable_agents.workflows.loop_state import LoopInput, LoopInstructions
 from lab.processes import REPO
-from steps.loop import ONE_ROUND_TOKENS, ToolRequest, ToolResult, TurnRequest, TurnResult, loop_signature, tool_specs
-from steps.retry import SAME_ERROR_LIMIT, RetryRule
 from tests.support import EMAIL, poll_until
-from workflows.agent_loop import LOOP_WORKFLOW_NAME, AgentLoop
-from workflows.loop_state import LoopInput, LoopInstructions
 
 pytestmark = pytest.mark.process
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from durable_agents.providerclient import EffectRecord
+from durable_agents.steps.loop import tool_key
 from lab import registry
 from lab.engines import LoopStatus
 from lab.loop_chaos import (
@@ -29,8 +31,6 @@ from lab.loop_chaos import (
     summary,
     turns_during,
 )
-from providerclient import EffectRecord
-from steps.loop import tool_key
 
 
 @pytest.mark.process

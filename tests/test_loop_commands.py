@@ -1,7 +1,7 @@
 """The agent loop's commands and driver, as a user and the lab's tools meet them, with real processes: the
 session's dev server, a provider process (the judge of effects), the model stand-in as its own process (it
 counts every turn asked: the witness that a recorded turn is never asked again) and worker or ``python -m
-runrecord`` processes, SIGKILLed at a crash point.
+durable_agents.runrecord`` processes, SIGKILLed at a crash point.
 
 - ``starter.py loop``: starts a loop run (seeding the orders its task names), attaches to it when started
   again, follows it turn by turn to its end; ``status`` (text and ``--json``, the shape docs/commands.md
@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from flowclient.loop import read_chain, start_loop
-from flowclient.runs import start_run
+from durable_agents.flowclient.loop import read_chain, start_loop
+from durable_agents.flowclient.runs import start_run
+from durable_agents.providerclient import fetch_effects, seed_orders
+from durable_agents.steps.loop import MIN_WINDOW_TOKENS
 from lab.engines import InMemoryDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
 from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import REPO, wait_until
-from providerclient import fetch_effects, seed_orders
-from steps.loop import MIN_WINDOW_TOKENS
 from tests.loop_support import model_env
 from tests.support import EMAIL, TASK
 

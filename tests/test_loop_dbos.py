@@ -1,7 +1,7 @@
-"""The agent loop on DBOS (``python -m dbosflow loop``), proved with real processes: the provider (which counts
-effects and order lookups), the model stand-in (``lab.model_standin``, reached through ``LLM_BASE_URL``, which
-counts every request by run and turn), and ``python -m dbosflow`` processes killed by SIGKILL at each crash
-point of the loop, then resumed (DBOS's recovery on launch) without it.
+"""The agent loop on DBOS (``python -m durable_agents.dbosflow loop``), proved with real processes: the provider (which
+counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through ``LLM_BASE_URL``, which
+counts every request by run and turn), and ``python -m durable_agents.dbosflow`` processes killed by SIGKILL at each
+crash point of the loop, then resumed (DBOS's recovery on launch) without it.
 
 The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
 a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
@@ -27,18 +27,18 @@ import pytest
 pytest.importorskip("dbos",
                     reason="DBOS Transact is an optional extra: pip install -e '.[dbos]' (make test installs it)")
 
-from dbosflow import loop as dbos_loop  # noqa: E402
-from dbosflow import status as dbos_status  # noqa: E402
-from drafting import ScriptedModel  # noqa: E402
 from durable_agents import Toolbox  # noqa: E402
+from durable_agents.dbosflow import loop as dbos_loop  # noqa: E402
+from durable_agents.dbosflow import status as dbos_status  # noqa: E402
+from durable_agents.drafting import ScriptedModel  # noqa: E402
+from durable_agents.memory import MemoryPolicy, derive_window  # noqa: E402
+from durable_agents.providerclient import fetch_effects, seed_orders  # noqa: E402
+from durable_agents.steps import loop  # noqa: E402
+from durable_agents.steps.models import to_jsonable  # noqa: E402
+from durable_agents.steps.retry import SAME_ERROR_LIMIT, RetryRule  # noqa: E402
+from durable_agents.steps.startedline import started_steps  # noqa: E402
 from lab.model_standin import ModelStandIn, turns_asked  # noqa: E402
 from lab.processes import REPO  # noqa: E402
-from memory import MemoryPolicy, derive_window  # noqa: E402
-from providerclient import fetch_effects, seed_orders  # noqa: E402
-from steps import loop  # noqa: E402
-from steps.models import to_jsonable  # noqa: E402
-from steps.retry import SAME_ERROR_LIMIT, RetryRule  # noqa: E402
-from steps.startedline import started_steps  # noqa: E402
 from tests.loop_support import (  # noqa: E402
     BAD_LOOP_INPUT,
     CUSTOMER,
@@ -60,8 +60,8 @@ from tests.support import wait_exit  # noqa: E402
 
 @pytest.fixture
 def loop_procs(dbos_procs, provider, standin):
-    """``python -m dbosflow ...`` on this test's database and provider, its model the stand-in; the task's
-    orders seeded at the provider."""
+    """``python -m durable_agents.dbosflow ...`` on this test's database and provider, its model the stand-in; the
+    task's orders seeded at the provider."""
     seed_orders(provider.url, ORDERS)
 
     def start(*args: str, crash_at: str | None = None, env: dict | None = None):
@@ -201,7 +201,8 @@ def test_an_outage_or_errors_that_differ_are_retried_until_the_model_answers(fai
 def test_bad_loop_input_is_refused_with_nothing_recorded(tmp_path):
     db = tmp_path / "dbosflow.db"
     env = {**os.environ, "DBOSFLOW_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "CRASH_AT": ""}
-    procs = [subprocess.Popen([sys.executable, "-m", "dbosflow", "loop", "r-1", TASK, "--email", CUSTOMER, *extra],
+    procs = [subprocess.Popen([sys.executable, "-m", "durable_agents.dbosflow",
+             "loop", "r-1", TASK, "--email", CUSTOMER, *extra],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for extra, _ in BAD_LOOP_INPUT]  # side by side: each refusal is a process start, nothing more
     for proc, (extra, expected) in zip(procs, BAD_LOOP_INPUT, strict=True):

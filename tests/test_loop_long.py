@@ -42,19 +42,19 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.loop import MODEL_TURN
-from flowclient.loop import loop_status, read_chain, start_loop
+from durable_agents.activities.loop import MODEL_TURN
+from durable_agents.flowclient.loop import loop_status, read_chain, start_loop
+from durable_agents.memory import DerivedWindow, Message, approx_tokens
+from durable_agents.providerclient import fetch_effects, lookup_counts, seed_orders
+from durable_agents.runrecord import RunRecord
+from durable_agents.runrecord.plans import LoopRunPlan, loop_inputs
+from durable_agents.steps.loop import TurnRequest, parse_step, turn_step
+from durable_agents.steps.startedline import parse_started, started_in
+from durable_agents.workflows.loop_state import window_policy
 from lab.model_standin import ModelStandIn
 from lab.processes import Proc
-from memory import DerivedWindow, Message, approx_tokens
-from providerclient import fetch_effects, lookup_counts, seed_orders
-from runrecord import RunRecord
-from runrecord.plans import LoopRunPlan, loop_inputs
-from steps.loop import TurnRequest, parse_step, turn_step
-from steps.startedline import parse_started, started_in
 from tests import loop_support
 from tests.support import EMAIL, finished, poll_until, poll_until_sync
-from workflows.loop_state import window_policy
 
 ORDERS = {f"A-{1001 + i}": 1000 + 10 * i for i in range(100)}  # each with all of its total left to refund
 TASK = "Please refund every one of these broken orders: " + ", ".join(ORDERS) + "."

@@ -1,10 +1,10 @@
-"""The agent loop's model side: ``drafting.OpenAIChatModel.turn`` through the real ``openai`` client, against
-the lab's model stand-in (``lab.model_standin``: in this process, and as its own process) and against the
+"""The agent loop's model side: ``durable_agents.drafting.OpenAIChatModel.turn`` through the real ``openai`` client,
+against the lab's model stand-in (``lab.model_standin``: in this process, and as its own process) and against the
 scripted fake server (tests/fake_openai_server.py) for what a server may send wrong; the scripted model's
-script itself (``drafting.scripted``); and which model the environment gives the loop
-(``drafting.agent_from_env``, ``wiring.deps_from_env``).
+script itself (``durable_agents.drafting.scripted``); and which model the environment gives the loop
+(``durable_agents.drafting.agent_from_env``, ``durable_agents.wiring.deps_from_env``).
 
-The tool results fed back are fake (no provider): the messages around them are built as ``steps.loop``
+The tool results fed back are fake (no provider): the messages around them are built as ``durable_agents.steps.loop``
 builds a window (``turn_message``, ``result_message``), so the model sees what the loop would show it."""
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
-from drafting import OfflineModel, OpenAIChatModel, ScriptedModel, agent_from_env
-from drafting.openai_compat import AnswerError, parse_answer
-from drafting.scripted import orders_in
-from lab.model_standin import READY, ModelStandIn, start_model_standin
-from steps.errors import PermanentError, TransientError
-from steps.loop import (
+from durable_agents.drafting import OfflineModel, OpenAIChatModel, ScriptedModel, agent_from_env
+from durable_agents.drafting.openai_compat import AnswerError, parse_answer
+from durable_agents.drafting.scripted import orders_in
+from durable_agents.steps.errors import PermanentError, TransientError
+from durable_agents.steps.loop import (
     AskedCall,
     LoopInputs,
     ModelAnswer,
@@ -36,8 +35,9 @@ from steps.loop import (
     tool_specs,
     turn_message,
 )
+from durable_agents.wiring import deps_from_env, preload
+from lab.model_standin import READY, ModelStandIn, start_model_standin
 from tests.fake_openai_server import FakeOpenAIServer, completion, error, tool_call, tool_completion
-from wiring import deps_from_env, preload
 
 SECRET = "sk-test-7e57c0de-not-a-real-key"
 TWO_ORDERS = "Please refund my orders A-1001 and B-2002, they arrived broken."
@@ -51,7 +51,7 @@ def window(task: str) -> list[dict[str, Any]]:
 
 
 def fake_result(call: AskedCall) -> dict[str, Any]:
-    """What a tool would answer (the shapes of ``steps.loop.run_tool``'s results)."""
+    """What a tool would answer (the shapes of ``durable_agents.steps.loop.run_tool``'s results)."""
     args = json.loads(call.arguments)
     if call.name == "lookup_order":
         if args["order_id"] not in ORDERS:

@@ -1,5 +1,5 @@
-"""Where a reset run looks for a turn already recorded (``activities.recorded_turns``), on histories built
-here, in process: the base of the reset, the base of a base (a reset of a reset run), the run a base
+"""Where a reset run looks for a turn already recorded (``durable_agents.activities.recorded_turns``), on histories
+built here, in process: the base of the reset, the base of a base (a reset of a reset run), the run a base
 continued as new into (a reset of an earlier run of a chain), the runs the reset run continued into; and
 no reuse once a turn since the reset was asked of the model, even where a base holds the turn; and how
 ``status`` and ``watch`` show a reused turn.
@@ -14,11 +14,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
-from activities.loop import MODEL_TURN
-from activities.recorded_turns import recorded_turn
-from flowclient.loop import REUSED_NOTE, loop_lines, loop_ticker
-from steps.loop import TurnResult
-from workflows.agent_loop import LOOP_RESET_PATCH
+from durable_agents.activities.loop import MODEL_TURN
+from durable_agents.activities.recorded_turns import recorded_turn
+from durable_agents.flowclient.loop import REUSED_NOTE, loop_lines, loop_ticker
+from durable_agents.steps.loop import TurnResult
+from durable_agents.workflows.agent_loop import LOOP_RESET_PATCH
 
 WF = "loop-1"
 

@@ -4,7 +4,7 @@ does (``lab.model_standin --vary``): a turn asked again would choose calls under
 
 A reset re-runs the run from a workflow task as a new run of the same workflow id: the turns the run had
 recorded after that point are read back from the reset run's base, once each, and reused, not asked again
-(``workflows.agent_loop``, ``LOOP_RESET_PATCH``), so every call keeps the key its base recorded and the
+(``durable_agents.workflows.agent_loop``, ``LOOP_RESET_PATCH``), so every call keeps the key its base recorded and the
 provider replays it. Reset to every workflow-task-completed event in turn (each time the newest run: resets
 of resets): of a completed run, of one in flight (each point as it appears, the newest included), and of the
 current run of a chain that continued as new; and to every one of the first run of such a chain, once it
@@ -29,10 +29,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from flowclient.loop import REUSED_NOTE, loop_status, start_loop
+from durable_agents.flowclient.loop import REUSED_NOTE, loop_status, start_loop
+from durable_agents.providerclient import fetch_effects, lookup_counts, seed_orders
 from lab.model_standin import start_model_standin
 from lab.processes import REPO, temporal_cli, wait_until
-from providerclient import fetch_effects, lookup_counts, seed_orders
 from tests.loop_support import CUSTOMER, ORDERS, TASK, assert_each_effect_once, model_env
 
 pytestmark = pytest.mark.process

@@ -1,15 +1,15 @@
-"""The agent loop on the run record (``python -m runrecord loop``), proved with real processes: the provider
-(which counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through
-``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m runrecord`` processes killed
-by SIGKILL at each crash point of the loop, then resumed without it.
+"""The agent loop on the run record (``python -m durable_agents.runrecord loop``), proved with real processes: the
+provider (which counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through
+``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m durable_agents.runrecord`` processes
+killed by SIGKILL at each crash point of the loop, then resumed without it.
 
 The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
 a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
 4 carry two calls). In every kill test: each effect applied once at the provider (2 refunds, 2 emails, 1
 ticket), no recorded turn asked again (the stand-in's count), the run completed.
 
-In process (``runrecord.Runner`` with a model of the test's, against the provider process): a bad tool call
-answered ``refused`` with nothing applied, a 30-turn run whose every prompt keeps to the window's bounds
+In process (``durable_agents.runrecord.Runner`` with a model of the test's, against the provider process): a bad tool
+call answered ``refused`` with nothing applied, a 30-turn run whose every prompt keeps to the window's bounds
 while the record holds every turn, and a resume that derives the same window as the process before it."""
 
 from __future__ import annotations
@@ -24,19 +24,19 @@ from typing import Any
 
 import pytest
 
-from drafting import OfflineModel, ScriptedModel
+from durable_agents.drafting import OfflineModel, ScriptedModel
+from durable_agents.memory import Message, approx_tokens
+from durable_agents.providerclient import ProviderClient, fetch_effects, seed_orders
+from durable_agents.runrecord import Runner, RunRecord
+from durable_agents.runrecord.plans import LoopRunPlan, loop_inputs
+from durable_agents.runrecord.status import status_of
+from durable_agents.runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
+from durable_agents.steps.retry import SAME_ERROR_LIMIT
 from lab.engines import started_steps
 from lab.model_standin import ModelStandIn, turns_asked
 from lab.processes import REPO
-from memory import Message, approx_tokens
-from providerclient import ProviderClient, fetch_effects, seed_orders
-from runrecord import Runner, RunRecord
-from runrecord.plans import LoopRunPlan, loop_inputs
-from runrecord.status import status_of
-from runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
-from steps.flow import StepDeps
-from steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
-from steps.retry import SAME_ERROR_LIMIT
 from tests.loop_support import (
     BAD_LOOP_INPUT,
     CUSTOMER,
@@ -58,7 +58,7 @@ from tests.support import finished, status_json
 
 @pytest.fixture
 def loop_runner(runrecord, provider, standin):
-    """``python -m runrecord ...`` on this test's record and provider, its model the stand-in; the task's
+    """``python -m durable_agents.runrecord ...`` on this test's record and provider, its model the stand-in; the task's
     orders seeded at the provider."""
     seed_orders(provider.url, ORDERS)
 
@@ -151,7 +151,7 @@ def test_bad_loop_input_is_refused_with_nothing_recorded(db):
     env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
     for extra, expected in BAD_LOOP_INPUT:
         argv = ["loop", "r-1", TASK, "--email", CUSTOMER, *extra]
-        done = subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "durable_agents.runrecord", *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=60, env=env)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert expected in done.stderr, (argv, done.stderr)
@@ -200,8 +200,8 @@ def test_an_outage_or_errors_that_differ_are_retried_until_the_model_answers(fai
 
 
 class RecordingModel:
-    """A ``steps.ports.ToolModel`` that answers with ``answer(window)`` and keeps every window it was given,
-    by turn. ``die_at``: the turn at which, once it has answered, it raises ``ProcessDied`` (a BaseException,
+    """A ``durable_agents.steps.ports.ToolModel`` that answers with ``answer(window)`` and keeps every window it was
+    given, by turn. ``die_at``: the turn at which, once it has answered, it raises ``ProcessDied`` (a BaseException,
     as a kill is no error: nothing catches it, the answer is lost, the attempt stays open in the record)."""
 
     name = "recording"

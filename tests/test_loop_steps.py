@@ -1,4 +1,4 @@
-"""The agent loop's engine-agnostic core (steps.loop), in process: the plan, the keys, hostile model
+"""The agent loop's engine-agnostic core (durable_agents.steps.loop), in process: the plan, the keys, hostile model
 output, and the window derived from a record. The engines' proofs under kills are
 tests/test_loop_temporal.py and tests/test_loop_runrecord.py."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from drafting.scripted import ScriptedModel, orders_in
-from memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat_tokens, derive_window
-from payloadcodec import data_converter_from_env
-from steps.errors import IdempotencyConflict, PermanentError, Refused
-from steps.flow import StepDeps
-from steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError, check_task
-from steps.loop import (
+from durable_agents.drafting.scripted import ScriptedModel, orders_in
+from durable_agents.memory import TRUNCATION_MARKER, MemoryPolicy, Message, approx_tokens, chat_tokens, derive_window
+from durable_agents.payloadcodec import data_converter_from_env
+from durable_agents.steps.errors import IdempotencyConflict, PermanentError, Refused
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.limits import MAX_SUBJECT_CHARS, MAX_TASK_CHARS, InputError, check_task
+from durable_agents.steps.loop import (
     CALL_RESERVE_TOKENS,
     CARRIED_REST_BYTES,
     DEFAULT_WINDOW_TOKENS,
@@ -65,10 +65,10 @@ from steps.loop import (
     window_call_ids,
     with_instructions,
 )
-from steps.models import to_jsonable
-from steps.retry import RetryRule
+from durable_agents.steps.models import to_jsonable
+from durable_agents.steps.retry import RetryRule
+from durable_agents.workflows import loop_state as state
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID
-from workflows import loop_state as state
 
 CUSTOMER = "customer@example.com"
 
@@ -191,14 +191,14 @@ def test_the_script_stops_at_import_when_a_tool_it_asks_for_is_renamed(monkeypat
     import dataclasses
     import importlib.util
 
-    import drafting.scripted
-    import steps.refund_agent
+    import durable_agents.drafting.scripted as scripted
+    import durable_agents.steps.refund_agent as refund_agent
     from durable_agents import Toolbox
 
     renamed = Toolbox(dataclasses.replace(t, name="refund_order") if t.name == "issue_refund" else t
-                      for t in steps.refund_agent.REFUND_TOOLS)
-    monkeypatch.setattr(steps.refund_agent, "REFUND_TOOLS", renamed)
-    spec = importlib.util.spec_from_file_location("scripted_renamed", drafting.scripted.__file__)
+                      for t in refund_agent.REFUND_TOOLS)
+    monkeypatch.setattr(refund_agent, "REFUND_TOOLS", renamed)
+    spec = importlib.util.spec_from_file_location("scripted_renamed", scripted.__file__)
     assert spec and spec.loader
     with pytest.raises(ImportError, match=r"asks for \['issue_refund'\], which .*REFUND_TOOLS does not declare"):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
@@ -536,7 +536,8 @@ def _figures(text: str) -> list[int]:
 
 def test_the_window_cap_in_docs_agent_loop_is_the_codes_arithmetic():
     """docs/agent-loop.md's table and the sentence after it give ``MAX_WINDOW_TOKENS`` step by step, as
-    ``steps.loop`` computes it: each figure the code's, the division and the rounding down to the thousand."""
+    ``durable_agents.steps.loop`` computes it: each figure the code's, the division and the rounding down to the
+    thousand."""
     page = (Path(__file__).resolve().parent.parent / "docs" / "agent-loop.md").read_text()
     table = page.partition("### What a payload may hold")[2].partition("<!-- window-cap-arithmetic -->")
     rows = {line.split("|")[1].strip(): _figures(line.split("|")[2]) for line in table[0].splitlines()
@@ -597,10 +598,10 @@ def test_every_turn_is_asked_with_what_the_run_recorded_it_is_told():
 
 
 def test_the_run_record_keeps_a_runs_instructions_and_refuses_another_loop(tmp_path):
-    from runrecord import FlowChanged, RunRecord
-    from runrecord.plans import loop_inputs, plan_for
-    from runrecord.runner import DEFAULT_FLOW, check_plan
-    from runrecord.store import NextAttempt
+    from durable_agents.runrecord import FlowChanged, RunRecord
+    from durable_agents.runrecord.plans import loop_inputs, plan_for
+    from durable_agents.runrecord.runner import DEFAULT_FLOW, check_plan
+    from durable_agents.runrecord.store import NextAttempt
 
     told = {"prompt": "The run's own.", "tools": tool_specs()[:2]}
     other = [line for line in loop_signature() if not line.startswith("tool create_ticket:")]

@@ -1,4 +1,4 @@
-"""The agent loop on Temporal (``workflows.agent_loop``), proved with real processes: the session's dev
+"""The agent loop on Temporal (``durable_agents.workflows.agent_loop``), proved with real processes: the session's dev
 server, a provider process (the judge of effects, with the orders the task names seeded), the model
 stand-in as its own process (``lab.model_standin``: the scripted model behind the OpenAI-compatible API,
 counting every request by run and turn: the witness that a recorded turn is never asked again), and
@@ -31,20 +31,20 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Replayer, Worker
 
-from activities.loop import LoopActivities
-from flowclient.loop import LoopChain, loop_progress, loop_status, read_chain, start_loop
-from flowclient.worker_options import worker_options
+from durable_agents.activities.loop import LoopActivities
+from durable_agents.flowclient.loop import LoopChain, loop_progress, loop_status, read_chain, start_loop
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.memory import Message, approx_tokens
+from durable_agents.providerclient import ProviderClient, fetch_effects, seed_orders
+from durable_agents.steps.errors import TransientError
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.loop import AskedCall, ModelAnswer
+from durable_agents.steps.retry import RetryRule
+from durable_agents.workflows.agent_loop import AgentLoop
+from durable_agents.workflows.loop_state import KEPT_TURNS
 from lab.model_standin import turns_asked
-from memory import Message, approx_tokens
-from providerclient import ProviderClient, fetch_effects, seed_orders
-from steps.errors import TransientError
-from steps.flow import StepDeps
-from steps.loop import AskedCall, ModelAnswer
-from steps.retry import RetryRule
 from tests.loop_support import model_env
 from tests.support import EMAIL, wait_exit
-from workflows.agent_loop import AgentLoop
-from workflows.loop_state import KEPT_TURNS
 
 TWO_ORDERS = {"A-1001": 2500, "A-1002": 4000}
 TASK = "Order A-1001 arrived broken and so did A-1002: please refund both."
@@ -344,7 +344,7 @@ async def test_a_transient_model_error_is_retried_on_a_durable_timer(client, pro
     history = await client.get_workflow_handle(run_id).fetch_history()
     timers = [ev.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
               for ev in history.events if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
-    assert timers == [0.1, 0.2], timers  # steps.retry's backoff, no jitter: 0.1 s doubling
+    assert timers == [0.1, 0.2], timers  # durable_agents.steps.retry's backoff, no jitter: 0.1 s doubling
 
 
 async def test_a_cancel_ends_the_run_during_a_turn(client, provider, run_id):

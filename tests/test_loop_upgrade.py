@@ -1,6 +1,6 @@
 """Loop runs in flight across the upgrade of issue 43 (aa53186..: a run names its agent, its parameters and
-its version; a worker serves the agents it is given, ``steps.served``), with the code of both sides running
-as real processes, as tests/test_upgrade.py does for the flow: the main before the change (``OLD_COMMIT``,
+its version; a worker serves the agents it is given, ``durable_agents.steps.served``), with the code of both sides
+running as real processes, as tests/test_upgrade.py does for the flow: the main before the change (``OLD_COMMIT``,
 checked out as a git worktree) starts loop runs and its processes take them part of the way, then processes
 of this checkout finish them.
 
@@ -34,12 +34,12 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from flowclient.loop import loop_status, wait_for_loop
+from durable_agents.flowclient.loop import loop_status, wait_for_loop
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.loop import tool_key
 from lab.engines import started_steps
 from lab.model_standin import turns_asked
 from lab.processes import REPO, Proc, start_worker
-from providerclient import fetch_effects
-from steps.loop import tool_key
 from tests.loop_support import (
     CUSTOMER,
     ORDERS,
@@ -202,9 +202,9 @@ async def test_a_loop_run_the_old_code_started_and_died_in_is_finished_by_the_ne
 
 
 ENGINES = {
-    # engine: (its package, the variable naming its database)
-    "runrecord": ("runrecord", "RUNRECORD_DB"),
-    "dbos": ("dbosflow", "DBOSFLOW_DB"),
+    # engine: (its package in the old checkout, the same package now, the variable naming its database)
+    "runrecord": ("runrecord", "durable_agents.runrecord", "RUNRECORD_DB"),
+    "dbos": ("dbosflow", "durable_agents.dbosflow", "DBOSFLOW_DB"),
 }
 
 
@@ -214,7 +214,7 @@ def test_a_loop_run_the_old_command_was_killed_in_is_resumed_by_the_new(
     """The old ``python -m <engine> loop`` dies after the refund is applied (its result not recorded); this
     checkout's ``resume`` finishes the run from the old record, the refund's retry answered by its lookup at the
     provider."""
-    package, db_var = ENGINES[engine]
+    package, now, db_var = ENGINES[engine]
     env = {db_var: str(tmp_path / f"{package}.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
            "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1", **model_env(standin)}
     procs: list[Proc] = []
@@ -228,12 +228,12 @@ def test_a_loop_run_the_old_command_was_killed_in_is_resumed_by_the_new(
         asked_before = turns_asked(standin, run_id)
         assert asked_before == {"1": 1, "2": 1}, asked_before
 
-        new = Proc(f"new-{package}", [sys.executable, "-m", package, "resume", run_id], env={**env, "CRASH_AT": ""})
+        new = Proc(f"new-{package}", [sys.executable, "-m", now, "resume", run_id], env={**env, "CRASH_AT": ""})
         procs.append(new)
         assert wait_exit(new, 90) == 0, new.output()
         ran = started_steps(new)
         assert ran and ran[0] == "turn-2/call-0" and not {"turn-1", "turn-1/call-0", "turn-2"} & set(ran), ran
-        shown = subprocess.run([sys.executable, "-m", package, "status", run_id, "--json"], cwd=REPO,
+        shown = subprocess.run([sys.executable, "-m", now, "status", run_id, "--json"], cwd=REPO,
                                env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     finally:
         for proc in procs:

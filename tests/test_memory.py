@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from memory import (
+from durable_agents.memory import (
     TRUNCATION_MARKER,
     InMemoryStore,
     MemoryInputError,
@@ -27,7 +27,7 @@ from memory import (
     read_window,
     upper_bound_tokens,
 )
-from memory.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, pretokenizer_pieces
+from durable_agents.memory.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, pretokenizer_pieces
 from tests.memory_support import check_no_orphans
 
 CID = "c1"
@@ -435,7 +435,7 @@ def test_conversation_ids_must_be_strings(make_store):
     store = make_store()
     with pytest.raises(MemoryInputError, match="conversation id"):
         store.append("", user(1))
-    with pytest.raises(MemoryInputError, match="memory.Message"):
+    with pytest.raises(MemoryInputError, match="durable_agents.memory.Message"):
         store.append(CID, {"role": "user", "content": "hi"})
 
 

@@ -7,11 +7,11 @@ import sqlite3
 
 import pytest
 
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from memory import Message, SQLiteStore, open_store, read_window
-from providerclient import fetch_effects
-from steps.flow import exchange_message_ids
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.memory import Message, SQLiteStore, open_store, read_window
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.flow import exchange_message_ids
 from tests.support import EMAIL, executions, wait_closed, wait_exit
 
 
@@ -113,7 +113,7 @@ async def test_wiped_memory_does_not_change_what_a_resume_does(client, workers, 
 def test_the_workers_memory_writer_follows_a_wiped_file(tmp_path):
     """The writer keeps its connection open between runs; a learner deleting the
     file (LAB.md wipes memory) must not leave it writing to the deleted file."""
-    from wiring import memory_from_env
+    from durable_agents.wiring import memory_from_env
 
     path = tmp_path / "memory.db"
     context, remember = memory_from_env({"MEMORY_DB": str(path)})

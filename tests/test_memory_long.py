@@ -24,7 +24,7 @@ import sqlite3
 
 import pytest
 
-from memory import InMemoryStore, MemoryPolicy, Message, SQLiteStore
+from durable_agents.memory import InMemoryStore, MemoryPolicy, Message, SQLiteStore
 from tests.memory_support import ConversationScript, check_stats_bound, check_window
 
 POLICY = MemoryPolicy(max_tokens=3000, max_messages=40)

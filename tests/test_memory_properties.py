@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory import (
+from durable_agents.memory import (
     InMemoryStore,
     MemoryInputError,
     MemoryPolicy,
@@ -234,7 +234,7 @@ def test_sqlite_store_matches_the_rule(policy, actions):
                    unique_by=lambda c: c[0]),
 )
 def test_estimate_never_exceeds_the_byte_upper_bound(content, calls):
-    from memory import upper_bound_tokens
+    from durable_agents.memory import upper_bound_tokens
 
     m = Message("m", "assistant", content, tuple(ToolCall(i, "f", a) for i, a in calls))
     assert 0 < approx_tokens(m) <= upper_bound_tokens(m) + 1 + 2 * len(calls)

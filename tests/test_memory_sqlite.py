@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory import (
+from durable_agents.memory import (
     InMemoryStore,
     MemoryPolicy,
     MemoryStoreError,
@@ -45,7 +45,7 @@ def test_window_survives_a_process_restart(tmp_path):
     db = tmp_path / "state" / "memory.db"  # the directory does not exist yet: the writer creates it
     run_python(
         f"""
-        from memory import *
+        from durable_agents.memory import *
         store = SQLiteStore({str(db)!r}, MemoryPolicy(max_messages=5))
         store.pin("c1", Message("sys", "system", "be brief"))
         for i in range(4):
@@ -58,7 +58,7 @@ def test_window_survives_a_process_restart(tmp_path):
     )
     done = run_python(
         f"""
-        from memory import *
+        from durable_agents.memory import *
         print([m.id for m in read_window({str(db)!r}, "c1")])
         store = SQLiteStore({str(db)!r}, MemoryPolicy(max_messages=5))
         print(store.append("c1", Message("t2", "tool", "more", tool_call_id="k2")).added)  # the round resumes

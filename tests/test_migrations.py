@@ -14,16 +14,16 @@ from contextlib import closing
 import httpx
 import pytest
 
+from durable_agents.memory import Message, SQLiteStore, read_context
+from durable_agents.providerclient import fetch_effects
+from durable_agents.runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
+from durable_agents.runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
+from durable_agents.steps.keys import idempotency_key
 from lab.processes import REPO, Proc
 from lab.provider_process import ProviderProcess
-from memory import Message, SQLiteStore, read_context
 from provider.store import _SCHEMA_V1 as PROVIDER_V1_SCHEMA
 from provider.store import SCHEMA_VERSION as PROVIDER_SCHEMA
 from provider.store import Store
-from providerclient import fetch_effects
-from runrecord.store import _SCHEMA_V1 as RECORD_V1_SCHEMA
-from runrecord.store import SCHEMA_VERSION as RECORD_SCHEMA
-from steps.keys import idempotency_key
 from tests.support import EMAIL, TASK, executions, wait_exit
 
 PROVIDER_V2 = REPO / "tests" / "data" / "provider-schema2.sql"
@@ -71,11 +71,11 @@ def test_a_run_in_flight_in_a_version_1_record_is_resumed(provider, tmp_path, ru
     v1_record_in_flight(db, run_id)
     env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(tmp_path / "memory.db"), "PROVIDER_URL": provider.url,
            "PYTHONUNBUFFERED": "1"}
-    resumed = Proc("runrecord", [sys.executable, "-m", "runrecord", "resume", run_id], env=env)
+    resumed = Proc("runrecord", [sys.executable, "-m", "durable_agents.runrecord", "resume", run_id], env=env)
     assert wait_exit(resumed, 60) == 0, resumed.output()
     assert executions(resumed, "draft") == 0
     # The attempt the old process died in counts as a crash, not as an error.
-    shown = Proc("status", [sys.executable, "-m", "runrecord", "status", run_id, "--json"], env=env)
+    shown = Proc("status", [sys.executable, "-m", "durable_agents.runrecord", "status", run_id, "--json"], env=env)
     wait_exit(shown)
     status = json.loads(shown.output())
     assert status["status"] == "completed"

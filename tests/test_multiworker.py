@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from providerclient import fetch_effects
-from steps.keys import idempotency_key
-from steps.startedline import started_in
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.startedline import started_in
 from tests.support import poll_until
 
 RUNS = 8
 
 
 def started_steps(proc) -> int:
-    """Executions a worker began, of any step and run (its started lines, ``steps.startedline``)."""
+    """Executions a worker began, of any step and run (its started lines, ``durable_agents.steps.startedline``)."""
     return len(started_in(proc.output()))
 
 

@@ -15,13 +15,13 @@ import time
 
 import pytest
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
 from lab.processes import REPO
 from tests.support import EMAIL, TASK, wait_closed
 
 
 async def test_log_lines_carry_run_step_attempt_and_duration(client, workers, provider, run_id, task_queue):
-    from providerclient import ProviderClient
+    from durable_agents.providerclient import ProviderClient
 
     async with ProviderClient(provider.url) as pc:
         await pc.set_faults(fail_next=1, status=503, kinds=["email"])
@@ -44,10 +44,10 @@ async def test_one_span_per_step_with_an_in_memory_exporter(dev_server, provider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from temporalio.worker import Worker
 
-    from activities import FlowActivities
-    from flowclient.connect import connect, tracing_interceptors
-    from wiring import deps_from_env
-    from workflows.agent_flow import AgentFlow
+    from durable_agents.activities import FlowActivities
+    from durable_agents.flowclient.connect import connect, tracing_interceptors
+    from durable_agents.wiring import deps_from_env
+    from durable_agents.workflows.agent_flow import AgentFlow
 
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()

@@ -15,16 +15,23 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities import DraftOutput, RecordOutput, SendOutput
-from flowclient.runs import restart_failed_run, start_run
-from flowclient.status import run_status
-from flowclient.worker_options import worker_options
-from providerclient import ProviderClient, fetch_effects
-from steps.keys import idempotency_key
-from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest
-from steps.retry import RetryRule
+from durable_agents.activities import DraftOutput, RecordOutput, SendOutput
+from durable_agents.flowclient.runs import restart_failed_run, start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.providerclient import ProviderClient, fetch_effects
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.models import (
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
+from durable_agents.steps.retry import RetryRule
+from durable_agents.workflows.agent_flow import AgentFlow
 from tests.support import EMAIL, TASK, poll_until, wait_closed
-from workflows.agent_flow import AgentFlow
 
 
 def applied(provider, run_id: str) -> dict[str, int]:

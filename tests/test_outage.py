@@ -16,12 +16,12 @@ import uuid
 
 import pytest
 
-from flowclient.runs import start_run
-from flowclient.status import run_status
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.retry import RetryRule
 from lab.processes import REPO, Proc, start_worker
-from providerclient import fetch_effects
-from steps.keys import idempotency_key
-from steps.retry import RetryRule
 from tests.support import EMAIL, TASK, executions, poll_until, wait_exit
 
 
@@ -42,7 +42,7 @@ def processes():
 def record_cli(api, tmp_path, *args, env=None) -> Proc:
     full = {"RUNRECORD_DB": str(tmp_path / "runrecord.db"), "MEMORY_DB": str(tmp_path / "memory.db"),
             "PROVIDER_URL": api.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return Proc("runrecord", [sys.executable, "-m", "runrecord", *args], env=full)
+    return Proc("runrecord", [sys.executable, "-m", "durable_agents.runrecord", *args], env=full)
 
 
 def record_status(api, tmp_path, run_id) -> dict | None:
@@ -71,7 +71,7 @@ async def test_a_30_second_outage_is_ridden_out_on_both_engines(client, dev_serv
         t = (await run_status(client, temporal_id))["steps"][1]
         r = (record_status(api, tmp_path, record_id) or {"steps": [{}, {"status": None}]})["steps"][1]
         # Retrying with its next try due: between a failed attempt and the timer the workflow starts for the
-        # next one, Temporal's status honestly says retrying with no due time yet (flowclient.status).
+        # next one, Temporal's status honestly says retrying with no due time yet (durable_agents.flowclient.status).
         due = all(s["status"] == "retrying" and s.get("next_try_at") for s in (t, r))
         return (t, r) if due else None
 
@@ -157,7 +157,7 @@ async def test_a_timed_out_run_names_its_step_and_retry_finishes_it(client, dev_
     and `starter.py retry` restarts it there."""
     from datetime import timedelta
 
-    from workflows.agent_flow import WORKFLOW_NAME, FlowInput
+    from durable_agents.workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
     slow = workers(extra_env={"LAB_STEP_SECONDS": "4"})
     await client.start_workflow(WORKFLOW_NAME, FlowInput(run_id=run_id, task=TASK, email=EMAIL), id=run_id,

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from durable_agents import Agent, Tool, Toolbox
-from flowclient.loop import loop_status, start_loop
+from durable_agents.flowclient.loop import loop_status, start_loop
+from durable_agents.steps.limits import InputError
+from durable_agents.steps.loop import AskedCall, LoopInputs, run_tool, tool_request
+from durable_agents.steps.loopargs import settled_agent
+from durable_agents.steps.served import Served
 from lab.processes import REPO
-from steps.limits import InputError
-from steps.loop import AskedCall, LoopInputs, run_tool, tool_request
-from steps.loopargs import settled_agent
-from steps.served import Served
 from tests.agents.notebook import NOTEBOOK, Page, read_page
 from tests.support import first_workflow_task_failure, wait_exit
 
@@ -95,7 +95,7 @@ def test_settle_names_the_agent_a_run_needs_when_it_recorded_no_import_string():
     with pytest.raises(InputError, match="started by agent 'notebook'.*--agent MODULE:ATTR"):
         settled_agent(None, "notebook", "python starter.py settle r1 --agent MODULE:ATTR")
     with pytest.raises(InputError, match="is agent 'refund', but the run was started by agent 'notebook'"):
-        settled_agent("steps.refund_agent:REFUND_AGENT", "notebook", "...")
+        settled_agent("durable_agents.steps.refund_agent:REFUND_AGENT", "notebook", "...")
     assert settled_agent(SPEC, "notebook", "...") is NOTEBOOK
     assert settled_agent(None, "", "...").name == "refund"  # a run recorded before agents had names
 
@@ -191,7 +191,7 @@ async def test_the_plugin_serves_an_agent_on_a_worker_of_the_users_own(client, r
     that queue, a run started by ``start_agent`` completed with each effect once."""
     from temporalio.worker import Worker
 
-    from flowclient.agents import AgentPlugin, start_agent
+    from durable_agents.flowclient.agents import AgentPlugin, start_agent
 
     monkeypatch.setenv("NOTEBOOK_DB", str(tmp_path / "n.db"))
     queue = f"plugin-{run_id}"

@@ -21,11 +21,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from drafting.scripted import ScriptedModel
+from durable_agents.drafting.scripted import ScriptedModel
+from durable_agents.steps.loop import tool_specs
 from lab.model_standin import ModelStandIn
 from lab.processes import REPO
 from peers.tools import call_key, fresh_key
-from steps.loop import tool_specs
 
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", re.M)
 

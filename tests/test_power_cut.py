@@ -15,7 +15,7 @@ directory rule and sync level; docs/powercut.md has it):
   (``FULL``) lost the run: nothing acknowledged is lost, and the run completes
   with each effect once.
 
-Memory after ``python -m runrecord start``: the command runs to its end, and
+Memory after ``python -m durable_agents.runrecord start``: the command runs to its end, and
 then the power goes; the exchange it committed is there, at FULL (synced at
 the commit) and at NORMAL (synced by the checkpoint when the command closes
 memory on its way out). At NORMAL, a command killed once memory has committed
@@ -35,11 +35,11 @@ import uuid
 
 import pytest
 
+from durable_agents.memory import open_store
+from durable_agents.runrecord import RunRecord
+from durable_agents.steps.flow import exchange_message_ids
 from lab.powercut_matrix import Case, default_sync, run_case
 from lab.processes import Proc
-from memory import open_store
-from runrecord import RunRecord
-from steps.flow import exchange_message_ids
 from tests.support import EMAIL, TASK, counts, executions, finished
 
 pytest.importorskip("dbos", reason="the dbos extra: pip install -e '.[dev]'")
@@ -78,7 +78,8 @@ def test_memory_after_a_runrecord_start_and_a_cut(power_cut, provider, level, en
     env = {"RUNRECORD_DB": str(disk.path / "runrecord.db"), "MEMORY_DB": str(memory_db),
            "MEMORY_SYNCHRONOUS": level, "PROVIDER_URL": provider.url, "PYTHONUNBUFFERED": "1",
            "CRASH_AT": "memory:after_append" if ending == "killed" else ""}
-    proc = Proc("runner", [sys.executable, "-m", "runrecord", "start", run_id, TASK, "--email", EMAIL], env=env)
+    proc = Proc("runner", [sys.executable, "-m", "durable_agents.runrecord",
+                           "start", run_id, TASK, "--email", EMAIL], env=env)
     try:
         assert finished(proc) == (0 if ending == "clean" else -9), proc.output()
     finally:
@@ -108,7 +109,7 @@ def test_what_the_record_loses_after_its_last_checkpoint(power_cut, provider, le
     def runner(*args: str, crash: str = "") -> Proc:
         env = {"RUNRECORD_DB": str(db), "MEMORY_DB": str(disk.path / "memory.db"), "PROVIDER_URL": provider.url,
                "PYTHONUNBUFFERED": "1", "RUNRECORD_SYNCHRONOUS": level, "CRASH_AT": crash}
-        proc = Proc(f"runner{len(procs) + 1}", [sys.executable, "-m", "runrecord", *args], env=env)
+        proc = Proc(f"runner{len(procs) + 1}", [sys.executable, "-m", "durable_agents.runrecord", *args], env=env)
         procs.append(proc)
         return proc
 

@@ -24,6 +24,14 @@ from typing import Any
 import httpx
 import pytest
 
+from durable_agents.providerclient import (
+    EffectRecord,
+    ProviderClient,
+    fetch_effects,
+    parse_retry_after,
+    provider_url_from_env,
+)
+from durable_agents.steps.errors import IdempotencyConflict, PermanentError, TransientError
 from lab.processes import REPO
 from lab.provider_process import ProviderProcess
 from provider.kinds import NAMES
@@ -34,8 +42,6 @@ from provider.validation import (
     MAX_SUBJECT_CHARS,
     MAX_SUMMARY_CHARS,
 )
-from providerclient import EffectRecord, ProviderClient, fetch_effects, parse_retry_after, provider_url_from_env
-from steps.errors import IdempotencyConflict, PermanentError, TransientError
 from tests.support import Node, parse_page, poll_until_sync
 from tests.tiers import starts
 

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
+from durable_agents.providerclient import OrderInfo, ProviderClient, error_from_response, lookup_counts, seed_orders
+from durable_agents.steps import ports
+from durable_agents.steps.errors import IdempotencyConflict, PermanentError, Refused, TransientError
 from lab.provider_process import ProviderProcess
 from provider.validation import MAX_ORDER_TOTAL
-from providerclient import OrderInfo, ProviderClient, error_from_response, lookup_counts, seed_orders
-from steps import ports
-from steps.errors import IdempotencyConflict, PermanentError, Refused, TransientError
 from tests.tiers import starts
 
 HTTP = httpx.Client(timeout=20)

@@ -1,7 +1,7 @@
-"""The client's side against docs/provider-contract.md: ``steps.limits``'
+"""The client's side against docs/provider-contract.md: ``durable_agents.steps.limits``'
 constants equal the table's, and the checks the client makes before anything
-reaches the provider (``steps.limits``, the model's draft in
-``drafting.base``, the keys and metadata the steps derive) hold to every row
+reaches the provider (``durable_agents.steps.limits``, the model's draft in
+``durable_agents.drafting.base``, the keys and metadata the steps derive) hold to every row
 the table says the client enforces, at the table's numbers. (The provider's
 side: tests/test_provider_contract.py.)
 """
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from drafting.base import Draft, DraftError
-from steps import limits
-from steps.adoption import START_ID_METADATA, start_metadata
-from steps.keys import idempotency_key
-from steps.limits import InputError, check_email, check_run_id
-from steps.plan import STEP_NAMES
+from durable_agents.drafting.base import Draft, DraftError
+from durable_agents.steps import limits
+from durable_agents.steps.adoption import START_ID_METADATA, start_metadata
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.limits import InputError, check_email, check_run_id
+from durable_agents.steps.plan import STEP_NAMES
 from tests.support import (
     ADDRESSES_MALFORMED,
     ADDRESSES_OK,

@@ -1,5 +1,6 @@
 """The lab's refund agent is one user of the adapter: its four tools are one declaration
-(``steps.refund_agent.REFUND_TOOLS``), the loop reads it, and what a run in flight recorded still holds."""
+(``durable_agents.steps.refund_agent.REFUND_TOOLS``), the loop reads it, and what a run in flight recorded still
+holds."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import json
 import re
 
 from durable_agents import Toolbox
+from durable_agents.steps import loop
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.refund_agent import MAX_LOOP_BODY_CHARS, REFUND_TOOLS
 from lab.processes import REPO
-from steps import loop
-from steps.flow import StepDeps
-from steps.refund_agent import MAX_LOOP_BODY_CHARS, REFUND_TOOLS
 from tests.test_loop_steps import CUSTOMER, FakeProvider, Order
 
 SIGNATURE_ON_MAIN = (
@@ -44,7 +45,7 @@ def test_the_loop_reads_the_declaration():
 
 
 def test_run_tool_has_no_branch_on_a_tool_name():
-    source = (REPO / "steps" / "loop.py").read_text()
+    source = (REPO / "durable_agents" / "steps" / "loop.py").read_text()
     assert not re.search(r"== \"(lookup_order|issue_refund|send_email|create_ticket)\"", source)
 
 

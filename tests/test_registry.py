@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from durable_agents.steps.engine_row import Engine
+from durable_agents.steps.plan import FLOW, FlowStep
 from lab import engines, registry
 from lab.engines import EngineDriver, Settled, Status, driver_for
 from lab.loop_chaos import LoopChaosConfig, Session, run_engine, run_loop_chaos
 from lab.processes import Proc
-from steps.engine_row import Engine
-from steps.plan import FLOW, FlowStep
 
 
 class StubDriver(EngineDriver):

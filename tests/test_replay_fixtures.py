@@ -20,11 +20,11 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.worker_options import worker_options
-from payloadcodec import data_converter_from_env
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.payloadcodec import data_converter_from_env
+from durable_agents.workflows.agent_flow import AgentFlow
+from durable_agents.workflows.agent_loop import AgentLoop
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
-from workflows.agent_flow import AgentFlow
-from workflows.agent_loop import AgentLoop
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
 FIXTURES = sorted(HISTORIES.glob("*/*.json"))

@@ -4,7 +4,7 @@ activities it schedules carry the same inputs as the ones the history
 recorded, field for field.
 
 Temporal's replay checks commands (an activity of this type, this id), not
-inputs, so a change to how a request is built (``steps.requests``: a key, the
+inputs, so a change to how a request is built (``durable_agents.steps.requests``: a key, the
 start id, the memory cut-off, the remembered reply) would pass
 tests/test_replay_fixtures.py and still make a resumed run send a different
 email than its first attempt; for the agent loop, a change to a turn's window
@@ -30,11 +30,11 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from flowclient.worker_options import worker_options
-from payloadcodec import data_converter_from_env
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.payloadcodec import data_converter_from_env
+from durable_agents.workflows.agent_flow import AgentFlow
+from durable_agents.workflows.agent_loop import AgentLoop
 from tests.record_histories import FIXTURE_KEY, FIXTURE_KEY_ID, fixture_workflow_id
-from workflows.agent_flow import AgentFlow
-from workflows.agent_loop import AgentLoop
 
 HISTORIES = Path(__file__).parent / "data" / "histories"
 FIXTURES = sorted(HISTORIES.glob("*/*.json"))

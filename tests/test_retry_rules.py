@@ -1,4 +1,4 @@
-"""The retry rules (steps.retry), one definition for both engines: the budget,
+"""The retry rules (durable_agents.steps.retry), one definition for both engines: the budget,
 the backoff with jitter, crashes apart from errors, and the one reading of
 Retry-After. Plain arithmetic, so tested here directly; the engines' use of
 it is tested with real processes (test_outage.py, test_crashes.py)."""
@@ -11,9 +11,9 @@ from email.utils import format_datetime
 
 import pytest
 
-from drafting.openai_compat import retry_after_seconds
-from providerclient import parse_retry_after as provider_parse
-from steps.retry import (
+from durable_agents.drafting.openai_compat import retry_after_seconds
+from durable_agents.providerclient import parse_retry_after as provider_parse
+from durable_agents.steps.retry import (
     ATTEMPT_TIMEOUT_SECONDS,
     ATTEMPTS_PER_STEP,
     INTERVALS_PER_BUDGET,

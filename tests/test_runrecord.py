@@ -1,5 +1,5 @@
 """The hand-rolled run record, end to end, against real processes: the
-provider (which counts effects) and runner processes (``python -m runrecord``)
+provider (which counts effects) and runner processes (``python -m durable_agents.runrecord``)
 killed with SIGKILL, at crash points or by the lease tests."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import time
 
 import pytest
 
+from durable_agents.memory import read_window
+from durable_agents.providerclient import ProviderClient
+from durable_agents.runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
+from durable_agents.runrecord.store import SCHEMA_VERSION, Intent, NextAttempt, SchemaError
+from durable_agents.steps.flow import exchange_message_ids
+from durable_agents.steps.keys import idempotency_key
 from lab.processes import REPO
-from memory import read_window
-from providerclient import ProviderClient
-from runrecord import DEFAULT_FLOW, FlowChanged, Runner, RunRecord
-from runrecord.store import SCHEMA_VERSION, Intent, NextAttempt, SchemaError
-from steps.flow import exchange_message_ids
-from steps.keys import idempotency_key
 from tests.support import (
     BAD_INPUT_CASES,
     EMAIL,
@@ -81,7 +81,7 @@ def test_bad_input_is_refused_with_the_starters_words(db):
     ]
     env = {**os.environ, "RUNRECORD_DB": str(db), "MEMORY_DB": str(db.parent / "memory.db")}
     for argv, expected in cases:
-        done = subprocess.run([sys.executable, "-m", "runrecord", *argv], cwd=REPO, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "durable_agents.runrecord", *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=60, env=env)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert expected in done.stderr, (argv, done.stderr)
@@ -255,11 +255,11 @@ def test_settle_writes_only_on_a_failed_run_with_no_attempt_since_it_asked(db, r
 
 
 def test_both_engines_retry_by_the_one_rule():
-    """One definition (steps.retry), not two kept equal by a test: the workflow
+    """One definition (durable_agents.steps.retry), not two kept equal by a test: the workflow
     and the runner both decide with StepLedger, on the rule the run recorded."""
-    import runrecord.runner as runner
-    import workflows.agent_flow as workflow
-    from steps import retry
+    import durable_agents.runrecord.runner as runner
+    import durable_agents.workflows.agent_flow as workflow
+    from durable_agents.steps import retry
 
     assert workflow.StepLedger is retry.StepLedger is runner.StepLedger
     assert workflow.RetryRule is retry.RetryRule is runner.RetryRule
@@ -289,7 +289,7 @@ def test_lease_lost_stops_a_stale_writer(db, run_id):
         record.acquire_lease(run_id, "old:1:a", 0.2)
         time.sleep(0.25)  # not waiting for state: making the lease stale is the point of the test
         record.acquire_lease(run_id, "new:2:b", 10)
-        from runrecord.store import LeaseLost
+        from durable_agents.runrecord.store import LeaseLost
 
         with pytest.raises(LeaseLost):
             record.begin_attempt(run_id, "draft", NextAttempt(0, 2, None), "old:1:a", 10)
@@ -352,7 +352,8 @@ def test_the_sync_level_is_full_unless_set_and_a_wrong_one_is_refused(tmp_path, 
     monkeypatch.setenv("RUNRECORD_SYNCHRONOUS", "normal")
     assert level() == 1  # NORMAL
     monkeypatch.setenv("RUNRECORD_SYNCHRONOUS", "sometimes")
-    done = subprocess.run([sys.executable, "-m", "runrecord", "status", "r-1", "--db", str(tmp_path / "r.db")],
+    done = subprocess.run([sys.executable, "-m", "durable_agents.runrecord",
+                           "status", "r-1", "--db", str(tmp_path / "r.db")],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "RUNRECORD_SYNCHRONOUS='sometimes' is not a synchronous level: use FULL" in done.stderr, done.stderr

@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 
-from flowclient.runs import start_run
-from flowclient.status import read_history
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import read_history
+from durable_agents.runrecord import RunRecord
+from durable_agents.steps.keys import idempotency_key
 from lab.processes import REPO
 from lesson.compare import compare, render
-from runrecord import RunRecord
-from steps.keys import idempotency_key
 from tests.support import (
     EMAIL,
     TASK,
@@ -85,7 +85,7 @@ async def test_compare_agrees_with_the_provider(client, dev_server, workers, pro
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "PROVIDER_URL": provider.url,
            "RUNRECORD_DB": str(db)}
     page = tmp_path / "compare.html"
-    done = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", temporal_id,
+    done = subprocess.run([sys.executable, "-m", "lesson.compare", record_id, "--temporal", temporal_id,
                            "--json", "--html", str(page)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
@@ -103,7 +103,7 @@ async def test_compare_agrees_with_the_provider(client, dev_server, workers, pro
     for lane in lanes.values():
         assert len(lane.all("li", cls="email")) == 1 and len(lane.all("li", cls="applied")) == 2, lane.text()
         assert [g.attrs["class"] for g in lane.all(cls="mark")] in ([], ["mark replay record"])
-    missing = subprocess.run([sys.executable, "-m", "runrecord", "compare", record_id, "--temporal", "no-such-run"],
+    missing = subprocess.run([sys.executable, "-m", "lesson.compare", record_id, "--temporal", "no-such-run"],
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no run with id 'no-such-run'" in missing.stderr
     # The command runrecord hands over to, called by its own name: an unknown record run, refused before

@@ -1,5 +1,5 @@
 """The run record's lease against real processes: a dead holder on this host
-is taken over at once (``runrecord.lease``), any other holder is refused
+is taken over at once (``durable_agents.runrecord.lease``), any other holder is refused
 (exit 5) or waited out with ``resume --wait``, and a resume that races a
 completion leaves no lease behind. Effects are counted at the provider."""
 
@@ -15,11 +15,11 @@ import time
 
 import pytest
 
+from durable_agents.runrecord import DEFAULT_FLOW, Runner, RunRecord
+from durable_agents.runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
+from durable_agents.runrecord.store import NextAttempt, RunEnded
+from durable_agents.steps.flow import StepDeps
 from lab.processes import Proc
-from runrecord import DEFAULT_FLOW, Runner, RunRecord
-from runrecord.lease import check_holder, new_holder_id, parse_holder, parse_stat, process_start_time
-from runrecord.store import NextAttempt, RunEnded
-from steps.flow import StepDeps
 from tests.support import (
     EMAIL,
     TASK,
@@ -247,7 +247,7 @@ async def test_live_holder_is_refused_without_wait_and_waited_out_with_it(runrec
     refused = runrecord("resume", run_id)
     assert finished(refused) == 5, refused.output()
     assert f"is being run by {held_by} (its process (pid {holder.pid} on this host) is alive)" in refused.output()
-    assert f"python -m runrecord resume {run_id} --wait" in refused.output()
+    assert f"python -m durable_agents.runrecord resume {run_id} --wait" in refused.output()
     assert sum(executions(refused, s) for s in STEPS) == 0
 
     waiter = runrecord("resume", run_id, "--wait")

@@ -13,13 +13,13 @@ import sys
 import pytest
 from temporalio.api.history.v1 import History
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
+from durable_agents.providerclient import fetch_effects
+from durable_agents.steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
+from durable_agents.workflows.agent_flow import WORKFLOW_NAME, FlowInput
 from lab.processes import REPO, DevServer
-from providerclient import fetch_effects
-from steps.limits import MAX_EMAIL_CHARS, MAX_TASK_CHARS, check_email
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import EMAIL, TASK, is_loopback, listening_addresses, wait_closed
-from workflows.agent_flow import WORKFLOW_NAME, FlowInput
 
 
 def _starter(dev_server, *args):

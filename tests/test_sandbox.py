@@ -9,7 +9,7 @@ import uuid
 import pytest
 from temporalio.worker import Worker
 
-from flowclient.worker_options import worker_options
+from durable_agents.flowclient.worker_options import worker_options
 from tests.probe.nondeterminism import CALLS, NondeterminismProbe
 
 
@@ -28,4 +28,6 @@ async def test_each_nondeterministic_call_is_refused_on_the_shipped_runner(clien
 def test_the_workflow_module_is_not_passed_through():
     restrictions = worker_options()["workflow_runner"].restrictions
     assert not restrictions.passthrough_all_modules
-    assert not any(m == "workflows" or m.startswith("workflows.agent_flow") for m in restrictions.passthrough_modules)
+    assert not any(m in ("durable_agents", "durable_agents.workflows")
+                   or m.startswith("durable_agents.workflows.agent_flow")
+                   for m in restrictions.passthrough_modules)

@@ -4,7 +4,7 @@ record and on DBOS, driven by the lab's engine driver (``lab.engines``),
 killed with its refund applied and not recorded, resumed; it is drawn by the
 timeline (``lesson.lanes``, ``timeline``) and counted by the effects table
 (``lesson.effects``), each from the plan alone. No engine's or tool's file
-names it: ``LAB_FLOW`` does (``steps.plan.flow_from_env``).
+names it: ``LAB_FLOW`` does (``durable_agents.steps.plan.flow_from_env``).
 
 And a change of flow reaches runs in flight as docs/architecture.md says: the
 run record refuses a run whose recorded steps are not the code's (exit 6);
@@ -27,16 +27,16 @@ from pathlib import Path
 
 import pytest
 
+from durable_agents.providerclient import fetch_effects, seed_orders
+from durable_agents.runrecord.compare import record_side
+from durable_agents.runrecord.store import RunRecord
+from durable_agents.steps.limits import InputError
+from durable_agents.steps.params import parse_params
+from durable_agents.steps.plan import FLOW, effect_kinds, kind_of_step, plan_signature
 from lab.engines import driver_for, started_steps
 from lab.processes import REPO
 from lesson.effects import per_step, provider_side
 from lesson.lanes import dbos_lane, record_lane
-from providerclient import fetch_effects, seed_orders
-from runrecord.compare import record_side
-from runrecord.store import RunRecord
-from steps.limits import InputError
-from steps.params import parse_params
-from steps.plan import FLOW, effect_kinds, kind_of_step, plan_signature
 from tests.refund_flow import REFUND_FLOW, SPEC
 from tests.support import EMAIL, TASK, parse_page, worktree_of
 from timeline import Effect, Lane, render_page
@@ -143,7 +143,7 @@ async def test_a_flow_change_reaches_runs_in_flight_as_each_engine_says(provider
 def test_a_run_must_be_given_the_parameters_its_flow_reads(provider, tmp_path):
     """A step that reads a run's parameter declares it (``FlowStep.params``): a start without it is refused
     before anything is recorded, naming what to give."""
-    for module in ("runrecord", "dbosflow"):
+    for module in ("durable_agents.runrecord", "durable_agents.dbosflow"):
         done = subprocess.run([sys.executable, "-m", module, "start", _run_id(module), TASK, "--email", EMAIL],
                               cwd=REPO, env={**os.environ, **_env(tmp_path, provider, LAB_FLOW=SPEC)},
                               capture_output=True, text=True, timeout=120)
@@ -181,12 +181,13 @@ def test_the_timeline_draws_a_row_for_every_kind_of_effect_its_lane_carries():
 
 
 def test_the_second_flow_is_built_from_the_plan_alone():
-    """Its module imports only the core (``steps``) and nothing else of the project; no file outside the
-    tests names it; its shape differs from the lab's, so every derived list differs with it."""
+    """Its module imports only the core (``durable_agents.steps``) and nothing else of the project; no file
+    outside the tests names it; its shape differs from the lab's, so every derived list differs with it."""
     tree = ast.parse((REPO / "tests" / "refund_flow.py").read_text())
-    imported = {node.module.split(".")[0] for node in ast.walk(tree)
+    imported = {".".join(node.module.split(".")[:2]) if node.module.startswith("durable_agents.")
+                else node.module.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module and node.module != "__future__"}
-    assert imported <= {"steps", "collections", "dataclasses", "typing"}, imported
+    assert imported <= {"durable_agents.steps", "collections", "dataclasses", "typing"}, imported
     naming = [str(path.relative_to(REPO)) for path in REPO.rglob("*.py")
               if not path.relative_to(REPO).parts[0].startswith((".", "tests"))
               and re.search(r"refund_flow|REFUND_FLOW", path.read_text())]
@@ -222,7 +223,8 @@ async def test_runs_of_the_previous_code_resume_and_the_dbos_refusals_hint_works
         parked = await new.status(dbos_id)
         assert parked is not None and parked["status"] == "parked", parked
         refused = await new.resume(dbos_id)
-        hint = re.search(r"`(DBOSFLOW_APP_VERSION=(\S+) python -m dbosflow resume \S+)`", refused.proc.output())
+        hint = re.search(r"`(DBOSFLOW_APP_VERSION=(\S+) python -m durable_agents.dbosflow resume \S+)`",
+                         refused.proc.output())
         assert refused.code == 6 and hint is not None and hint[2] == "agentlab-flow-1", refused.proc.output()
         with driver_for("dbos", {**env, "LAB_FLOW": SPEC, "DBOSFLOW_APP_VERSION": hint[2]}) as other_flow:
             wrong = await other_flow.resume(dbos_id)

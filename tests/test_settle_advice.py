@@ -1,12 +1,12 @@
-"""What ``settle`` tells an operator to do next (``steps.settle.settle_advice``, ``render_settle``), from the
-run's own state: a retry only where the engine's retry would take the run, and in doubt only where a step
+"""What ``settle`` tells an operator to do next (``durable_agents.steps.settle.settle_advice``, ``render_settle``), from
+the run's own state: a retry only where the engine's retry would take the run, and in doubt only where a step
 is. (tests/test_loop_commands.py and tests/test_in_doubt.py run ``starter.py settle`` on real runs.)"""
 
 from __future__ import annotations
 
-from flowclient.loop import loop_retry_refusal
-from flowclient.runs import retry_refusal
-from steps.settle import render_settle, settle_advice
+from durable_agents.flowclient.loop import loop_retry_refusal
+from durable_agents.flowclient.runs import retry_refusal
+from durable_agents.steps.settle import render_settle, settle_advice
 
 RETRY = "python starter.py retry r-1"
 COMMANDS = {"retry": RETRY, "follow": "python starter.py watch r-1", "status": "python starter.py status r-1"}

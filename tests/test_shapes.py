@@ -1,6 +1,6 @@
-"""The shapes every engine and the lesson share (``steps.runstate``, ``steps.sides``, ``timeline.model``) are
-typed, and the types hold: a misspelt status is a mypy error where it is written and a ValueError where it
-arrives another way; the entries print their keys in the documented order; the Temporal workflow's
+"""The shapes every engine and the lesson share (``durable_agents.steps.runstate``, ``durable_agents.steps.sides``,
+``timeline.model``) are typed, and the types hold: a misspelt status is a mypy error where it is written and a
+ValueError where it arrives another way; the entries print their keys in the documented order; the Temporal workflow's
 dataclasses keep every key of the entries and still decode through the SDK's converter (a typed handle's
 ``result()``); a lane's verdict is composed from its parts, never split apart; and mypy refuses an explicit
 ``Any`` in the modules that hold the shapes."""
@@ -17,8 +17,7 @@ from typing import get_type_hints
 import pytest
 from temporalio.converter import default
 
-from lab.processes import REPO
-from steps.runstate import (
+from durable_agents.steps.runstate import (
     RUN_STATES,
     STEP_STATES,
     RunEntry,
@@ -28,8 +27,9 @@ from steps.runstate import (
     step_entry,
     step_state,
 )
+from durable_agents.workflows.state import RunStatus, StepState
+from lab.processes import REPO
 from timeline.model import Effect, Verdict
-from workflows.state import RunStatus, StepState
 
 
 def test_a_misspelt_status_is_refused_with_the_words_there_are() -> None:
@@ -49,7 +49,7 @@ def test_a_misspelt_status_is_refused_with_the_words_there_are() -> None:
 @pytest.mark.process
 def test_mypy_catches_a_misspelt_status_where_it_is_written(tmp_path):
     (tmp_path / "caller.py").write_text(
-        "from steps.runstate import run_entry, step_entry\n"
+        "from durable_agents.steps.runstate import run_entry, step_entry\n"
         "ok = run_entry('r', 'completed', [step_entry('draft', 'completed', 1, {'subject': 's'})])\n"
         "bad = run_entry('r', 'complete', [step_entry('draft', 'in-doubt')])\n"
     )
@@ -110,14 +110,16 @@ def test_mypy_allows_no_explicit_any_in_the_shape_modules(tmp_path):
     """The per-module override is there, and works: a shape module given an ``Any`` is a mypy error."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
     strict = [o for o in config["overrides"] if o.get("disallow_any_explicit")]
-    assert len(strict) == 1 and {"steps.runstate", "steps.sides", "timeline.model"} <= set(strict[0]["module"])
-    package = tmp_path / "steps"
-    package.mkdir()
+    assert len(strict) == 1
+    assert {"durable_agents.steps.runstate", "durable_agents.steps.sides", "timeline.model"} <= set(strict[0]["module"])
+    package = tmp_path / "durable_agents" / "steps"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
     (package / "sides.py").write_text("from typing import Any\nX: dict[str, Any] = {}\n")
     (tmp_path / "pyproject.toml").write_text(
         "[tool.mypy]\n[[tool.mypy.overrides]]\n"
         f"module = {json.dumps(strict[0]['module'])}\ndisallow_any_explicit = true\n")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "steps/sides.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "durable_agents/steps/sides.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert 'Explicit "Any" is not allowed' in done.stdout, done.stdout + done.stderr

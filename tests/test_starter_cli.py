@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
 from lab.processes import REPO, Proc
 from tests.support import EMAIL, TASK, wait_closed, wait_exit
 

@@ -1,4 +1,4 @@
-"""The SQLite helper's own contract (storage/sqlite.py), apart from any store:
+"""The SQLite helper's own contract (durable_agents/storage/sqlite.py), apart from any store:
 the settings a connection gets, the schema runner's order and refusals, and a
 write transaction's commit, rollback and give-up. The stores' behaviour on top
 of it is tested with each store."""
@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from storage import sqlite
+from durable_agents.storage import sqlite
 
 
 class Refused(Exception):

@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
+from durable_agents.steps.limits import InputError
+from durable_agents.wiring.memory import close_memory, memory_from_env
 from lab.processes import FILE_PRAGMAS, REPO, DevServer
-from steps.limits import InputError
-from wiring.memory import close_memory, memory_from_env
 
 pytest.importorskip("dbos", reason="the dbos extra: pip install -e '.[dev]'")
 
@@ -48,7 +48,7 @@ import json, sys
 from pathlib import Path
 from dbos import DBOS
 from dbos._dbos import _get_dbos_instance
-from dbosflow import engine
+from durable_agents.dbosflow import engine
 engine.configure(Path(sys.argv[1]))
 DBOS.launch()
 try:

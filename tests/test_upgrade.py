@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType, WorkflowTaskFailedCause
 
-from flowclient.runs import restart_failed_run
-from flowclient.status import run_status
+from durable_agents.flowclient.runs import restart_failed_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.providerclient import ProviderClient
+from durable_agents.steps.keys import idempotency_key
 from lab.processes import Proc, start_worker
-from providerclient import ProviderClient
-from steps.keys import idempotency_key
 from tests.record_histories import patch_ids
 from tests.support import (
     EMAIL,

@@ -1,7 +1,7 @@
 """``worker.py --verbose`` keeps payloads out of its output: the task, the
 conversation memory sent to the model and the model's reply never appear,
 while the SDK's debug lines and one line per HTTP request still do; nor does
-the address a failed step's error quotes (flowclient/logs.py).
+the address a failed step's error quotes (durable_agents/flowclient/logs.py).
 
 A real worker process uses the real ``openai`` client against the scripted
 OpenAI-compatible server (tests/fake_openai_server.py); two runs share a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from flowclient.runs import start_run
+from durable_agents.flowclient.runs import start_run
 from tests.fake_openai_server import FakeOpenAIServer, completion
 from tests.support import wait_closed
 
@@ -63,7 +63,7 @@ async def test_a_failed_steps_traceback_is_logged_without_its_message(client, wo
     assert status["status"] == "failed" and bounced in status["error"], status  # history keeps it
     out = worker.output()
     assert "WARNING temporalio.activity: Completing activity as failed" in out, out[-3000:]
-    assert "steps.errors.PermanentError: (message not logged" in out and 'File "' in out, out[-3000:]
+    assert "durable_agents.steps.errors.PermanentError: (message not logged" in out and 'File "' in out, out[-3000:]
     assert "DEBUG temporalio.worker._workflow_instance: Workflow raised failure" in out, out[-3000:]
     assert bounced not in out and "hedy.bounce" not in out and "Hedy" not in out, "\n".join(
         line for line in out.splitlines() if "hedy" in line.lower())[:3000]

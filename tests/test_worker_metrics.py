@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics (flowclient/metrics.py, LAB_METRICS_ADDRESS):
+"""The worker's Prometheus metrics (durable_agents/flowclient/metrics.py, LAB_METRICS_ADDRESS):
 a real worker process serves the SDK's metrics; after one run, a scrape finds
 its workflow-task and activity metrics; bad settings stop the worker clearly."""
 
@@ -13,8 +13,8 @@ import sys
 import httpx
 import pytest
 
-from flowclient.metrics import metrics_address
-from flowclient.runs import start_run
+from durable_agents.flowclient.metrics import metrics_address
+from durable_agents.flowclient.runs import start_run
 from lab.processes import REPO, free_port
 from tests.support import EMAIL, TASK, is_loopback, listening_addresses, poll_until, wait_closed
 

@@ -16,8 +16,8 @@ from datetime import timedelta
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from flowclient.runs import execution_timeout, parking_window, start_run, workflow_task_timeout
-from flowclient.worker_options import (
+from durable_agents.flowclient.runs import execution_timeout, parking_window, start_run, workflow_task_timeout
+from durable_agents.flowclient.worker_options import (
     CACHED_STICKY_TIMEOUT,
     GRACEFUL_SHUTDOWN,
     MAX_CONCURRENT_ACTIVITIES,

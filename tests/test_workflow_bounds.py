@@ -16,14 +16,14 @@ from pathlib import Path
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer
 
-from flowclient.runs import start_run
-from flowclient.status import run_status
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.steps.plan import STEP_NAMES
+from durable_agents.workflows.agent_flow import WORKFLOW_NAME, AgentFlow
+from durable_agents.workflows.attempts import COUNTED_PATCH, LIVE_PATCH
+from durable_agents.workflows.before_live import MEMORY_IN_RECORD_PATCH
 from lab.processes import REPO
-from steps.plan import STEP_NAMES
 from tests.support import poll_until
-from workflows.agent_flow import WORKFLOW_NAME, AgentFlow
-from workflows.attempts import COUNTED_PATCH, LIVE_PATCH
-from workflows.before_live import MEMORY_IN_RECORD_PATCH
 
 
 async def test_recorded_history_replays_under_current_code(client, workers, provider, run_id, task_queue):
@@ -38,7 +38,7 @@ async def test_recorded_history_replays_under_current_code(client, workers, prov
 
 
 def test_the_workflow_calls_the_plans_steps_in_the_plans_order():
-    """steps.plan is the flow's one definition. The workflow spells its calls out
+    """durable_agents.steps.plan is the flow's one definition. The workflow spells its calls out
     (each run's history records them), so the spelling is checked against the
     plan here, without a server: run() attempts each step of the plan once, in
     the plan's order, through the activity method named as the step."""
@@ -48,7 +48,8 @@ def test_the_workflow_calls_the_plans_steps_in_the_plans_order():
                    key=lambda node: (node.lineno, node.col_offset))
     called = [ast.unparse(call.args[0]) for call in calls]
     assert called == [f"FlowActivities.{name}" for name in STEP_NAMES], (
-        f"workflows/agent_flow.py runs {called}; steps/plan.py has {list(STEP_NAMES)}: a step added to the plan "
+        f"durable_agents/workflows/agent_flow.py runs {called}; durable_agents/steps/plan.py has {list(STEP_NAMES)}: "
+        "a step added to the plan "
         "needs its call in AgentFlow.run, behind workflow.patched (docs/architecture.md, 'add a step')")
 
 
@@ -69,7 +70,7 @@ def test_the_input_rules_the_workflow_checks_again_on_replay_are_pinned():
     tighten one, check the new value behind ``workflow.patched`` (runs that started
     before keep the old one), and only then change the pin. Loosening one is safe
     for runs in flight; a run it refused has closed."""
-    import steps.limits as limits
+    import durable_agents.steps.limits as limits
     assert (limits.MAX_TASK_CHARS, limits.MAX_EMAIL_CHARS, limits.MAX_RUN_ID_CHARS,
             limits.MAX_CONVERSATION_ID_CHARS) == (4000, 254, 64, 128)
     assert limits._RUN_ID.pattern == r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -101,7 +102,7 @@ async def test_new_runs_write_memory_inside_record_outcome(client, workers, prov
     await handle.result()
     history = await handle.fetch_history()
     scheduled = scheduled_activities(history)
-    assert scheduled == list(STEP_NAMES), "a run schedules the plan's steps (steps.plan), in its order"
+    assert scheduled == list(STEP_NAMES), "a run schedules the plan's steps (durable_agents.steps.plan), in its order"
     markers = [e.marker_recorded_event_attributes for e in history.events
                if e.HasField("marker_recorded_event_attributes")]
     assert len(markers) == 1 and markers[0].marker_name == "core_patch"

@@ -3,13 +3,13 @@ in-process worker with the shipped worker options (the sandboxed runner, no
 cache, so every workflow task replays the run's history), against the suite's
 dev server (fast timers), with stand-in activities that end each attempt as a
 script says. No provider, no worker process: what is under test is the
-workflow's decisions (``steps.retry``'s rule as ``workflows.agent_flow``
-applies it, ``workflows.attempts`` reading how an attempt ended) and the
+workflow's decisions (``durable_agents.steps.retry``'s rule as ``durable_agents.workflows.agent_flow``
+applies it, ``durable_agents.workflows.attempts`` reading how an attempt ended) and the
 status the run reports of them, both live (the ``progress`` query) and from
-history (``flowclient.status.run_status``).
+history (``durable_agents.flowclient.status.run_status``).
 
 How an attempt ends is written the way the real activity wrapper writes it
-(``activities.FlowActivities._run``): a transient error is a retryable
+(``durable_agents.activities.FlowActivities._run``): a transient error is a retryable
 ApplicationError whose details carry ``seconds``, ``retry_after`` and
 ``in_doubt``; a permanent one is non-retryable; a worker's graceful shutdown
 is an ApplicationError of type ``WORKER_SHUTDOWN_TYPE``. A worker's death
@@ -21,7 +21,7 @@ tests/test_operator_actions.py.
 
 Rules here have jitter 0 where the timers' exact durations are asserted, so
 each ``TimerStarted`` in history can be compared with the arithmetic of
-``steps.retry``'s module docstring worked by hand.
+``durable_agents.steps.retry``'s module docstring worked by hand.
 """
 
 from __future__ import annotations
@@ -38,15 +38,22 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities import WORKER_SHUTDOWN_TYPE, DraftOutput, RecordOutput, SendOutput, step_attempt
-from flowclient.runs import start_run
-from flowclient.status import run_status
-from flowclient.worker_options import worker_options
-from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest
-from steps.retry import RetryRule
-from steps.runstate import RUN_STATES, STEP_STATES, unix
+from durable_agents.activities import WORKER_SHUTDOWN_TYPE, DraftOutput, RecordOutput, SendOutput, step_attempt
+from durable_agents.flowclient.runs import start_run
+from durable_agents.flowclient.status import run_status
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.steps.models import (
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
+from durable_agents.steps.retry import RetryRule
+from durable_agents.steps.runstate import RUN_STATES, STEP_STATES, unix
+from durable_agents.workflows.agent_flow import AgentFlow
 from tests.support import EMAIL, TASK, poll_until
-from workflows.agent_flow import AgentFlow
 
 HEARTBEAT = 0.5
 """The heartbeat timeout of the rules whose attempts crash: a hung attempt is taken for dead after it."""
@@ -210,7 +217,7 @@ def step(status: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def check_words(*statuses: dict[str, Any]) -> None:
-    """Every status word is one of ``steps.runstate``'s."""
+    """Every status word is one of ``durable_agents.steps.runstate``'s."""
     for status in statuses:
         assert status["status"] in RUN_STATES, status
         for s in status["steps"]:
@@ -428,8 +435,8 @@ async def test_a_worker_shutdown_is_retried_at_once_and_is_no_death_under_a_vers
 
 
 async def test_both_readers_count_the_same_crashes_after_a_worker_shutdown(client):
-    """``steps.runstate``: ``crashes`` counts the attempts whose process died. A graceful shutdown is
-    no death under a version 2 rule (``steps.retry``); history and the workflow should say so alike."""
+    """``durable_agents.steps.runstate``: ``crashes`` counts the attempts whose process died. A graceful shutdown is
+    no death under a version 2 rule (``durable_agents.steps.retry``); history and the workflow should say so alike."""
     async with Run(client, StandIns(draft=[shutdown]), rule(max_worker_deaths=0)) as run:
         await run.completed()
         progress, history = await run.both()

@@ -1,5 +1,5 @@
 """A probe workflow whose history holds a cancelled attempt of a step, for
-tests/test_in_doubt.py: what ``flowclient.status`` makes of
+tests/test_in_doubt.py: what ``durable_agents.flowclient.status`` makes of
 ActivityTaskCancelRequested and ActivityTaskCanceled, written by a real
 server, whatever the shipped workflow does with a cancel today.
 

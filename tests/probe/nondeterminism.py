@@ -1,7 +1,7 @@
 """A probe workflow that tries, one at a time, each thing workflow code must
-not do. It lives outside workflows/ but is loaded by the same rules as the
+not do. It lives outside durable_agents/workflows/ but is loaded by the same rules as the
 shipped workflow (a module of its own, not passed through), so the sandbox
-treats it exactly as it treats workflows/agent_flow.py."""
+treats it exactly as it treats durable_agents/workflows/agent_flow.py."""
 
 import datetime
 import random

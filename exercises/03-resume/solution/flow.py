@@ -3,7 +3,7 @@
     python flow.py start RUN_ID "TASK" --email ADDR
     python flow.py resume RUN_ID
 
-The agent flow's three steps (the lab's own step functions, steps/flow.py)
+The agent flow's three steps (the lab's own step functions, durable_agents/steps/flow.py)
 driven by a run record in SQLite at ``RECORD_DB``: the run, its current step,
 each completed step's result, and each effect's intent (its idempotency key
 and request) committed before the request can go out. ``resume`` reads the
@@ -24,11 +24,11 @@ import sys
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 
-from steps import flow
-from steps.keys import idempotency_key
-from steps.limits import InputError, check_email, check_run_id, check_task
-from steps.requests import RunInputs, draft_request, record_request, send_request
-from wiring import deps_from_env
+from durable_agents.steps import flow
+from durable_agents.steps.keys import idempotency_key
+from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
+from durable_agents.steps.requests import RunInputs, draft_request, record_request, send_request
+from durable_agents.wiring import deps_from_env
 
 RECORD_DB = os.environ.get("RECORD_DB", ".state/exercise-record.db")
 
@@ -100,7 +100,8 @@ def say(line: str) -> None:
 
 
 def make_deps():
-    """What the steps need from the world (steps/ports.py): the provider and the model, from the environment."""
+    """What the steps need from the world (durable_agents/steps/ports.py): the provider and the model, from the
+    environment."""
     deps = deps_from_env({**os.environ, "MEMORY_DB": "off"})  # the lab's memory stays out: memory is exercise 4
     return deps
 

@@ -5,7 +5,7 @@ prompt without end. Make it keep the rule below (README.md states it; the
 grader checks it after every append), in ``append`` (TODO 7, TODO 8):
 
 1. the window (the pinned system message and every kept message) counts at
-   most ``max_tokens``, each message counted by ``memory.tokens.approx_tokens``;
+   most ``max_tokens``, each message counted by ``durable_agents.memory.tokens.approx_tokens``;
 2. a pinned system message stays first and is never evicted; a later one
    replaces it (the old one leaves, its id returned), evicting blocks as
    rule 4 says; one that would leave no room for anything else is refused
@@ -20,8 +20,8 @@ grader checks it after every append), in ``append`` (TODO 7, TODO 8):
 6. an id appended before, kept or evicted, is ignored when appended again.
 
 ``context`` and ``remember`` below plug a saved window into the flow's draft
-step (flow.py, TODO 9 and 10). Import what you need from ``memory.messages``
-and ``memory.tokens`` only: the rest of ``memory`` is the lab's finished
+step (flow.py, TODO 9 and 10). Import what you need from ``durable_agents.memory.messages``
+and ``durable_agents.memory.tokens`` only: the rest of ``memory`` is the lab's finished
 answer, and the grader refuses a memory built on it.
 """
 
@@ -31,8 +31,8 @@ import json
 import os
 from collections.abc import Callable
 
-from memory.messages import Message
-from memory.tokens import approx_tokens
+from durable_agents.memory.messages import Message
+from durable_agents.memory.tokens import approx_tokens
 
 MEMORY_FILE = os.environ.get("MEMORY_FILE", ".state/exercise-memory.json")
 MAX_TOKENS = int(os.environ.get("MEMORY_MAX_TOKENS", "2000"))
@@ -56,8 +56,8 @@ class BoundedMemory:
         # TODO 7 (exercise 4): where the message goes (rules 2 and 3). A pinned system message is the
         #   window's first message and never leaves; a later one replaces it (the old one leaves the window
         #   and counts as evicted), and one that would leave no room under the budget for anything else is
-        #   refused with a ValueError, the memory left as it was (the lab's rule: memory/window.py, `pin`).
-        #   A tool result belongs to the block of the message that holds its call, and a result whose call
+        #   refused with a ValueError, the memory left as it was (the lab's rule: durable_agents/memory/window.py,
+        # `pin`). A tool result belongs to the block of the message that holds its call, and a result whose call
         #   was already evicted never enters the window (it counts as evicted at once). Every other message
         #   starts a block of its own. Every id that gets in is remembered, for rule 6.
         self.seen.add(message.id)

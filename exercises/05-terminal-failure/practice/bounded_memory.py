@@ -3,7 +3,7 @@
 The rule (README.md states it; the grader checks it after every append):
 
 1. the window (the pinned system message and every kept message) counts at
-   most ``max_tokens``, each message counted by ``memory.tokens.approx_tokens``;
+   most ``max_tokens``, each message counted by ``durable_agents.memory.tokens.approx_tokens``;
 2. a pinned system message stays first and is never evicted; a later one
    replaces it (the old one leaves, its id returned), evicting blocks as
    rule 4 says; one that would leave no room for anything else is refused
@@ -18,7 +18,7 @@ The rule (README.md states it; the grader checks it after every append):
 6. an id appended before, kept or evicted, is ignored when appended again.
 
 ``context`` and ``remember`` below plug a saved window into the flow's draft
-step (``steps.ports``: ``MemoryContext``, ``MemoryWriter``). Memory informs
+step (``durable_agents.steps.ports``: ``MemoryContext``, ``MemoryWriter``). Memory informs
 prompts; the run record, not memory, says what was done.
 """
 
@@ -28,8 +28,8 @@ import json
 import os
 from collections.abc import Callable
 
-from memory.messages import Message
-from memory.tokens import approx_tokens
+from durable_agents.memory.messages import Message
+from durable_agents.memory.tokens import approx_tokens
 
 MEMORY_FILE = os.environ.get("MEMORY_FILE", ".state/exercise-memory.json")
 MAX_TOKENS = int(os.environ.get("MEMORY_MAX_TOKENS", "2000"))

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from steps import flow
-from steps.flow import StepDeps
-from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest  # noqa: F401
+from durable_agents.steps import flow
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.models import (  # noqa: F401
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
 
 
 class FlowActivities:

@@ -17,10 +17,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from steps import flow
-    from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: F401 (TODO 13)
-    from steps.requests import RunInputs, draft_request, record_request, send_request
-    from wiring import deps_from_env
+    from durable_agents.steps import flow
+    from durable_agents.steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable  # noqa: F401 (TODO 13)
+    from durable_agents.steps.requests import RunInputs, draft_request, record_request, send_request
+    from durable_agents.wiring import deps_from_env
 
 # A dead worker's attempt is noticed when this passes: the provider and the
 # model stand-in answer in milliseconds, so 5 s is long for a live attempt.

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from flowclient.connect import connect, exit_now
+from durable_agents.flowclient.connect import connect, exit_now
 
 
 async def main() -> int:

@@ -3,7 +3,7 @@
 An activity may run more than once (a retry, a worker killed mid-attempt),
 so each effect sends the idempotency key its request carries: the request
 builders in workflow code derive it from the run id and the step name
-(``steps.keys``), the same on every attempt, and the provider applies the
+(``durable_agents.steps.keys``), the same on every attempt, and the provider applies the
 effect once.
 """
 
@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from steps import flow
-from steps.flow import StepDeps
-from steps.models import DraftRequest, DraftResult, EmailSent, OutcomeRecorded, RecordRequest, SendRequest
+from durable_agents.steps import flow
+from durable_agents.steps.flow import StepDeps
+from durable_agents.steps.models import (
+    DraftRequest,
+    DraftResult,
+    EmailSent,
+    OutcomeRecorded,
+    RecordRequest,
+    SendRequest,
+)
 
 
 class FlowActivities:

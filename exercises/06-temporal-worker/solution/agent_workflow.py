@@ -19,8 +19,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable
-    from steps.requests import RunInputs, draft_request, record_request, send_request
+    from durable_agents.steps.models import DraftResult, EmailSent, OutcomeRecorded, to_jsonable
+    from durable_agents.steps.requests import RunInputs, draft_request, record_request, send_request
 
 # A dead worker's attempt is noticed when this passes: the provider and the
 # model stand-in answer in milliseconds, so 5 s is long for a live attempt.

@@ -1,9 +1,9 @@
 """Exercise 6: the worker. ``python worker.py`` (Ctrl-C stops it; SIGKILL is the real test).
 
 It connects as every process of the lab does (``TEMPORAL_ADDRESS``,
-``TEMPORAL_NAMESPACE``: flowclient.connect), polls ``TASK_QUEUE`` (default
+``TEMPORAL_NAMESPACE``: durable_agents.flowclient.connect), polls ``TASK_QUEUE`` (default
 ``exercise-flow``), and runs the workflow under the lab's shipped worker
-options (flowclient.worker_options: Temporal's sandbox plus sqlite3, the
+options (durable_agents.flowclient.worker_options: Temporal's sandbox plus sqlite3, the
 workflow cache), with the activities this folder defines.
 """
 
@@ -16,9 +16,9 @@ from agent_activities import FlowActivities
 from agent_workflow import ExerciseFlow
 from temporalio.worker import Worker
 
-from flowclient.connect import connect
-from flowclient.worker_options import worker_options
-from wiring import deps_from_env
+from durable_agents.flowclient.connect import connect
+from durable_agents.flowclient.worker_options import worker_options
+from durable_agents.wiring import deps_from_env
 
 
 async def main() -> None:

@@ -26,10 +26,10 @@ import sys
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from steps.crashpoints import crash_point
-from steps.keys import KEY_PREFIX
-from steps.limits import InputError, check_email, check_run_id, check_task
-from steps.loop import (
+from durable_agents.steps.crashpoints import crash_point
+from durable_agents.steps.keys import KEY_PREFIX
+from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
+from durable_agents.steps.loop import (
     AskedCall,
     LoopInputs,
     ToolRequest,
@@ -43,7 +43,7 @@ from steps.loop import (
     task_message,
     turn_message,
 )
-from wiring import deps_from_env
+from durable_agents.wiring import deps_from_env
 
 RECORD_DB = os.environ.get("RECORD_DB", ".state/exercise7-record.db")  # not exercises 1-5's: another schema
 
