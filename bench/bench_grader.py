@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from durable_agents.providerclient import seed_orders  # noqa: E402
-from lab.model_standin import ModelStandIn  # noqa: E402
+from durable_agents.testing.standin import ModelStandIn  # noqa: E402
 from lab.processes import Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 

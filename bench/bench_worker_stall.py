@@ -22,7 +22,7 @@ once and waits until every one has closed. Cases:
 - **offline**: the offline model, N runs from ``--runs``, once per activity
   slot count in ``--slots`` (``LAB_MAX_CONCURRENT_ACTIVITIES``; 100 is the
   SDK's default, what worker.py ran with before it set one);
-- **openai**: an OpenAI-compatible model (``lab.model_standin.ModelStandIn``,
+- **openai**: an OpenAI-compatible model (``durable_agents.testing.standin.ModelStandIn``,
   the lab's stand-in, in this process, answering every draft at once; the
   figures in docs/benchmarks.md were measured with the tests' scripted fake,
   which answered at once too), N runs from ``--openai-runs``: the
@@ -74,7 +74,7 @@ from durable_agents.flowclient.connect import connect, exit_now  # noqa: E402
 from durable_agents.flowclient.runs import start_run  # noqa: E402
 from durable_agents.flowclient.worker_options import MAX_CONCURRENT_ACTIVITIES  # noqa: E402
 from durable_agents.steps.retry import rule_from_env  # noqa: E402
-from lab.model_standin import ModelStandIn  # noqa: E402
+from durable_agents.testing.standin import ModelStandIn  # noqa: E402
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc  # noqa: E402
 from lab.provider_process import start_provider  # noqa: E402
 

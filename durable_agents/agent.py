@@ -18,7 +18,7 @@ The contract:
   function of the user's, or None: the worker's own model (the lab's: its OpenAI-compatible client at
   ``LLM_BASE_URL``, ``LLM_MODEL``; offline, the lab's scripted refund model). ``AGENT_MODEL=worker`` has a
   process ask the worker's model for every agent (the lab's stand-in can then serve the agent's own script
-  and count its turns from outside: ``lab.model_standin --agent``).
+  and count its turns from outside: ``durable_agents.testing.standin --agent``).
 - **Services** is a zero-argument factory of what the tools' handlers reach the world through
   (``ToolContext.services``: a client of the user's service); built once per worker process. None: the
   worker's own (the lab's ``StepDeps``).

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from durable_agents.drafting.scripted import ScriptedModel
-from lab.loopback import JsonHandler, LoopbackServer
+from durable_agents.testing.loopback import JsonHandler, LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 MODEL_NAME = "grader-model-stand-in"

@@ -14,9 +14,9 @@ outlived the kill (README.md for the demo, LAB.md for the guided path).
   steps a process started; what the tools, the lessons and the tests use.
 - ``lab.provider_process``: the provider as a real process: started, SIGKILLed
   (a crash, or an outage) and restarted on the same store and port.
-- ``lab.loopback``: an HTTP server on 127.0.0.1 in a thread of this process,
+- ``durable_agents.testing.loopback``: an HTTP server on 127.0.0.1 in a thread of this process,
   for stand-ins read in place (the grader's model, the tests' OpenAI server).
-- ``lab.model_standin``: an OpenAI-compatible server playing the agent loop's
+- ``durable_agents.testing.standin``: an OpenAI-compatible server playing the agent loop's
   scripted model (and the offline draft), in a thread or as its own process,
   that counts the requests of each run and turn: a recorded turn never asked again.
 - ``lab.demo``: the kill-and-resume demo (``make demo``): a worker SIGKILLed

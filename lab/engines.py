@@ -78,7 +78,7 @@ steps shape, as ``python -m durable_agents.runrecord status --json`` prints it.
 
 The orders a task names are the caller's to seed at the provider
 (``durable_agents.providerclient.seed_orders``), and the model is the caller's too:
-``LLM_BASE_URL`` in ``env`` (``lab.model_standin``, which counts every turn
+``LLM_BASE_URL`` in ``env`` (``durable_agents.testing.standin``, which counts every turn
 asked), else the workers' scripted offline model. On Temporal, ``status``
 of a loop run is the shared shape too, its steps the loop's (``turn-<n>``,
 ``turn-<n>/call-<i>``), as the run record's ``status --json`` gives them.
@@ -127,7 +127,7 @@ from durable_agents.steps.loop import (
 )
 from durable_agents.steps.runstate import RunEntry, RunStateName, StepEntry, StepStateName, run_entry, step_entry
 from lab import registry
-from lab.processes import REPO, DevServer, Proc
+from lab.processes import REPO, BaseProc, DevServer, Proc
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -354,7 +354,7 @@ class EngineDriver(ABC):
         """Run a failed run again from the step that failed, to its end; its status then."""
         raise EngineError(f"the {self.name} engine has no retry of a failed run")
 
-    def processes(self) -> list[Proc]:
+    def processes(self) -> list[BaseProc]:
         """The engine's processes alive now: what a power cut takes with it."""
         return [p for p in self.procs if p.alive()]
 
@@ -552,7 +552,7 @@ class TemporalDriver(EngineDriver):
         self.queue = queue or f"lab-{uuid.uuid4().hex[:10]}"
         self.poll = poll
         self._client: Client | None = None
-        self._client_of: Proc | None = None
+        self._client_of: BaseProc | None = None
         self._loops: dict[str, bool] = {}  # run id -> a run of the agent loop: a run id's workflow never changes
 
     async def client(self) -> Client:
@@ -704,7 +704,7 @@ class TemporalDriver(EngineDriver):
         await restart_failed_run(await self.client(), run_id)
         return await self.wait_for(run_id, lambda s: s["status"] != "running", timeout=timeout)
 
-    def processes(self) -> list[Proc]:
+    def processes(self) -> list[BaseProc]:
         server = self.server.proc
         return [*super().processes(), *([server] if server is not None and server.alive() else [])]
 

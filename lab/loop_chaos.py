@@ -8,8 +8,8 @@ completed, no effect was duplicated or lost, and no recorded turn was asked agai
     make chaos-loop
 
 Each engine gets a session of its own (one after the other with ``all``): a provider on a fresh store (the
-judge of "once"), the model stand-in as its own process (``lab.model_standin``: the scripted model behind an
-OpenAI-compatible API, every answer ``--model-delay`` seconds late, counting every request by run and turn),
+judge of "once"), the model stand-in as its own process (``durable_agents.testing.standin``: the scripted model behind
+an OpenAI-compatible API, every answer ``--model-delay`` seconds late, counting every request by run and turn),
 and the engine's processes, driven through ``lab.engines`` (``start_loop``, ``resume``, ``loop_status``):
 
 1. a wave of ``--runs`` loop runs, each with orders of its own seeded at the provider and a task naming 1-3
@@ -93,6 +93,7 @@ from durable_agents.providerclient import EffectRecord, ProviderClient, fetch_ef
 from durable_agents.steps.controls import printable
 from durable_agents.steps.engine_row import Engine
 from durable_agents.steps.loop import EFFECT_OF_TOOL
+from durable_agents.testing.standin import start_model_standin
 from lab import registry
 from lab.chaos_moves import (
     clear_faults,
@@ -104,7 +105,6 @@ from lab.chaos_moves import (
     wants_standby,
 )
 from lab.engines import EngineDriver, LoopStatus, LoopTurn, TemporalDriver, driver_for, started_steps
-from lab.model_standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 

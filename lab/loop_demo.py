@@ -5,7 +5,7 @@ It starts everything itself, as ``make demo`` does (``lab.demo``): the
 Temporal dev server (history in .state/temporal.db, UI on
 http://127.0.0.1:8233), the provider (the stand-in order, refund, email and
 ticket APIs; the judge of "once", on a store of this demo's own), the model
-stand-in (``lab.model_standin``: the scripted model behind an
+stand-in (``durable_agents.testing.standin``: the scripted model behind an
 OpenAI-compatible API, counting every turn it is asked) and the engines'
 processes, through their drivers (``lab.engines``: ``start_loop``,
 ``resume``, ``loop_status``). Then, on each engine:
@@ -47,10 +47,10 @@ from rich.markup import escape
 from durable_agents.flowclient.connect import exit_now
 from durable_agents.providerclient import fetch_effects, seed_orders
 from durable_agents.steps.controls import printable
+from durable_agents.testing.standin import start_model_standin, turns_asked
 from lab.demo import add_demo_arguments, console, hold_server, pick_port, print_checks, print_effects, say, start_server
 from lab.engines import EngineDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
-from lab.model_standin import start_model_standin, turns_asked
-from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, wait_until
+from lab.processes import LAB_SERVER_CONFIG, BaseProc, DevServer, Proc, wait_until
 from lab.provider_process import ProviderProcess, start_provider
 
 POINT = "tool:issue_refund:after_effect"
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                        dynamic_config=LAB_SERVER_CONFIG)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     provider: ProviderProcess | None = None
-    standin: Proc | None = None
+    standin: BaseProc | None = None
     # The provider's store is this demo's own: the orders it keeps are refunded by the runs, and a demo run again
     # starts with them whole.
     scratch = tempfile.TemporaryDirectory(prefix="loop-demo-provider-")

@@ -32,7 +32,7 @@ from pathlib import Path
 from lab import registry
 from lab.engines import DbosDriver
 from lab.postgres import Postgres, check_reachable, initdb
-from lab.processes import Proc
+from lab.processes import BaseProc
 
 OF = registry.registration_of(DbosDriver)
 """The engine whose variant this is: the one that registered the driver below derives from."""
@@ -99,9 +99,10 @@ class _DbosOnPostgres(DbosDriver):
         super().__init__(env, timeout=timeout)
         self.postgres = postgres
 
-    def processes(self) -> list[Proc]:
+    def processes(self) -> list[BaseProc]:
         server = self.postgres.server
-        extra: list[Proc] = [server.proc] if server is not None and server.proc is not None and server.alive() else []
+        alive = server is not None and server.proc is not None and server.alive()
+        extra: list[BaseProc] = [server.proc] if alive and server is not None and server.proc is not None else []
         return [*super().processes(), *extra]
 
     def close(self) -> None:

@@ -4,7 +4,7 @@
 
 Starts what it needs (a Temporal dev server in memory on free ports, one
 provider process with its own store, one model stand-in process,
-``lab.model_standin``, which counts every request by run and turn) and plays
+``durable_agents.testing.standin``, which counts every request by run and turn) and plays
 the same task on each engine through its driver (``lab.engines``:
 ``start_loop``, ``killed``, ``resume``, ``loop_status``), each engine in
 processes of its own and under a run id of its own:
@@ -67,6 +67,7 @@ from durable_agents.runrecord.sides import RecordSide
 from durable_agents.steps.loop import call_step, parse_step
 from durable_agents.steps.runstate import unix
 from durable_agents.steps.startedline import parse_started
+from durable_agents.testing.standin import start_model_standin, turns_asked
 from lab import registry
 from lab.engines import (
     DbosDriver,
@@ -76,8 +77,7 @@ from lab.engines import (
     loop_status_of,
     started_steps,
 )
-from lab.model_standin import start_model_standin, turns_asked
-from lab.processes import DevServer, Proc
+from lab.processes import BaseProc, DevServer, Proc
 from lab.provider_process import ProviderProcess, start_provider
 from lesson.effects import effect_entries
 from lesson.lanes import Watched
@@ -332,7 +332,7 @@ class LoopScenario:
 
     async def _play(self) -> list[LoopObserved]:
         provider: ProviderProcess | None = None
-        standin: Proc | None = None
+        standin: BaseProc | None = None
         self.say("starting a Temporal dev server (in memory), the provider (counts effects per idempotency key) "
                  "and the model stand-in (counts every turn it is asked)")
         async with dev_server_meanwhile() as server_started:  # a few seconds: meanwhile, the rest

@@ -2,9 +2,9 @@
 Temporal, under the same kills and on the same clock, in one invocation. docs/peers.md has what it shows.
 
 It starts, for the whole invocation: one Temporal dev server in memory (``lab.processes.DevServer`` with the
-lab's server config), one provider (``lab.provider_process``), and two model stand-ins (``lab.model_standin``:
-one answering at once, one answering each tool request after ``--delay`` seconds, for the kill during a model
-request). Then:
+lab's server config), one provider (``lab.provider_process``), and two model stand-ins
+(``durable_agents.testing.standin``: one answering at once, one answering each tool request after ``--delay`` seconds,
+for the kill during a model request). Then:
 
 1. the faults (``peers.faults``): for each fault, for the lab's loop on Temporal and each lane's each variant,
    one run killed there and finished by a standby worker; one table per fault;
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 from durable_agents.flowclient.connect import connect
-from lab.model_standin import start_model_standin
+from durable_agents.testing.standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer
 from lab.provider_process import start_provider
 from peers import clock, faults

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from durable_agents.providerclient import fetch_effects, seed_orders
-from lab.model_standin import turns_asked
+from durable_agents.testing.standin import turns_asked
 from peers.lane import CRASH_POINTS
 from peers.subjects import Context, Subject, effects_of
 

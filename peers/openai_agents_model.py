@@ -5,7 +5,7 @@ The plugin runs every model call as its activity (``invoke_model_activity``) and
 it was given for the model there, on the worker; that parameter is the plugin's own hook for "custom model
 integrations", and the only place a worker decides how the model is reached. So:
 
-- **Chat completions, not the Responses API.** The stand-in (``lab.model_standin``) speaks chat completions
+- **Chat completions, not the Responses API.** The stand-in (``durable_agents.testing.standin``) speaks chat completions
   only: the Agents SDK's ``OpenAIProvider(use_responses=False)`` gives ``OpenAIChatCompletionsModel`` for any
   model name, on an ``AsyncOpenAI`` client at ``LLM_BASE_URL``.
 - **``max_retries=0`` on that client**, as the plugin's own default provider has it (``ModelActivity``'s
@@ -32,7 +32,8 @@ from openai import AsyncOpenAI
 from durable_agents.steps.crashpoints import crash_point
 
 BETWEEN_TURNS = "peer:between_turns"
-RUN_HEADER = "X-Lab-Run"  # lab.model_standin.RUN_HEADER; not imported: the stand-in's module starts a server's imports
+# durable_agents.testing.standin.RUN_HEADER; not imported: the stand-in's module starts a server's imports
+RUN_HEADER = "X-Lab-Run"
 NO_KEY = "lab-stand-in"
 """The API key sent when ``OPENAI_API_KEY`` is unset: the stand-in takes any; the client refuses none."""
 
@@ -44,7 +45,7 @@ def model_provider(env: dict[str, str] | None = None) -> ModelProvider:
     base_url = env.get("LLM_BASE_URL", "").strip()
     if not base_url:
         raise ValueError("LLM_BASE_URL is unset: give the model stand-in's API root, e.g. http://127.0.0.1:PORT/v1 "
-                         "(python -m lab.model_standin prints it)")
+                         "(python -m durable_agents.testing.standin prints it)")
     headers = {RUN_HEADER: quote(env.get("LAB_PEER_RUN", "-"), safe="")}
     client = AsyncOpenAI(base_url=base_url, api_key=env.get("OPENAI_API_KEY") or NO_KEY, max_retries=0,
                          default_headers=headers)

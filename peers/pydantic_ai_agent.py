@@ -84,7 +84,7 @@ def _model() -> BetweenTurns:
     base_url = os.environ.get("LLM_BASE_URL", "")
     if not base_url:
         raise SystemExit("LLM_BASE_URL is not set: point it at the model stand-in's API root (python -m "
-                         "lab.model_standin prints it), ending in /v1")
+                         "durable_agents.testing.standin prints it), ending in /v1")
     client = AsyncOpenAI(base_url=base_url, api_key="lab-stand-in", max_retries=0,
                          default_headers={RUN_HEADER: os.environ.get("LAB_PEER_RUN", "-")})
     return BetweenTurns(OpenAIChatModel(MODEL_NAME, provider=OpenAIProvider(openai_client=client)))

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from durable_agents.flowclient.connect import connect
-from lab.model_standin import start_model_standin
+from durable_agents.testing.standin import start_model_standin
 from lab.powercut import PowerCut, unavailable, unmount_all_under
 from lab.processes import LAB_SERVER_CONFIG, DevServer, Proc, start_worker
 from lab.provider_process import start_provider
@@ -150,7 +150,7 @@ def dbos_procs(provider, tmp_path):
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[str]:
-    """The model stand-in (``lab.model_standin``) as its own process, shared by a module's tests (it counts
+    """The model stand-in (``durable_agents.testing.standin``) as its own process, shared by a module's tests (it counts
     by run id, and each test has its own): its API root, for ``LLM_BASE_URL``. A module that needs the
     stand-in in its own process, to hold a request or read its prompts, defines a ``standin`` of its own."""
     proc, url = start_model_standin()

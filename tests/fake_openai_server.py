@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from lab.loopback import LoopbackServer
+from durable_agents.testing.loopback import LoopbackServer
 
 CHAT_PATH = "/v1/chat/completions"
 

@@ -1,6 +1,6 @@
 """Helpers the agent loop's tests share (tests/test_loop_*.py), written once, as tests/support.py is for
 every test: plain functions and constants. The model stand-in process they count with is the ``standin``
-fixture of tests/conftest.py; its count of a run's turns is ``lab.model_standin.turns_asked``.
+fixture of tests/conftest.py; its count of a run's turns is ``durable_agents.testing.standin.turns_asked``.
 
 The kill tests of the run record and DBOS (tests/test_loop_runrecord.py, tests/test_loop_dbos.py) run one
 task on each engine: ``TASK`` names the two ``ORDERS``, each with something left to refund, so the scripted
@@ -17,7 +17,7 @@ from typing import Any
 from durable_agents.providerclient import EffectRecord, fetch_effects, lookup_counts
 from durable_agents.steps.loop import MIN_WINDOW_TOKENS
 from durable_agents.steps.retry import SAME_ERROR_LIMIT
-from lab.model_standin import FAILED_WORDS, turns_asked
+from durable_agents.testing.standin import FAILED_WORDS, turns_asked
 
 ORDERS = {"A-1001": 2500, "B-2002": 1200}
 TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
@@ -78,8 +78,8 @@ def assert_failed_at_the_turn_limit(status: Mapping[str, Any], provider_url: str
 
 
 SAME_ERROR_FAILS = {"fail_status": 500}
-"""The model stand-in's options (``lab.model_standin.ModelStandIn``) for a model that answers every turn with
-the same model-side error, word for word (a 500 is transient, not an outage:
+"""The model stand-in's options (``durable_agents.testing.standin.ModelStandIn``) for a model that answers every turn
+with the same model-side error, word for word (a 500 is transient, not an outage:
 ``durable_agents.drafting.openai_compat``)."""
 OUTAGES_THAT_CLEAR = {
     "an outage, the same words": {"fail_status": 503, "fail_times": SAME_ERROR_LIMIT + 1},

@@ -74,7 +74,7 @@ terminated-mid-effect  terminated while step 2's request is held: TERMINATED
 =====================  =========================================================
 
 The agent loop's (``AgentLoop``, started as ``durable_agents.flowclient.loop.start_loop`` does),
-each on the model stand-in (``lab.model_standin``: the scripted model, its tool
+each on the model stand-in (``durable_agents.testing.standin``: the scripted model, its tool
 call ids deterministic) and an order of its own seeded at the provider, the task
 naming that one order: lookup; refund and email in one turn; ticket; answer.
 
@@ -144,10 +144,10 @@ from durable_agents.flowclient.status import run_status
 from durable_agents.providerclient import ProviderClient, seed_orders
 from durable_agents.steps.keys import idempotency_key
 from durable_agents.steps.retry import RetryRule
+from durable_agents.testing.standin import start_model_standin, turns_asked
 from durable_agents.workflows import agent_flow
 from durable_agents.workflows.agent_loop import LOOP_WORKFLOW_NAME
 from durable_agents.workflows.loop_state import MIN_HISTORY_BOUND, LoopInput
-from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer, start_worker, temporal_cli, wait_until
 from lab.provider_process import start_provider
 

@@ -1,4 +1,4 @@
-"""An agent's own scripted model served by the model stand-in (``lab.model_standin --agent``), and the
+"""An agent's own scripted model served by the model stand-in (``durable_agents.testing.standin --agent``), and the
 worker-side switch that asks it there (``AGENT_MODEL=worker``, ``durable_agents.steps.served``): a script answers alike
 in the worker's process and over HTTP, because it is given the same messages both ways; the switch keeps the
 agent's version; a bad value or a missing ``LLM_BASE_URL`` is refused saying what to give; and on Temporal,
@@ -35,8 +35,8 @@ from durable_agents.steps.loop import (
 )
 from durable_agents.steps.refund_agent import REFUND_AGENT
 from durable_agents.steps.served import Served, agent_model, serve
+from durable_agents.testing.standin import ModelStandIn, start_model_standin, turns_asked
 from examples.scheduler import agent as scheduler
-from lab.model_standin import ModelStandIn, start_model_standin, turns_asked
 from lab.processes import REPO, Proc
 from tests.agents.notebook import NOTEBOOK
 from tests.support import wait_exit
@@ -142,7 +142,8 @@ def test_a_bad_agent_model_or_worker_without_llm_base_url_is_refused_saying_what
 def test_the_stand_in_process_refuses_an_agent_that_does_not_load_with_exit_2():
     for spec, said in (("tests.agents.nowhere:AGENT", "cannot import 'tests.agents.nowhere'"),
                        ("durable_agents.steps.refund_agent:REFUND_AGENT", "agent refund declares no model of its own")):
-        proc = Proc("model-standin", [sys.executable, "-m", "lab.model_standin", "--agent", spec], cwd=REPO)
+        proc = Proc("model-standin", [sys.executable, "-m", "durable_agents.testing.standin", "--agent", spec],
+                    cwd=REPO)
         assert wait_exit(proc, 30) == 2, proc.output()
         assert said in proc.output(), proc.output()
 

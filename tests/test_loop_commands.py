@@ -30,8 +30,8 @@ from durable_agents.flowclient.loop import read_chain, start_loop
 from durable_agents.flowclient.runs import start_run
 from durable_agents.providerclient import fetch_effects, seed_orders
 from durable_agents.steps.loop import MIN_WINDOW_TOKENS
+from durable_agents.testing.standin import start_model_standin, turns_asked
 from lab.engines import InMemoryDriver, LoopStatus, RunRecordDriver, TemporalDriver, started_steps
-from lab.model_standin import start_model_standin, turns_asked
 from lab.processes import REPO, wait_until
 from tests.loop_support import model_env
 from tests.support import EMAIL, TASK

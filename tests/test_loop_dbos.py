@@ -1,7 +1,7 @@
 """The agent loop on DBOS (``python -m durable_agents.dbosflow loop``), proved with real processes: the provider (which
-counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through ``LLM_BASE_URL``, which
-counts every request by run and turn), and ``python -m durable_agents.dbosflow`` processes killed by SIGKILL at each
-crash point of the loop, then resumed (DBOS's recovery on launch) without it.
+counts effects and order lookups), the model stand-in (``durable_agents.testing.standin``, reached through
+``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m durable_agents.dbosflow`` processes
+killed by SIGKILL at each crash point of the loop, then resumed (DBOS's recovery on launch) without it.
 
 The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
 a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
@@ -37,7 +37,7 @@ from durable_agents.steps import loop  # noqa: E402
 from durable_agents.steps.models import to_jsonable  # noqa: E402
 from durable_agents.steps.retry import SAME_ERROR_LIMIT, RetryRule  # noqa: E402
 from durable_agents.steps.startedline import started_steps  # noqa: E402
-from lab.model_standin import ModelStandIn, turns_asked  # noqa: E402
+from durable_agents.testing.standin import ModelStandIn, turns_asked  # noqa: E402
 from lab.processes import REPO  # noqa: E402
 from tests.loop_support import (  # noqa: E402
     BAD_LOOP_INPUT,

@@ -8,7 +8,7 @@ message bound binds at turns 50 and 150, the token bound at 202 (the ticket name
 last prompt holds 9 of the 504 messages recorded before it: the system instructions, the task and the
 newest three tool rounds.
 
-The model stand-in runs in this process (``lab.model_standin.ModelStandIn``, reached over TCP by the worker
+The model stand-in runs in this process (``durable_agents.testing.standin.ModelStandIn``, reached over TCP by the worker
 and runrecord processes through ``LLM_BASE_URL``), extended here only to keep the prompt it is asked with
 for each turn and to hold the first request of turn 150 in flight: it is counted when it arrives (the
 stand-in's rule), the test sees it held and SIGKILLs the process that asked, then lets it go. A fresh
@@ -50,8 +50,8 @@ from durable_agents.runrecord import RunRecord
 from durable_agents.runrecord.plans import LoopRunPlan, loop_inputs
 from durable_agents.steps.loop import TurnRequest, parse_step, turn_step
 from durable_agents.steps.startedline import parse_started, started_in
+from durable_agents.testing.standin import ModelStandIn
 from durable_agents.workflows.loop_state import window_policy
-from lab.model_standin import ModelStandIn
 from lab.processes import Proc
 from tests import loop_support
 from tests.support import EMAIL, finished, poll_until, poll_until_sync

@@ -1,6 +1,6 @@
 """The agent loop's model side: ``durable_agents.drafting.OpenAIChatModel.turn`` through the real ``openai`` client,
-against the lab's model stand-in (``lab.model_standin``: in this process, and as its own process) and against the
-scripted fake server (tests/fake_openai_server.py) for what a server may send wrong; the scripted model's
+against the lab's model stand-in (``durable_agents.testing.standin``: in this process, and as its own process) and
+against the scripted fake server (tests/fake_openai_server.py) for what a server may send wrong; the scripted model's
 script itself (``durable_agents.drafting.scripted``); and which model the environment gives the loop
 (``durable_agents.drafting.agent_from_env``, ``durable_agents.wiring.deps_from_env``).
 
@@ -35,8 +35,8 @@ from durable_agents.steps.loop import (
     tool_specs,
     turn_message,
 )
+from durable_agents.testing.standin import READY, ModelStandIn, start_model_standin
 from durable_agents.wiring import deps_from_env, preload
-from lab.model_standin import READY, ModelStandIn, start_model_standin
 from tests.fake_openai_server import FakeOpenAIServer, completion, error, tool_call, tool_completion
 
 SECRET = "sk-test-7e57c0de-not-a-real-key"

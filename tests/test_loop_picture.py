@@ -25,8 +25,8 @@ import pytest
 import pytest_asyncio
 
 from durable_agents.providerclient import fetch_effects
+from durable_agents.testing.standin import start_model_standin, turns_asked
 from lab.browser import NoChromium, chromium, dom
-from lab.model_standin import start_model_standin, turns_asked
 from lab.provider_process import start_provider
 from lesson.loop_page import loop_page
 from lesson.loop_scenario import HAVE_DBOS, LABELS, MODEL_DELAY, LoopScenario

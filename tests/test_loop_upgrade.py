@@ -37,8 +37,8 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from durable_agents.flowclient.loop import loop_status, wait_for_loop
 from durable_agents.providerclient import fetch_effects
 from durable_agents.steps.loop import tool_key
+from durable_agents.testing.standin import turns_asked
 from lab.engines import started_steps
-from lab.model_standin import turns_asked
 from lab.processes import REPO, Proc, start_worker
 from tests.loop_support import (
     CUSTOMER,

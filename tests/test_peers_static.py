@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 
 from durable_agents.drafting.scripted import ScriptedModel
 from durable_agents.steps.loop import tool_specs
-from lab.model_standin import ModelStandIn
+from durable_agents.testing.standin import ModelStandIn
 from lab.processes import REPO
 from peers.tools import call_key, fresh_key
 

@@ -47,7 +47,7 @@ Environment variables:
 
 ``LLM_TIMEOUT`` bounds each request of a turn too; a turn makes up to two
 requests like a draft (an answer with neither text nor a readable tool call is
-asked again once). The lab's stand-in server, ``python -m lab.model_standin``,
+asked again once). The lab's stand-in server, ``python -m durable_agents.testing.standin``,
 serves the scripted model (and the offline draft) over this API, so the loop
 and the flow can run against ``LLM_BASE_URL`` with no real model.
 

@@ -27,7 +27,7 @@ on the same client and under the same rules, with these differences:
   as given (no JSON instruction: the answer is text and tool calls, not a draft);
 - ``labels`` (the run and the turn) go as the headers ``X-Lab-Run`` and
   ``X-Lab-Turn``, percent-encoded: a real server ignores them, the lab's
-  stand-in (``lab.model_standin``) counts requests by them;
+  stand-in (``durable_agents.testing.standin``) counts requests by them;
 - the answer is ``choices[0].message``: its text (none: ``""``) and its function
   tool calls, in the model's order, each as ``durable_agents.steps.loop.AskedCall`` (id, name,
   arguments as the JSON text the model wrote: checked later, when the call runs).

@@ -16,7 +16,7 @@ Which model asks an agent's turns is the process's choice, read once by ``serve`
 ``own`` (the default) asks each agent its declared model, or the process's own model (``StepDeps.agent``)
 when it declares none; ``worker`` asks the process's own model for every agent, its client of
 ``LLM_BASE_URL``, so that the requests are made over HTTP and counted where the model is (the lab's
-``python -m lab.model_standin --agent`` serves an agent's script there). The agent is served as
+``python -m durable_agents.testing.standin --agent`` serves an agent's script there). The agent is served as
 ``dataclasses.replace(agent, model=None)``: the model is not in the agent's version (``Served.version``), so a
 run keeps its version whichever model asks it.
 """
@@ -118,8 +118,8 @@ def serve(agents: Iterable[Agent], default_services: Any = None, *, model: str |
     if from_env and model == "worker" and declared and not os.environ.get("LLM_BASE_URL", "").strip():
         raise InputError(f"{AGENT_MODEL}=worker asks the worker's model for agent {declared[0]}, its client of "
                          "LLM_BASE_URL, which is not set: point LLM_BASE_URL at an OpenAI-compatible server "
-                         "(python -m lab.model_standin --agent package.module:attr serves an agent's own script), "
-                         "or unset AGENT_MODEL")
+                         "(python -m durable_agents.testing.standin --agent package.module:attr serves an agent's "
+                         "own script), or unset AGENT_MODEL")
     given: dict[str, Agent] = {}
     out: dict[str, Served] = {}
     for agent in agents:

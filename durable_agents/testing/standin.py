@@ -57,7 +57,7 @@ In this process (a test)::
 or as its own process, which prints one line, ``model stand-in listening on <url>``, once it serves, and
 stops cleanly on SIGTERM or SIGINT::
 
-    python -m lab.model_standin [--port N] [--vary | --agent package.module:attr] [--delay SECONDS]
+    python -m durable_agents.testing.standin [--port N] [--vary | --agent package.module:attr] [--delay SECONDS]
                                 [--fail-status STATUS [--fail-times N] [--fail-varied]]
 
 (``--agent``: an agent that does not load, or whose model has no ``turn``, is refused with exit status 2 and
@@ -81,15 +81,16 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from durable_agents import Agent, load_agent
+from durable_agents.agent import Agent, load_agent
 from durable_agents.drafting import OfflineModel, ScriptedModel
 from durable_agents.steps.errors import PermanentError
 from durable_agents.steps.loop import ModelAnswer
-from lab.loopback import JsonHandler
-from lab.processes import REPO, Proc
+from durable_agents.testing.loopback import JsonHandler
+from durable_agents.testing.processes import Proc
 
 CHAT_PATH = "/v1/chat/completions"
 COUNTS_PATH = "/v1/counts"
@@ -124,7 +125,7 @@ class Failed(Exception):
 class ModelStandIn:
     """The stand-in in a daemon thread of this process, on 127.0.0.1 (``port`` 0: one the OS picks).
 
-    ``lab.loopback.LoopbackServer``'s pattern, with a port of choice (the process form's ``--port``):
+    ``durable_agents.testing.loopback.LoopbackServer``'s pattern, with a port of choice (the process form's ``--port``):
     ``start()`` (or ``with``) serves, ``stop()`` shuts down and joins; ``url`` is the API root
     (``http://127.0.0.1:<port>/v1``), what ``LLM_BASE_URL`` takes."""
 
@@ -350,12 +351,13 @@ _live: set[Proc] = set()
 def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *, echo: bool = False,
                         fail_status: int | None = None, fail_times: int | None = None,
                         fail_varied: bool = False, agent: str | None = None,
-                        env: dict[str, str] | None = None) -> tuple[Proc, str]:
-    """``python -m lab.model_standin`` as an OS process, serving when this returns: (the process, its API
+                        env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[Proc, str]:
+    """``python -m durable_agents.testing.standin`` as an OS process, serving when this returns: (the process, its API
     root for ``LLM_BASE_URL``). ``agent``: an import string (``--agent``); ``env``: added to the process's
-    (what the agent's script reads). The caller stops it (``proc.stop()``: SIGTERM) or kills it; one still
+    (what the agent's script reads); ``cwd``: where it starts (default this process's: the folder an agent's
+    import string is found from). The caller stops it (``proc.stop()``: SIGTERM) or kills it; one still
     running when the interpreter exits is killed then. A start that fails raises with what it printed."""
-    argv = [sys.executable, "-m", "lab.model_standin", "--port", str(port)]
+    argv = [sys.executable, "-m", "durable_agents.testing.standin", "--port", str(port)]
     if agent:
         argv += ["--agent", agent]
     if vary:
@@ -368,7 +370,7 @@ def start_model_standin(port: int = 0, vary: bool = False, delay: float = 0.0, *
         argv += ["--fail-times", str(fail_times)]
     if fail_varied:
         argv.append("--fail-varied")
-    proc = Proc("model-standin", argv, env={**(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=REPO, echo=echo)
+    proc = Proc("model-standin", argv, env={**(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=cwd, echo=echo)
     _live.add(proc)
     try:
         line = proc.wait_for_line(READY, timeout=STARTUP_TIMEOUT)
@@ -396,7 +398,7 @@ def turns_asked(url: str, run_id: str) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lab.model_standin",
+        prog="python -m durable_agents.testing.standin",
         description="An OpenAI-compatible chat-completions server on 127.0.0.1 that plays the lab's models "
                     "(the agent loop's scripted model, the offline draft) and counts requests per run and turn.")
     parser.add_argument("--port", type=int, default=0, help="the port to listen on (default 0: one the OS picks)")

@@ -8,7 +8,7 @@ Subclass it with a handler class: ``start()`` (or ``with``) serves,
 A short poll interval keeps ``stop()``, which waits for one poll, fast.
 
 ``JsonHandler`` is the handler plumbing the stand-ins share (the grader's
-model, ``lab.model_standin``): one request per connection, a JSON answer
+model, ``durable_agents.testing.standin``): one request per connection, a JSON answer
 sent whole or not at all, no access log.
 """
 
