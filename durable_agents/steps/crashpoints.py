@@ -10,8 +10,16 @@ page cache and reaches the disk anyway, synced or not. ``lab/powercut.py``
 makes the power cut (writes never synced are lost); a crash point is how its
 tests stop a process at an exact place before cutting the power under it.
 
-Off unless set. When ``CRASH_AT`` is unset, ``crash_point`` is one lookup in an
-empty frozenset, read once at import.
+A name may carry the time it kills at, ``name@K`` (K from 1): the process dies the K-th time it reaches
+``name`` (a plain ``name`` is ``name@1``), so a point a run reaches often (a turn's answer, a tool's
+effect) can be killed at each occurrence (the kill matrix, ``durable_agents.testing.matrix``). Counted per
+process: a resumed run's new process counts from 1 again.
+
+``CRASH_TRACE=PATH`` appends the name of every point reached to PATH, one a line, in order (the kill matrix
+reads an unkilled run's trace to know where it can kill).
+
+Off unless set. When neither is set, ``crash_point`` is one test of a constant and one lookup in an empty
+dict, read once at import.
 
 Points reached by the step functions (every engine):
 
@@ -50,20 +58,41 @@ import signal
 import sys
 
 
-def _parse(value: str | None) -> frozenset[str]:
-    return frozenset(p.strip() for p in (value or "").split(",") if p.strip())
+def _parse(value: str | None) -> dict[str, frozenset[int]]:
+    """``name`` or ``name@K`` entries, comma-separated: each name with the times (1-based) it kills at."""
+    armed: dict[str, set[int]] = {}
+    for entry in (p.strip() for p in (value or "").split(",")):
+        if not entry:
+            continue
+        name, at, times = entry.rpartition("@")
+        if not at or not times.isdigit() or int(times) < 1:
+            name, times = entry, "1"
+        armed.setdefault(name, set()).add(int(times))
+    return {name: frozenset(times) for name, times in armed.items()}
 
 
 _ARMED = _parse(os.environ.get("CRASH_AT"))
+_SPECS = frozenset(p.strip() for p in (os.environ.get("CRASH_AT") or "").split(",") if p.strip())
+_TRACE = (os.environ.get("CRASH_TRACE") or "").strip() or None
+_REACHED: dict[str, int] = {}
 
 
 def armed() -> frozenset[str]:
-    return _ARMED
+    """The points ``CRASH_AT`` arms, as written there (``name`` or ``name@K``)."""
+    return _SPECS
 
 
 def crash_point(name: str) -> None:
-    """Die here, by SIGKILL, if ``name`` is armed through CRASH_AT."""
-    if name in _ARMED:
-        sys.stderr.write(f"CRASH_AT={name}: killing process {os.getpid()} with SIGKILL\n")
+    """Die here, by SIGKILL, if ``name`` is armed through CRASH_AT for this time of reaching it; with
+    CRASH_TRACE, first note that it was reached."""
+    if _TRACE is not None:
+        with open(_TRACE, "a", encoding="utf-8") as trace:
+            trace.write(f"{name}\n")
+    times = _ARMED.get(name)
+    if times is None:
+        return
+    reached = _REACHED[name] = _REACHED.get(name, 0) + 1
+    if reached in times:
+        sys.stderr.write(f"CRASH_AT={name}@{reached}: killing process {os.getpid()} with SIGKILL\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)

@@ -640,6 +640,9 @@ async def run_tool(req: ToolRequest, deps: StepDeps | None, agent: Agent | None 
         return _refused(req, err.reason)
     kind = toolbox.effects.get(name)
     if kind is None:
+        # A read-only call ran; its result is not recorded yet (a kill here runs it again: harmless only if it
+        # really is read-only, which the kill matrix checks with the user's probe).
+        crash_point(f"tool:{name}:after_call")
         # A read-only call's result, written as the loop always wrote it (ASCII JSON).
         return ToolResult(req.turn, req.index, name, "ok", json.dumps(out.content))
     # Applied (or replayed) at the provider; the call's result is not recorded yet.
