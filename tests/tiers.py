@@ -47,6 +47,9 @@ FAST = "fast"
 # The conftest fixtures that start something, by the tier they put a test in. A fixture of a module's own
 # declares its tiers where it is written, with ``@starts("process")`` under its ``@pytest.fixture``.
 FIXTURE_TIERS = {
+    # The adapter's pytest plugin (durable_agents.testing.plugin), loaded in every session.
+    "durable_dev_server": ("process",),
+    "kill_matrix": ("process",),
     "dev_server": ("process",),
     "provider": ("process",),
     "workers": ("process",),

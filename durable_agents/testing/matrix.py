@@ -1,0 +1,687 @@
+"""The kill matrix: an agent of yours killed at every crash point its run reaches, on each engine, and judged
+from outside the killed process.
+
+    report = KillMatrix("myagent.agent:AGENT", "Book a room on 2027-01-12", params={"attendee": "ana@x.org"},
+                        engines=("temporal", "runrecord"), env={"SCHEDULER_URL": url},
+                        temporal_address=server.address).run()
+    report.assert_ok()  # AssertionError naming the point, the engine and what went wrong
+
+(The pytest plugin's ``kill_matrix`` fixture makes one with a dev server of its own: docs/your-agent.md.)
+
+How, per engine:
+
+1. **An unkilled run** of the task, with ``CRASH_TRACE`` set: every crash point the run reaches is written
+   down in order. That is the matrix: each point at each time it was reached (``tool:book_room:after_effect@1``,
+   ``turn:after_answer@3``), which covers after each turn's answer, after each call of each tool (an effect's
+   ``after_effect``, a read-only call's ``after_call``), between calls, between turns and at continue-as-new:
+   whatever the run reached (docs/crashpoints.md names them).
+2. **Per point**, a run of its own (a run id, a task queue or a record of its own), its process started with
+   ``CRASH_AT=<point>@<time>``: the process kills itself by SIGKILL there. Then the run is taken over as a
+   user's would be: a standby worker on Temporal; ``resume RUN_ID`` on the run record and DBOS. Points run one
+   after the other, or side by side (``parallel``), each in its own processes.
+3. **The verdict**, from outside the killed process:
+
+   - the run ends as the unkilled run ended (its status word: completed, or failed);
+   - each call with an effect was applied under its key: asked through its tool's lookup by key (the engine's
+     ``settle --json``), a call recorded done whose key its service does not hold is a **failure** (the handler
+     did not send the key it was given, or sent something else with it); a call whose tool declares no lookup
+     is **not judged**, never passed, unless a ``probe`` is given;
+   - ``probe`` (optional): ``probe(run_id) -> {label: count}``, what your service applied for that run, read
+     by your code; each label's count must be the unkilled run's (more: applied twice; fewer: lost). It is how
+     an effect the adapter cannot see (a tool declared read-only that writes) is counted;
+   - no recorded turn asked again: when the agent's model is a ``ScriptedModel``, the engines ask it through
+     the model stand-in (``AGENT_MODEL=worker``, ``durable_agents.testing.standin``), which counts the
+     requests per run and turn in its own process: each turn once, except the turn whose answer the kill
+     lost (a kill at ``turn:after_answer@N``: turn N may be asked twice, and the row says so).
+
+   A point the process never reached (a model that varies its answers) is **not reached**, not passed.
+
+Nothing is downloaded: Temporal is the dev server the caller gives (``temporal_address``); the engines are
+this package's commands (``python -m durable_agents.worker``, ``.starter``, ``.runrecord``, ``.dbosflow``) run
+with this interpreter in ``cwd`` (the folder the agent's import string is imported from).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from durable_agents.testing.processes import Proc
+
+__all__ = ["ENGINES", "KillMatrix", "MatrixError", "Report", "Row", "points_of"]
+
+ENGINES = ("temporal", "runrecord", "dbos")
+Probe = Callable[[str], Mapping[str, int]]
+
+
+class MatrixError(RuntimeError):
+    """The matrix could not be run (the unkilled run did not end, an engine not known): says what to do."""
+
+
+@dataclass
+class Row:
+    """One point on one engine: what was seen and the verdict (``passed``, ``failed``, ``not judged``,
+    ``not reached``), with the reasons a person reads."""
+
+    engine: str
+    point: str
+    verdict: str
+    run_id: str
+    status: str = ""
+    reasons: list[str] = field(default_factory=list)
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    turns: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def effects_text(self) -> str:
+        states = Counter(e["state"] for e in self.effects)
+        return ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "-"
+
+    def turns_text(self) -> str:
+        return " ".join(f"{t}:{n}" for t, n in self.turns.items()) or "-"
+
+
+@dataclass
+class Report:
+    """A matrix's rows, and its unkilled runs (``reference``: per engine, status, trace and probe)."""
+
+    agent: str
+    task: str
+    rows: list[Row]
+    reference: dict[str, dict[str, Any]]
+    seconds: float
+
+    @property
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict in ("failed", "not reached")]
+
+    @property
+    def findings(self) -> list[str]:
+        """What the unkilled runs already show wrong (an effect its service does not hold under its key)."""
+        return [f"{engine}, unkilled (run {ref['run_id']}): {said}" for engine, ref in self.reference.items()
+                for said in ref.get("findings", [])]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.findings
+
+    def table(self) -> str:
+        """The matrix as a person reads it: a line per point and engine."""
+        width = max([len(r.point) for r in self.rows] + [5])
+        lines = [f"kill matrix of {self.agent}: {len(self.rows)} kill(s) in {self.seconds:.1f} s",
+                 f"  {'point':<{width}}  {'engine':<9}  {'verdict':<11}  {'effects':<22}  turns asked"]
+        for r in self.rows:
+            lines.append(f"  {r.point:<{width}}  {r.engine:<9}  {r.verdict:<11}  {r.effects_text():<22}  "
+                         f"{r.turns_text()}")
+        return "\n".join(lines)
+
+    def explain(self) -> str:
+        """What the unkilled runs show, then each row that did not pass, with its reasons."""
+        out = [f"{said}" for said in self.findings]
+        for r in self.rows:
+            if r.verdict != "passed":
+                out.append(f"{r.engine}, killed at {r.point} (run {r.run_id}): {r.verdict}")
+                out.extend(f"  - {reason}" for reason in r.reasons)
+        return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "task": self.task, "seconds": round(self.seconds, 2), "ok": self.ok,
+                "reference": self.reference, "rows": [asdict(r) for r in self.rows]}
+
+    def assert_ok(self) -> None:
+        """``AssertionError`` with the table and every failing row explained, unless every kill passed (and the
+        unkilled runs showed nothing wrong)."""
+        if not self.ok:
+            head = f"{len(self.failed)} of {len(self.rows)} kill(s) failed"
+            if self.findings:
+                head += f"; the unkilled run(s) already show {len(self.findings)} mistake(s)"
+            raise AssertionError(f"{head}\n{self.explain()}\n{self.table()}")
+
+
+def points_of(trace: Sequence[str]) -> list[str]:
+    """The points of an unkilled run's trace, each at each time it was reached: ``name@K``."""
+    seen: Counter[str] = Counter()
+    out = []
+    for name in trace:
+        seen[name] += 1
+        out.append(f"{name}@{seen[name]}")
+    return out
+
+
+# ---------------------------------------------------------------- the engines, by their commands
+
+
+class _Engine:
+    """How one engine starts a run (in a process that may be killed), takes it over, and reports on it."""
+
+    module = ""
+
+    def __init__(self, matrix: KillMatrix, state: Path) -> None:
+        self.m = matrix
+        self.state = state
+        self._prepared: dict[str, tuple[threading.Thread, list[Proc]]] = {}
+
+    def env(self, run_id: str, **more: str) -> dict[str, str]:
+        return {**self.m.env, **self.m.model_env, "MEMORY_DB": str(self.state / f"memory-{run_id}.db"),
+                "PYTHONUNBUFFERED": "1", **more}
+
+    def cli(self, args: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", self.module, *args], cwd=self.m.cwd, env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=self.m.timeout)
+
+    def json_of(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+        done = self.cli([*args, "--json"], env)
+        try:
+            return dict(json.loads(done.stdout))
+        except ValueError:
+            raise MatrixError(f"`python -m {self.module} {' '.join(args)} --json` printed no JSON (exit "
+                              f"{done.returncode}): {done.stdout[-500:]}{done.stderr[-1500:]}") from None
+
+    def run_args(self, run_id: str) -> list[str]:
+        params = [a for name, value in self.m.params.items() for a in ("--param", f"{name}={value}")]
+        return [run_id, self.m.task, "--agent", self.m.agent, *params]
+
+    def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        return self.json_of(["status", run_id], env)
+
+    def settle(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        return self.json_of(["settle", run_id], env)
+
+    def close(self) -> None:
+        """Kill what ``prepare`` started and no run took (a matrix that stopped early)."""
+        for thread, started in self._prepared.values():
+            thread.join(self.m.timeout)
+            for proc in started:
+                proc.kill()
+        self._prepared.clear()
+
+    def prepare(self, run_id: str, crash_at: str) -> None:
+        """Start in the background what ``run`` of this run will need first, while another run is judged (a
+        worker on the run's own queue, where it takes nothing of another run). Nothing, but on Temporal."""
+
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+        """Run ``run_id`` to its end; armed with ``crash_at`` (one point), killed there and taken over. True if
+        the armed process died by SIGKILL (False: it never reached the point)."""
+        raise NotImplementedError
+
+
+class _CliEngine(_Engine):
+    """The run record and DBOS: one process runs a run to its end; ``resume RUN_ID`` takes a killed one over."""
+
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+        first = Proc(f"{self.module}-{run_id}", [sys.executable, "-m", self.module, "loop", *self.run_args(run_id)],
+                     env={**env, "CRASH_AT": crash_at}, cwd=self.m.cwd)
+        procs.append(first)
+        code = first.wait(self.m.timeout)
+        if code != -9:
+            return False
+        again = Proc(f"{self.module}-resume-{run_id}", [sys.executable, "-m", self.module, "resume", run_id],
+                     env={**env, "CRASH_AT": ""}, cwd=self.m.cwd)
+        procs.append(again)
+        again.wait(self.m.timeout)
+        return True
+
+
+class _RunRecord(_CliEngine):
+    """Its status and its settle are read here, from the record (read only: the matrix records nothing)."""
+
+    module = "durable_agents.runrecord"
+
+    def env(self, run_id: str, **more: str) -> dict[str, str]:
+        return super().env(run_id, RUNRECORD_DB=str(self.state / f"record-{run_id}.db"), **more)
+
+    def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        from durable_agents.runrecord import RunRecord
+        from durable_agents.runrecord.status import status_of
+
+        with RunRecord(Path(env["RUNRECORD_DB"])) as record:
+            return dict(status_of(record.load(run_id)))
+
+    def settle(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        from durable_agents.runrecord import RunRecord
+        from durable_agents.runrecord.status import loop_effect_calls
+        from durable_agents.wiring.settle import settle_loop_calls
+
+        with RunRecord(Path(env["RUNRECORD_DB"])) as record:
+            calls = loop_effect_calls(record.load(run_id))
+        with _environment(self.m.env):
+            return {"run_id": run_id, "steps": _run_async(settle_loop_calls(calls, self.m.loaded))}
+
+
+class _Dbos(_CliEngine):
+    module = "durable_agents.dbosflow"
+
+    def env(self, run_id: str, **more: str) -> dict[str, str]:
+        # A system database per run: a DBOS process recovers every pending run of its version it finds there.
+        return super().env(run_id, DBOSFLOW_DB=str(self.state / f"dbos-{run_id}.db"), **more)
+
+
+class _Temporal(_Engine):
+    """A worker armed with the point serves the run's own task queue; after its death a standby worker takes
+    the run over, as another machine's worker would."""
+
+    def env(self, run_id: str, **more: str) -> dict[str, str]:
+        if not self.m.temporal_address:
+            raise MatrixError("the temporal engine needs a Temporal server: give temporal_address (the pytest "
+                              "plugin's kill_matrix fixture starts a dev server of its own)")
+        return super().env(run_id, TEMPORAL_ADDRESS=self.m.temporal_address, TEMPORAL_NAMESPACE="default",
+                           TASK_QUEUE=f"km-{run_id}", **more)
+
+    def worker(self, name: str, env: Mapping[str, str], crash_at: str, procs: list[Proc]) -> Proc:
+        proc = Proc(name, [sys.executable, "-m", "durable_agents.worker", "--agent", self.m.agent],
+                    env={**env, "CRASH_AT": crash_at}, cwd=self.m.cwd)
+        procs.append(proc)
+        proc.wait_for_line("worker ready", timeout=self.m.timeout)
+        return proc
+
+    def prepare(self, run_id: str, crash_at: str) -> None:
+        started: list[Proc] = []
+        thread = threading.Thread(target=self.worker, args=(f"worker-{run_id}", self.env(run_id), crash_at, started),
+                                  daemon=True)
+        thread.start()
+        self._prepared[run_id] = (thread, started)
+
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+        prepared = self._prepared.pop(run_id, None)
+        if prepared is not None:  # started while the previous run was judged
+            thread, started = prepared
+            thread.join(self.m.timeout)
+            procs += started
+            if not started or not started[0].alive():
+                raise MatrixError(f"the worker of run {run_id} did not start:\n"
+                                  f"{started[0].last_lines() if started else ''}")
+            first = started[0]
+        else:
+            first = self.worker(f"worker-{run_id}", env, crash_at, procs)
+        self.m.temporal.start(run_id, self.m.task, env["TASK_QUEUE"], self.m.loaded, self.m.agent, self.m.params)
+        self._until(lambda: not first.alive() or self._ended(run_id, env), run_id)
+        if first.alive():  # the run ended, the point never reached
+            first.stop()
+            return False
+        code = first.wait(5)
+        if code != -9:
+            raise MatrixError(f"the worker of run {run_id} exited {code}:\n{first.last_lines()}")
+        standby = self.worker(f"standby-{run_id}", env, "", procs)
+        self._until(lambda: self._ended(run_id, env), run_id)
+        standby.kill()  # the run has ended: nothing of it left for the worker to finish
+        return True
+
+    def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        return self.m.temporal.status(run_id) or {"status": None}
+
+    def settle(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        with _environment(self.m.env):  # the agent's services read where their service is from it
+            return self.m.temporal.settle(run_id, self.m.loaded)
+
+    def _ended(self, run_id: str, env: Mapping[str, str]) -> bool:
+        status = self.m.temporal.status(run_id)
+        return status is not None and status.get("status") not in ("running", None)
+
+    def _until(self, done: Callable[[], bool], run_id: str) -> bool:
+        deadline = time.monotonic() + self.m.timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise MatrixError(f"run {run_id} did not end within {self.m.timeout:g} s")
+            time.sleep(0.2)
+        return True
+
+
+class _TemporalReader:
+    """One client of the server on an event loop of its own thread: the matrix polls a run's status often, and
+    a command per poll would start an interpreter each time. Reads only (``loop_status``: the run's
+    histories), as ``starter status --json`` does."""
+
+    def __init__(self, address: str) -> None:
+        import asyncio
+
+        self.address = address
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="kill-matrix-temporal")
+        self.thread.start()
+        self.client: Any = None
+
+    def _call(self, coro: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
+
+    def status(self, run_id: str) -> dict[str, Any] | None:
+        from temporalio.service import RPCError
+
+        from durable_agents.flowclient.loop import loop_status
+
+        async def read() -> dict[str, Any] | None:
+            await self._connected()
+            try:
+                return await loop_status(self.client, run_id)
+            except RPCError:  # not started yet
+                return None
+
+        return self._call(read())
+
+    def start(self, run_id: str, task: str, queue: str, agent: Any, spec: str, params: Mapping[str, str]) -> None:
+        from durable_agents.flowclient.loop import start_loop
+
+        async def start() -> None:
+            await self._connected()
+            await start_loop(self.client, run_id, task, task_queue=queue, agent=agent, params=params,
+                             agent_spec=spec)
+
+        self._call(start())
+
+    def settle(self, run_id: str, agent: Any) -> dict[str, Any]:
+        """What ``starter settle RUN_ID --json`` answers for a loop run: each call with an effect asked through
+        its tool's lookup, with services built in this process."""
+        from durable_agents.flowclient.loop import loop_status
+        from durable_agents.wiring.settle import settle_loop_calls
+
+        async def settle() -> dict[str, Any]:
+            await self._connected()
+            found = await loop_status(self.client, run_id)
+            calls = {f"turn-{turn['turn']}/call-{call['index']}": (call["name"], call["key"])
+                     for turn in found["turns"] for call in turn["calls"] if call["key"]}
+            return {"run_id": run_id, "steps": await settle_loop_calls(calls, agent)}
+
+        return dict(self._call(settle()))
+
+    async def _connected(self) -> None:
+        from durable_agents.flowclient.connect import connect
+
+        if self.client is None:
+            self.client = await connect({"TEMPORAL_ADDRESS": self.address, "TEMPORAL_NAMESPACE": "default"})
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+_ENGINE_CLASSES: dict[str, type[_Engine]] = {"temporal": _Temporal, "runrecord": _RunRecord, "dbos": _Dbos}
+
+
+# ---------------------------------------------------------------- the matrix
+
+
+class KillMatrix:
+    """The matrix of one agent, one task and its parameters (the module docstring says what it does).
+
+    ``agent``: the import string (``package.module:ATTR``) the engines load it by, from ``cwd`` (default this
+    process's directory); ``env``: what the agent's services read (their URLs), given to every process;
+    ``engines``: of ``ENGINES``; ``temporal_address``: a Temporal server for ``temporal``; ``probe``: see the
+    module docstring; ``count_turns``: ask a ``ScriptedModel`` through the stand-in and count (default: when
+    the agent's model is one); ``parallel``: points run at once (1 by default: runs side by side share your
+service, and one run's effects may change another's path, a room booked by both); ``timeout``: seconds for
+each run to end; ``points``: only these (``name`` or ``name@K``), of those the unkilled run reached."""
+
+    def __init__(self, agent: str, task: str, *, params: Mapping[str, str] | None = None,
+                 engines: Sequence[str] = ("temporal", "runrecord"), env: Mapping[str, str] | None = None,
+                 cwd: Path | str | None = None, temporal_address: str | None = None, probe: Probe | None = None,
+                 count_turns: bool | None = None, parallel: int = 1, timeout: float = 120.0,
+                 points: Sequence[str] | None = None) -> None:
+        unknown = [e for e in engines if e not in _ENGINE_CLASSES]
+        if unknown or not engines:
+            raise MatrixError(f"unknown engines {unknown or '(none given)'}: choose from {', '.join(ENGINES)}")
+        self.agent, self.task = agent, task
+        self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.engines = tuple(engines)
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.temporal_address = temporal_address
+        self.probe = probe
+        self.count_turns = count_turns
+        self.parallel = max(1, parallel)
+        self.timeout = timeout
+        self.only = set(points) if points is not None else None
+        self.model_env: dict[str, str] = {}
+        self.standin_url: str | None = None
+        self._temporal: _TemporalReader | None = None
+        self._loaded: Any = None
+
+    @property
+    def temporal(self) -> _TemporalReader:
+        if self._temporal is None:
+            if not self.temporal_address:
+                raise MatrixError("the temporal engine needs a Temporal server: give temporal_address")
+            self._temporal = _TemporalReader(self.temporal_address)
+        return self._temporal
+
+    @property
+    def loaded(self) -> Any:
+        """The agent itself, loaded in this process from ``cwd`` (to start Temporal runs and ask its lookups)."""
+        if self._loaded is None:
+            from durable_agents.agent import load_agent
+
+            if str(self.cwd) not in sys.path:
+                sys.path.append(str(self.cwd))
+            self._loaded = load_agent(self.agent)
+        return self._loaded
+
+    def _scripted(self) -> bool:
+        if self.count_turns is not None:
+            return self.count_turns
+        from durable_agents.agent import ScriptedModel
+
+        return isinstance(self.loaded.model, ScriptedModel)
+
+    @contextmanager
+    def _standin(self) -> Iterator[None]:
+        if not self._scripted():
+            yield
+            return
+        from durable_agents.testing.standin import start_model_standin
+
+        proc, url = start_model_standin(agent=self.agent, env=self.env, cwd=self.cwd)
+        self.standin_url = url
+        self.model_env = {"AGENT_MODEL": "worker", "LLM_BASE_URL": url, "LLM_MODEL": "scripted"}
+        try:
+            yield
+        finally:
+            proc.stop()
+
+    def run(self) -> Report:
+        began = time.monotonic()
+        rows: list[Row] = []
+        reference: dict[str, dict[str, Any]] = {}
+        with tempfile.TemporaryDirectory(prefix="kill-matrix-") as tmp, self._standin():
+            state = Path(tmp)
+            for name in self.engines:
+                engine = _ENGINE_CLASSES[name](self, state)
+                reference[name] = self._reference(engine, name, state)
+                points = [p for p in reference[name]["points"] if self.only is None or p in self.only
+                          or p.partition("@")[0] in self.only]
+                ids = [f"km-{name}-{uuid.uuid4().hex[:10]}" for _ in points]
+                if self.parallel == 1:
+                    try:
+                        for i, point in enumerate(points):
+                            if i + 1 < len(points):
+                                engine.prepare(ids[i + 1], points[i + 1])
+                            rows.append(self._one(engine, name, point, reference[name], ids[i]))
+                    finally:
+                        engine.close()
+                else:
+                    with ThreadPoolExecutor(self.parallel) as pool:
+                        rows += list(pool.map(lambda p, r, e=engine, n=name: self._one(e, n, p, reference[n], r),
+                                              points, ids))
+        if self._temporal is not None:
+            self._temporal.close()
+            self._temporal = None
+        return Report(self.agent, self.task, rows, reference, time.monotonic() - began)
+
+    def _reference(self, engine: _Engine, name: str, state: Path) -> dict[str, Any]:
+        run_id = f"km-ref-{name}-{uuid.uuid4().hex[:8]}"
+        trace = state / f"trace-{run_id}.txt"
+        env = engine.env(run_id, CRASH_TRACE=str(trace))
+        procs: list[Proc] = []
+        began = time.monotonic()
+        try:
+            engine.run(run_id, "", env, procs)
+        finally:
+            for proc in procs:
+                proc.kill()
+        seconds = time.monotonic() - began
+        status = engine.status(run_id, env)
+        if status.get("status") in (None, "running"):
+            raise MatrixError(f"the unkilled run on {name} did not end: {json.dumps(status)[:1500]}")
+        reached = trace.read_text().split() if trace.exists() else []
+        effects = engine.settle(run_id, env).get("steps", [])
+        refused = _refused_calls(status)
+        findings = [_not_under_key(e) for e in effects if e["state"] not in ("applied", "cannot ask")
+                    and e["step"] not in refused]
+        return {"run_id": run_id, "status": status["status"], "points": points_of(reached), "effects": effects,
+                "findings": findings, "seconds": round(seconds, 2),
+                "probe": dict(self.probe(run_id)) if self.probe is not None else None,
+                "turns": self._turns(run_id)}
+
+    def _turns(self, run_id: str) -> dict[str, int]:
+        if self.standin_url is None:
+            return {}
+        from durable_agents.testing.standin import turns_asked
+
+        return turns_asked(self.standin_url, run_id)
+
+    def _one(self, engine: _Engine, name: str, point: str, reference: Mapping[str, Any], run_id: str) -> Row:
+        began = time.monotonic()
+        env = engine.env(run_id)
+        procs: list[Proc] = []
+        row = Row(name, point, "passed", run_id)
+        try:
+            if not engine.run(run_id, point, env, procs):
+                row.verdict = "not reached"
+                row.reasons.append(f"the process armed with CRASH_AT={point} ended without reaching it (a model "
+                                   "that answers differently from the unkilled run takes another path)")
+                return row
+            self._judge(row, engine, env, reference)
+        except (MatrixError, TimeoutError, subprocess.TimeoutExpired) as err:
+            row.verdict = "failed"
+            row.reasons.append(str(err))
+            row.reasons += [f"{p.name} printed last:\n{p.last_lines(8)}" for p in procs]
+        finally:
+            for proc in procs:
+                proc.kill()
+            row.seconds = round(time.monotonic() - began, 2)
+        return row
+
+    def _judge(self, row: Row, engine: _Engine, env: Mapping[str, str], reference: Mapping[str, Any]) -> None:
+        status = engine.status(row.run_id, env)
+        row.status = str(status.get("status"))
+        failures, unjudged = [], []
+        if row.status != reference["status"]:
+            failures.append(f"the run ended {row.status} ({status.get('error') or status.get('detail') or ''}), "
+                            f"where an unkilled run of the same task ends {reference['status']}")
+        row.effects = list(engine.settle(row.run_id, env).get("steps", []))
+        refused = _refused_calls(status)
+        # A call the unkilled run already left off its key is that run's finding (Report.findings), not this kill's.
+        off_key = {e["step"] for e in reference["effects"] if e["state"] not in ("applied", "cannot ask")}
+        for e in row.effects:
+            if e["state"] == "applied" or e["step"] in refused or e["step"] in off_key:
+                continue
+            if e["state"] == "cannot ask":
+                unjudged.append(f"{e.get('tool')} ({e['step']}, key {e['key']}): not judged: "
+                                f"{e.get('reason') or 'its tool declares no lookup by key'}")
+            else:
+                failures.append(_not_under_key(e) + " after this kill (the unkilled run's is)")
+        if len(row.effects) != len(reference["effects"]):
+            failures.append(f"{len(row.effects)} call(s) with an effect recorded, {len(reference['effects'])} in "
+                            "the unkilled run")
+        if self.probe is not None:
+            seen, want = dict(self.probe(row.run_id)), dict(reference["probe"] or {})
+            for label in sorted(set(seen) | set(want)):
+                got, expected = seen.get(label, 0), want.get(label, 0)
+                if got > expected:
+                    failures.append(f"{label}: applied {got} times, {expected} in the unkilled run (the probe): "
+                                    "an effect applied again")
+                elif got < expected:
+                    failures.append(f"{label}: applied {got} times, {expected} in the unkilled run (the probe): "
+                                    "an effect lost")
+            unjudged = []  # the probe judged every effect
+        row.turns = self._turns(row.run_id)
+        if self.standin_url is not None:
+            killed_turn = _killed_turn(row.point)
+            for turn, n in row.turns.items():
+                if n == 2 and turn == killed_turn:
+                    row.reasons.append(f"turn {turn} asked twice: its answer died with the process (allowed)")
+                elif n > 1:
+                    failures.append(f"turn {turn} asked {n} times: a recorded turn was asked again")
+        if failures:
+            row.verdict = "failed"
+        elif unjudged:
+            row.verdict = "not judged"
+        row.reasons = failures + unjudged + row.reasons
+
+
+def _run_async(coro: Any) -> Any:
+    """``coro``'s result, run on an event loop of a thread of its own (the caller may be inside a running loop:
+    an async test)."""
+    import asyncio
+
+    out: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(asyncio.run(coro))
+        except BaseException as err:  # handed to the caller's thread
+            errors.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment for the block (one block at a time), as it was after."""
+    with _ENV_LOCK:
+        before = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _not_under_key(e: Mapping[str, Any]) -> str:
+    return (f"{e.get('tool')} ({e['step']}, key {e['key']}): its service holds nothing applied under the key "
+            f"({e['state']}): the handler did not send the key it was given (ToolContext.idempotency_key), or "
+            "changed it (an attempt added, an id of its own); a retry then applies the effect again under another "
+            "key")
+
+
+def _refused_calls(status: Mapping[str, Any]) -> set[str]:
+    """The calls a run's status shows refused (nothing applied: the model's arguments, or the service said
+    no), as ``turn-N/call-I``: from Temporal's turns, or the run record's and DBOS's steps."""
+    out = {f"turn-{t['turn']}/call-{c['index']}" for t in status.get("turns") or [] for c in t.get("calls") or []
+           if c.get("outcome") == "refused"}
+    for step in status.get("steps") or []:
+        result = step.get("result")
+        if "/" in str(step.get("name")) and isinstance(result, dict) and result.get("status") == "refused":
+            out.add(step["name"])
+    return out
+
+
+def _killed_turn(point: str) -> str | None:
+    name, _, times = point.partition("@")
+    return times if name == "turn:after_answer" else None
+
