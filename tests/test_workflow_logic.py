@@ -202,6 +202,17 @@ class Run:
         return [ev.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
                 for ev in history.events if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
 
+    async def first_timer_task_seconds(self) -> float:
+        """How long the workflow task that started the first timer took, from its start (the task's time, what
+        ``workflow.now()`` reads) to its completion (the time history gives the timer)."""
+        events = (await self.handle.fetch_history()).events
+        timer = next(ev for ev in events if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED)
+        completed_id = timer.timer_started_event_attributes.workflow_task_completed_event_id
+        completed = next(ev for ev in events if ev.event_id == completed_id)
+        started_id = completed.workflow_task_completed_event_attributes.started_event_id
+        started = next(ev for ev in events if ev.event_id == started_id)
+        return (completed.event_time.ToDatetime() - started.event_time.ToDatetime()).total_seconds()
+
     async def activity_endings(self) -> list[str]:
         """The event that closed each attempt, in order (``ActivityTaskTimedOut``, ...)."""
         history = await self.handle.fetch_history()
@@ -305,6 +316,7 @@ async def test_retry_after_raises_the_delay_never_lowers_it_and_the_budget_caps_
         history = await run.history_status()
         await run.completed()
         timers = await run.timers()
+        task_seconds = await run.first_timer_task_seconds()
         final_progress, final_history = await run.both()
 
     assert timers == pytest.approx([2.0, 0.2, 0.77], abs=1e-3)
@@ -317,9 +329,10 @@ async def test_retry_after_raises_the_delay_never_lowers_it_and_the_budget_caps_
         assert draft["next_try_at"] is not None, draft
         assert status["detail"].startswith("retrying draft: attempt 1 failed (503 service unavailable"), status
     # The live answer (the workflow task's time + the delay) and history (the timer's event time + its
-    # duration) agree on when the next try is due, within the time the task took.
+    # duration) agree on when the next try is due, within the time the task took (read from history: on a
+    # loaded host a workflow task takes more than half a second).
     due = [unix(step(status, "draft")["next_try_at"]) for status in (progress, history)]
-    assert abs(due[0] - due[1]) < 0.5, due
+    assert abs(due[0] - due[1]) <= task_seconds + 0.01, (due, task_seconds)
     for status in (final_progress, final_history):
         draft = step(status, "draft")
         assert (status["status"], draft["attempts"], draft["last_error"]) == (
