@@ -100,11 +100,27 @@ async def test_a_script_answers_the_same_in_process_and_through_the_stand_in():
     assert in_process[2].content == "Booked a room and invited the attendee."
 
 
-def test_the_stand_in_refuses_an_agent_without_a_model_of_its_own_and_vary_with_an_agent():
+def test_the_stand_in_refuses_an_agent_without_a_model_of_its_own():
     with pytest.raises(ValueError, match="agent refund declares no model of its own"):
         ModelStandIn(agent=REFUND_AGENT)
-    with pytest.raises(ValueError, match="vary words the lab's own script"):
-        ModelStandIn(agent=scheduler.AGENT, vary=True)
+
+
+def test_vary_keeps_an_agent_s_tools_and_arguments_and_varies_its_words_and_call_ids():
+    """What the kill matrix's random mode asks of the stand-in: a turn asked again chooses other call ids (so
+    other keys), as a real model's would, while the script's choice of tools and arguments stands."""
+    import httpx
+
+    ask = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Book a room on 2027-01-12"}],
+           "tools": [{"type": "function", "function": {"name": "find_slots"}}]}
+    with ModelStandIn(agent=scheduler.AGENT) as plain, ModelStandIn(agent=scheduler.AGENT, vary=True) as varied:
+        same = [httpx.post(f"{plain.url}/chat/completions", json=ask).json()["choices"][0]["message"]
+                for _ in range(2)]
+        other = [httpx.post(f"{varied.url}/chat/completions", json=ask).json()["choices"][0]["message"]
+                 for _ in range(2)]
+    assert same[0] == same[1]
+    calls = [m["tool_calls"][0] for m in other]
+    assert calls[0]["id"] != calls[1]["id"] and calls[0]["id"].startswith("call_")
+    assert [c["function"] for c in calls] == [same[0]["tool_calls"][0]["function"]] * 2
 
 
 def test_agent_model_worker_serves_the_agent_without_its_model_and_keeps_its_version(monkeypatch, tmp_path):

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from durable_agents.providerclient import seed_orders
 from durable_agents.steps import crashpoints
 from durable_agents.testing.matrix import MatrixError, Report, Row, points_of
 from lab.processes import REPO, Proc, free_port
@@ -52,6 +53,30 @@ def test_a_report_fails_on_a_failed_row_or_on_what_the_unkilled_run_shows():
     with pytest.raises(AssertionError, match="temporal, killed at p@1 .*\n  - order of tea: applied 2 times"):
         failed.assert_ok()
     assert "p@1" in failed.table() and failed.to_json()["ok"] is False
+
+
+def test_random_mode_fails_a_recorded_turn_asked_after_a_kill_and_allows_one_lost_answer_per_kill():
+    from durable_agents.testing.matrix import _asked_again, _Kill, _recorded_turns
+
+    assert _recorded_turns({"turns": [{"turn": 1, "status": "completed"}, {"turn": 2, "status": "running"}]}) == {"1"}
+    assert _recorded_turns({"steps": [{"name": "turn-1", "status": "completed"}, {"name": "turn-1/call-0",
+                                                                                  "status": "completed"},
+                                      {"name": "turn-2", "status": "pending"}]}) == {"1"}
+    kills = [_Kill(1.5, {"1": 1})]
+    lost = Row("runrecord", "random #1: 1 kill(s)", "passed", "r", turns={"1": 1, "2": 2, "3": 1})
+    assert _asked_again(lost, kills) == [] and "turn 2 asked 2 times" in lost.reasons[-1]
+    again = Row("runrecord", "random #1: 1 kill(s)", "passed", "r", turns={"1": 2, "2": 1})
+    (failure,) = _asked_again(again, kills)
+    assert "turn 1 was recorded when the kill at 1.50 s landed, asked 1 time(s) by then and 2 at the end" in failure
+    thrice = Row("temporal", "random #1: 1 kill(s)", "passed", "r", turns={"1": 1, "2": 3})
+    assert "turn 2 asked 3 times with 1 kill(s)" in _asked_again(thrice, kills)[0]
+
+
+def test_random_mode_refuses_nonsense_counts():
+    from durable_agents.testing import KillMatrix
+
+    with pytest.raises(MatrixError, match="runs >= 1 and kills >= 0"):
+        KillMatrix("a:B", "t", engines=("runrecord",)).run_random(runs=0)
 
 
 def test_an_unknown_engine_is_refused_naming_the_engines():
@@ -101,6 +126,73 @@ def test_the_example_agent_passes_on_dbos(kill_matrix, scheduler):
     report.assert_ok()
     assert [r.point for r in report.rows] == ["dbos:loop:after_turn@1", "turn:after_answer@2",
                                               "tool:book_room:after_effect@1"]
+
+
+@pytest.mark.timeout(300)
+def test_random_kills_on_the_example_agent_land_and_pass_on_temporal_and_the_run_record(kill_matrix, scheduler):
+    """Random mode: three runs, three kills at seeded random moments, the model's words and call ids varied.
+    The runs share the scheduler's one room, so two of them find it booked (refused back to the model): the
+    same end, nothing applied, as their engine recorded."""
+    report = kill_matrix.random(SCHEDULER, BOOK, runs=3, kills=3, seed=7, params={"attendee": "ana@example.com"},
+                                env={"SCHEDULER_URL": scheduler}, cwd=REPO)
+    report.assert_ok()
+    assert [(r.engine, r.point.split(":")[0]) for r in report.rows] == [
+        (e, f"random #{i}") for e in ("temporal", "runrecord") for i in (1, 2, 3)]
+    for engine in ("temporal", "runrecord"):
+        assert report.reference[engine]["kills_landed"] >= 1, report.table()
+    assert any(r.point.endswith(("1 kill(s)", "2 kill(s)", "3 kill(s)")) for r in report.rows), report.table()
+    states = sorted(e["state"] for r in report.rows if r.engine == "runrecord" for e in r.effects)
+    assert "applied" in states and set(states) <= {"applied", "refused"}, states
+
+
+def test_random_mode_reports_a_handler_that_drops_its_key(kill_matrix, shop):
+    report = kill_matrix.random("tests.agents.mistakes:FRESH_ID", "Order tea.", runs=2, kills=2, seed=3, env=shop,
+                                cwd=REPO, engines=("runrecord",), probe=orders)
+    assert not report.ok and "holds nothing applied under the key" in report.findings[0], report.explain()
+
+
+# ---------------------------------------------------------------- the lab's own agent: its first user
+
+
+REFUND = "durable_agents.steps.refund_agent:REFUND_AGENT"
+
+
+def refund_task(provider_url: str):
+    """Each run its own two orders, seeded at the provider before the run starts (runs side by side, or one
+    after another, never refund one order twice between them)."""
+
+    def task(run_id: str) -> str:
+        tag = abs(hash(run_id)) % 10**6
+        first, second = f"A-{tag:06d}1", f"B-{tag:06d}2"
+        seed_orders(provider_url, {first: 2500, second: 1200})
+        return f"Please refund my orders {first} and {second}: both arrived broken."
+
+    return task
+
+
+@pytest.mark.timeout(900)
+def test_the_lab_s_refund_agent_passes_the_matrix_on_every_engine(kill_matrix, provider):
+    """The refund agent as a user's (six turns, five effects), its lookups at the provider judging each effect,
+    the stand-in counting its turns: on Temporal and the run record the points of its second order (a lookup,
+    a lost answer, the refund, between the refund and its email, the email), the ticket and the last answer;
+    on DBOS (whose processes take seconds to launch) a lost refund result, a lost answer and a kill between
+    calls. (Every point on every engine: 40 kills, about 4 minutes, too long for the suite; the example
+    agent's test takes every point of its run.)"""
+    env, params = {"PROVIDER_URL": provider.url}, {"email": "ada@example.com"}
+    second = ["tool:lookup_order:after_call@2", "turn:after_answer@4", "tool:issue_refund:after_effect@2",
+              "{engine}:loop:between_calls@2", "tool:send_email:after_effect@2", "tool:create_ticket:after_effect@1",
+              "turn:after_answer@6"]
+    for engine in ("temporal", "runrecord", "dbos"):
+        points = [p.format(engine=engine) for p in second] if engine != "dbos" else [
+            "tool:issue_refund:after_effect@1", "turn:after_answer@2", "dbos:loop:between_calls@1"]
+        report = kill_matrix(REFUND, refund_task(provider.url), params=params, env=env, cwd=REPO,
+                             count_turns=True, engines=(engine,), points=points)
+        report.assert_ok()
+        assert sorted(r.point for r in report.rows) == sorted(points), report.table()
+        assert all(len(r.effects) == 5 and {e["state"] for e in r.effects} == {"applied"} for r in report.rows)
+        lost = next(r for r in report.rows if r.point.startswith("turn:after_answer"))
+        turn = lost.point.rpartition("@")[2]
+        assert lost.turns == {str(t): 1 + (str(t) == turn) for t in range(1, 7)}, lost.turns
 
 
 # ---------------------------------------------------------------- a user's mistakes: each caught where it bites

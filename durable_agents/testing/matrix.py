@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -121,10 +122,13 @@ class Report:
     def table(self) -> str:
         """The matrix as a person reads it: a line per point and engine."""
         width = max([len(r.point) for r in self.rows] + [5])
-        lines = [f"kill matrix of {self.agent}: {len(self.rows)} kill(s) in {self.seconds:.1f} s",
-                 f"  {'point':<{width}}  {'engine':<9}  {'verdict':<11}  {'effects':<22}  turns asked"]
+        wide = max([len(r.effects_text()) for r in self.rows] + [7])
+        lines = [f"kill matrix of {self.agent}: {len(self.rows)} killed run(s) in {self.seconds:.1f} s"]
+        lines += [f"  random mode on {engine}: {ref['kills_landed']} kill(s) landed on a process with a run open"
+                  for engine, ref in self.reference.items() if "kills_landed" in ref]
+        lines.append(f"  {'point':<{width}}  {'engine':<9}  {'verdict':<11}  {'effects':<{wide}}  turns asked")
         for r in self.rows:
-            lines.append(f"  {r.point:<{width}}  {r.engine:<9}  {r.verdict:<11}  {r.effects_text():<22}  "
+            lines.append(f"  {r.point:<{width}}  {r.engine:<9}  {r.verdict:<11}  {r.effects_text():<{wide}}  "
                          f"{r.turns_text()}")
         return "\n".join(lines)
 
@@ -173,6 +177,7 @@ class _Engine:
         self.m = matrix
         self.state = state
         self._prepared: dict[str, tuple[threading.Thread, list[Proc]]] = {}
+        self.active_seconds = 1.0  # how long the last run ran, its process's start left out
 
     def env(self, run_id: str, **more: str) -> dict[str, str]:
         return {**self.m.env, **self.m.model_env, "MEMORY_DB": str(self.state / f"memory-{run_id}.db"),
@@ -192,7 +197,7 @@ class _Engine:
 
     def run_args(self, run_id: str) -> list[str]:
         params = [a for name, value in self.m.params.items() for a in ("--param", f"{name}={value}")]
-        return [run_id, self.m.task, "--agent", self.m.agent, *params]
+        return [run_id, self.m.task_of(run_id), "--agent", self.m.agent, *params]
 
     def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
         return self.json_of(["status", run_id], env)
@@ -217,6 +222,23 @@ class _Engine:
         the armed process died by SIGKILL (False: it never reached the point)."""
         raise NotImplementedError
 
+    def recorded_turns(self, run_id: str, env: Mapping[str, str]) -> set[str] | None:
+        """The turns ``run_id`` has recorded (their answers kept), or None while it cannot be read (not begun)."""
+        try:
+            status = self.status(run_id, env)
+        except Exception:  # noqa: BLE001 - a run a kill caught before it was created reads as not begun
+            return None
+        if status.get("status") is None:
+            return None
+        return _recorded_turns(status)
+
+    def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
+              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+        """Run every run of ``ids`` to its end while ``kills`` SIGKILLs land, each after a wait drawn from
+        ``wait`` (seconds), on a process running an open run; ``on_kill(run_id, at)`` once per run a kill
+        caught open (its process dead by then). Each run's environment, by run id."""
+        raise NotImplementedError
+
 
 class _CliEngine(_Engine):
     """The run record and DBOS: one process runs a run to its end; ``resume RUN_ID`` takes a killed one over."""
@@ -226,6 +248,8 @@ class _CliEngine(_Engine):
                      env={**env, "CRASH_AT": crash_at}, cwd=self.m.cwd)
         procs.append(first)
         code = first.wait(self.m.timeout)
+        # From its first line (the run begun, the interpreter's start behind it) to its end: random mode's scale.
+        self.active_seconds = time.time() - (first.arrived[0] if first.arrived else first.started_at)
         if code != -9:
             return False
         again = Proc(f"{self.module}-resume-{run_id}", [sys.executable, "-m", self.module, "resume", run_id],
@@ -233,6 +257,43 @@ class _CliEngine(_Engine):
         procs.append(again)
         again.wait(self.m.timeout)
         return True
+
+
+    def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
+              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+        envs = {rid: self.env(rid) for rid in ids}
+        pending, live = list(ids), {}
+        began, deadline = time.monotonic(), time.monotonic() + self.m.timeout * max(1, len(ids))
+        landed = 0
+
+        def launch(rid: str, verb: str) -> None:
+            args = ["loop", *self.run_args(rid)] if verb == "loop" else ["resume", rid]
+            live[rid] = Proc(f"{self.module}-{verb}-{rid}", [sys.executable, "-m", self.module, *args],
+                             env={**envs[rid], "CRASH_AT": ""}, cwd=self.m.cwd)
+            procs.append(live[rid])
+
+        next_kill = time.monotonic() + rng.uniform(*wait)
+        while pending or live:
+            if time.monotonic() > deadline:
+                raise MatrixError(f"the runs {sorted(live)} did not end within {deadline - began:.0f} s")
+            while pending and len(live) < self.m.chaos_parallel:
+                launch(pending.pop(0), "loop")
+            for rid, proc in list(live.items()):
+                if not proc.alive():
+                    del live[rid]
+            begun = sorted(rid for rid, proc in live.items() if proc.lines)  # its interpreter up, its run begun
+            if landed < kills and begun and time.monotonic() >= next_kill:
+                rid = rng.choice(begun)
+                proc = live.pop(rid)
+                proc.kill()
+                proc.wait(self.m.timeout)
+                landed += 1
+                on_kill(rid, time.monotonic() - began)
+                # Taken over by run id as a user's would be; a run the kill caught before it was created starts.
+                launch(rid, "resume" if self.recorded_turns(rid, envs[rid]) is not None else "loop")
+                next_kill = time.monotonic() + rng.uniform(*wait)
+            time.sleep(0.05)
+        return envs
 
 
 class _RunRecord(_CliEngine):
@@ -306,8 +367,11 @@ class _Temporal(_Engine):
             first = started[0]
         else:
             first = self.worker(f"worker-{run_id}", env, crash_at, procs)
-        self.m.temporal.start(run_id, self.m.task, env["TASK_QUEUE"], self.m.loaded, self.m.agent, self.m.params)
+        run_began = time.monotonic()
+        self.m.temporal.start(run_id, self.m.task_of(run_id), env["TASK_QUEUE"], self.m.loaded, self.m.agent,
+                              self.m.params)
         self._until(lambda: not first.alive() or self._ended(run_id, env), run_id)
+        self.active_seconds = time.monotonic() - run_began
         if first.alive():  # the run ended, the point never reached
             first.stop()
             return False
@@ -318,6 +382,34 @@ class _Temporal(_Engine):
         self._until(lambda: self._ended(run_id, env), run_id)
         standby.kill()  # the run has ended: nothing of it left for the worker to finish
         return True
+
+    def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
+              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+        """Every run on one task queue, served by one worker; a kill lands on the worker while a run is open,
+        and a new worker replaces it (what a deployment's supervisor does)."""
+        group = f"rand-{uuid.uuid4().hex[:8]}"
+        env = self.env(group)
+        began = time.monotonic()
+        worker = self.worker(f"worker-{group}-0", env, "", procs)
+        for rid in ids:
+            self.m.temporal.start(rid, self.m.task_of(rid), env["TASK_QUEUE"], self.m.loaded, self.m.agent,
+                                  self.m.params)
+        landed = 0
+        while landed < kills:
+            time.sleep(rng.uniform(*wait))
+            open_runs = [rid for rid in ids if not self._ended(rid, env)]
+            if not open_runs:
+                break
+            worker.kill()
+            worker.wait(self.m.timeout)
+            landed += 1
+            at = time.monotonic() - began
+            for rid in open_runs:
+                on_kill(rid, at)
+            worker = self.worker(f"worker-{group}-{landed}", env, "", procs)
+        self._until(lambda: all(self._ended(rid, env) for rid in ids), ", ".join(ids))
+        worker.kill()
+        return {rid: env for rid in ids}
 
     def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
         return self.m.temporal.status(run_id) or {"status": None}
@@ -418,14 +510,17 @@ class KillMatrix:
     """The matrix of one agent, one task and its parameters (the module docstring says what it does).
 
     ``agent``: the import string (``package.module:ATTR``) the engines load it by, from ``cwd`` (default this
-    process's directory); ``env``: what the agent's services read (their URLs), given to every process;
+    process's directory); ``task``: its text, or a function of the run id answering it (each run a task of its
+    own, what it names seeded at your service first: runs that would contend for one thing, a room, an order,
+    each have their own); ``env``: what the agent's services read (their URLs), given to every process;
     ``engines``: of ``ENGINES``; ``temporal_address``: a Temporal server for ``temporal``; ``probe``: see the
     module docstring; ``count_turns``: ask a ``ScriptedModel`` through the stand-in and count (default: when
-    the agent's model is one); ``parallel``: points run at once (1 by default: runs side by side share your
+    the agent's model is one; an agent that declares no model, asked the worker's, is then asked the
+    package's scripted refund model there); ``parallel``: points run at once (1 by default: runs side by side share your
 service, and one run's effects may change another's path, a room booked by both); ``timeout``: seconds for
 each run to end; ``points``: only these (``name`` or ``name@K``), of those the unkilled run reached."""
 
-    def __init__(self, agent: str, task: str, *, params: Mapping[str, str] | None = None,
+    def __init__(self, agent: str, task: str | Callable[[str], str], *, params: Mapping[str, str] | None = None,
                  engines: Sequence[str] = ("temporal", "runrecord"), env: Mapping[str, str] | None = None,
                  cwd: Path | str | None = None, temporal_address: str | None = None, probe: Probe | None = None,
                  count_turns: bool | None = None, parallel: int = 1, timeout: float = 120.0,
@@ -434,6 +529,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         if unknown or not engines:
             raise MatrixError(f"unknown engines {unknown or '(none given)'}: choose from {', '.join(ENGINES)}")
         self.agent, self.task = agent, task
+        self._tasks: dict[str, str] = {}
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.engines = tuple(engines)
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
@@ -448,6 +544,18 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         self.standin_url: str | None = None
         self._temporal: _TemporalReader | None = None
         self._loaded: Any = None
+        self.chaos_parallel = 2
+
+    def task_of(self, run_id: str) -> str:
+        """The task of ``run_id``: the one task, or what the task function answered for it (asked once a run,
+        before it starts: where a test seeds what the run's task names at its service)."""
+        if run_id not in self._tasks:
+            self._tasks[run_id] = self.task if isinstance(self.task, str) else str(self.task(run_id))
+        return self._tasks[run_id]
+
+    @property
+    def _task_text(self) -> str:
+        return self.task if isinstance(self.task, str) else f"{getattr(self.task, '__name__', 'task')}(run_id)"
 
     @property
     def temporal(self) -> _TemporalReader:
@@ -476,13 +584,16 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         return isinstance(self.loaded.model, ScriptedModel)
 
     @contextmanager
-    def _standin(self) -> Iterator[None]:
+    def _standin(self, vary: bool = False) -> Iterator[None]:
         if not self._scripted():
             yield
             return
         from durable_agents.testing.standin import start_model_standin
 
-        proc, url = start_model_standin(agent=self.agent, env=self.env, cwd=self.cwd)
+        # An agent that declares no model is asked the worker's own, offline the package's scripted refund model:
+        # the stand-in's own script.
+        own = self.loaded.model is not None
+        proc, url = start_model_standin(agent=self.agent if own else None, env=self.env, cwd=self.cwd, vary=vary)
         self.standin_url = url
         self.model_env = {"AGENT_MODEL": "worker", "LLM_BASE_URL": url, "LLM_MODEL": "scripted"}
         try:
@@ -517,7 +628,61 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         if self._temporal is not None:
             self._temporal.close()
             self._temporal = None
-        return Report(self.agent, self.task, rows, reference, time.monotonic() - began)
+        return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
+
+    def run_random(self, *, runs: int = 4, kills: int = 3, seed: int = 0, vary: bool = True,
+                   parallel: int = 2) -> Report:
+        """Random mode: per engine, an unkilled run, then ``runs`` runs of the task while ``kills`` SIGKILLs land
+        at random moments (seeded by ``seed``: the waits, and which process; what each kill catches still
+        depends on the machine), each killed run taken over (a new worker on Temporal; ``resume RUN_ID`` on
+        the run record and DBOS, ``parallel`` runs at a time there). ``vary``: the model (a ``ScriptedModel``,
+        through the stand-in) words each answer differently and gives each call a random id, as a real model,
+        so a turn asked again would choose other keys. A row per run, judged as a point's is (its end, each
+        effect once, the probe), and its turns: none recorded when a kill landed is asked after it, none asked
+        more than once more than the kills that caught its run."""
+        if not (isinstance(runs, int) and runs >= 1 and isinstance(kills, int) and kills >= 0):
+            raise MatrixError(f"random mode needs runs >= 1 and kills >= 0, got runs={runs!r} kills={kills!r}")
+        began = time.monotonic()
+        rng = random.Random(seed)
+        rows: list[Row] = []
+        reference: dict[str, dict[str, Any]] = {}
+        self.chaos_parallel = max(1, parallel)
+        with tempfile.TemporaryDirectory(prefix="kill-matrix-") as tmp, self._standin(vary=vary):
+            state = Path(tmp)
+            for name in self.engines:
+                engine = _ENGINE_CLASSES[name](self, state)
+                reference[name] = ref = self._reference(engine, name, state)
+                ids = [f"km-{name}-r{i + 1}-{uuid.uuid4().hex[:8]}" for i in range(runs)]
+                caught: dict[str, list[_Kill]] = {rid: [] for rid in ids}
+
+                def on_kill(rid: str, at: float, engine: _Engine = engine, caught: dict = caught) -> None:
+                    turns = engine.recorded_turns(rid, engine.env(rid)) or set()
+                    asked = self._turns(rid)
+                    caught[rid].append(_Kill(round(at, 2), {t: asked.get(t, 0) for t in sorted(turns)}))
+
+                procs: list[Proc] = []
+                wait = (0.05, max(0.2, engine.active_seconds))  # the moments a run of the task is running
+                try:
+                    envs = engine.chaos(ids, kills, rng, wait, on_kill, procs)
+                finally:
+                    for proc in procs:
+                        proc.kill()
+                ref["kills_landed"] = len({k.at for found in caught.values() for k in found})
+                for i, rid in enumerate(ids):
+                    at = "; ".join(f"{k.at:.2f} s (turns recorded: {', '.join(k.recorded) or 'none'})"
+                                   for k in caught[rid]) or "none"
+                    row = Row(name, f"random #{i + 1}: {len(caught[rid])} kill(s)", "passed", rid)
+                    row.reasons.append(f"kills that caught it open (seed {seed}): {at}")
+                    try:
+                        self._judge(row, engine, envs[rid], ref, kills=caught[rid])
+                    except MatrixError as err:
+                        row.verdict = "failed"
+                        row.reasons.insert(0, str(err))
+                    rows.append(row)
+        if self._temporal is not None:
+            self._temporal.close()
+            self._temporal = None
+        return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
 
     def _reference(self, engine: _Engine, name: str, state: Path) -> dict[str, Any]:
         run_id = f"km-ref-{name}-{uuid.uuid4().hex[:8]}"
@@ -573,7 +738,10 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
             row.seconds = round(time.monotonic() - began, 2)
         return row
 
-    def _judge(self, row: Row, engine: _Engine, env: Mapping[str, str], reference: Mapping[str, Any]) -> None:
+    def _judge(self, row: Row, engine: _Engine, env: Mapping[str, str], reference: Mapping[str, Any],
+               kills: Sequence[_Kill] | None = None) -> None:
+        """The verdict of ``row`` (see the module docstring). ``kills``: in random mode, the kills that caught
+        the run open, each with the turns it had recorded then and their counts."""
         status = engine.status(row.run_id, env)
         row.status = str(status.get("status"))
         failures, unjudged = [], []
@@ -585,7 +753,9 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         # A call the unkilled run already left off its key is that run's finding (Report.findings), not this kill's.
         off_key = {e["step"] for e in reference["effects"] if e["state"] not in ("applied", "cannot ask")}
         for e in row.effects:
-            if e["state"] == "applied" or e["step"] in refused or e["step"] in off_key:
+            if e["step"] in refused:
+                e["state"] = "refused"  # the run recorded the call refused: nothing applied, nothing to find
+            if e["state"] in ("applied", "refused") or e["step"] in off_key:
                 continue
             if e["state"] == "cannot ask":
                 unjudged.append(f"{e.get('tool')} ({e['step']}, key {e['key']}): not judged: "
@@ -608,17 +778,60 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
             unjudged = []  # the probe judged every effect
         row.turns = self._turns(row.run_id)
         if self.standin_url is not None:
-            killed_turn = _killed_turn(row.point)
-            for turn, n in row.turns.items():
-                if n == 2 and turn == killed_turn:
-                    row.reasons.append(f"turn {turn} asked twice: its answer died with the process (allowed)")
-                elif n > 1:
-                    failures.append(f"turn {turn} asked {n} times: a recorded turn was asked again")
+            if kills is None:
+                killed_turn = _killed_turn(row.point)
+                for turn, n in row.turns.items():
+                    if n == 2 and turn == killed_turn:
+                        row.reasons.append(f"turn {turn} asked twice: its answer died with the process (allowed)")
+                    elif n > 1:
+                        failures.append(f"turn {turn} asked {n} times: a recorded turn was asked again")
+            else:
+                failures += _asked_again(row, kills)
         if failures:
             row.verdict = "failed"
         elif unjudged:
             row.verdict = "not judged"
         row.reasons = failures + unjudged + row.reasons
+
+
+@dataclass
+class _Kill:
+    """A kill that caught a run open (random mode): when, and the turns the run had recorded by then with the
+    times each had been asked."""
+
+    at: float
+    recorded: dict[str, int]
+
+
+def _recorded_turns(status: Mapping[str, Any]) -> set[str]:
+    """The turns a status shows recorded: Temporal's ``turns`` (``starter status --json``), or the run
+    record's and DBOS's ``turn-N`` steps, completed."""
+    out = {str(t["turn"]) for t in status.get("turns") or [] if t.get("status") == "completed"}
+    for step in status.get("steps") or []:
+        name = str(step.get("name"))
+        if name.startswith("turn-") and "/" not in name and step.get("status") == "completed":
+            out.add(name.removeprefix("turn-"))
+    return out
+
+
+def _asked_again(row: Row, kills: Sequence[_Kill]) -> list[str]:
+    """Random mode's rule for the turns (``row.turns``: each turn's requests at the stand-in at the end): a turn
+    recorded when a kill landed is never asked after it; each turn is asked at most once more than the kills
+    that caught its run open (a kill may take an answer not yet recorded with it)."""
+    failures = []
+    for kill in kills:
+        for turn, then in kill.recorded.items():
+            if row.turns.get(turn, 0) > then:
+                failures.append(f"turn {turn} was recorded when the kill at {kill.at:.2f} s landed, asked {then} "
+                                f"time(s) by then and {row.turns[turn]} at the end: a recorded turn asked again")
+    for turn, n in row.turns.items():
+        if n > 1 + len(kills):
+            failures.append(f"turn {turn} asked {n} times with {len(kills)} kill(s) of its run: more than once "
+                            "per kill")
+        elif n > 1:
+            row.reasons.append(f"turn {turn} asked {n} times: its answer died with a process {n - 1} time(s) "
+                               "(allowed)")
+    return failures
 
 
 def _run_async(coro: Any) -> Any:

