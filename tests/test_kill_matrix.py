@@ -237,6 +237,17 @@ def test_the_honest_shop_passes_and_a_mistake_fails_on_temporal_too(kill_matrix,
     assert row.verdict == "failed" and "order of tea: applied 2 times" in row.reasons[0], fresh.explain()
 
 
+def test_without_a_probe_a_handler_that_changes_its_key_is_not_judged_at_the_kill_and_fails_the_report(
+        kill_matrix, shop):
+    """Its lookup asks by the key it was given, under which the service holds nothing: the kill's row cannot
+    count a second application (the probe does, in the test above), so it says not judged, never passed."""
+    report = kill_matrix("tests.agents.mistakes:ATTEMPT_IN_KEY", "Order tea.", env=shop, cwd=REPO,
+                         engines=("runrecord",), points=["tool:place_order:after_effect"])
+    (row,) = report.rows
+    assert row.verdict == "not judged" and "give a probe" in row.reasons[0], report.explain()
+    assert not report.ok and "(ctx.key)" in report.findings[0], report.findings
+
+
 def test_without_a_probe_a_tool_with_no_lookup_is_not_judged_never_passed(kill_matrix, shop):
     """A tool with an effect and no lookup by key: the matrix cannot ask its service, and says so."""
     report = kill_matrix("tests.agents.notebook:NOTEBOOK", "Go through page 1 of my notebook.",

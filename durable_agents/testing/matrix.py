@@ -123,7 +123,7 @@ class Report:
         """The matrix as a person reads it: a line per point and engine."""
         width = max([len(r.point) for r in self.rows] + [5])
         wide = max([len(r.effects_text()) for r in self.rows] + [7])
-        lines = [f"kill matrix of {self.agent}: {len(self.rows)} killed run(s) in {self.seconds:.1f} s"]
+        lines = [f"kill matrix of {self.agent}: {len(self.rows)} run(s) judged in {self.seconds:.1f} s"]
         lines += [f"  random mode on {engine}: {ref['kills_landed']} kill(s) landed on a process with a run open"
                   for engine, ref in self.reference.items() if "kills_landed" in ref]
         lines.append(f"  {'point':<{width}}  {'engine':<9}  {'verdict':<11}  {'effects':<{wide}}  turns asked")
@@ -755,9 +755,13 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         for e in row.effects:
             if e["step"] in refused:
                 e["state"] = "refused"  # the run recorded the call refused: nothing applied, nothing to find
-            if e["state"] in ("applied", "refused") or e["step"] in off_key:
+            if e["state"] in ("applied", "refused"):
                 continue
-            if e["state"] == "cannot ask":
+            if e["step"] in off_key:  # the unkilled run's finding; a lookup by the given key cannot count it here
+                unjudged.append(f"{e.get('tool')} ({e['step']}, key {e['key']}): not judged: its service holds "
+                                "nothing under the key it was given (as in the unkilled run), so its lookup "
+                                "cannot tell whether it applied twice: give a probe")
+            elif e["state"] == "cannot ask":
                 unjudged.append(f"{e.get('tool')} ({e['step']}, key {e['key']}): not judged: "
                                 f"{e.get('reason') or 'its tool declares no lookup by key'}")
             else:
@@ -877,7 +881,7 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 
 def _not_under_key(e: Mapping[str, Any]) -> str:
     return (f"{e.get('tool')} ({e['step']}, key {e['key']}): its service holds nothing applied under the key "
-            f"({e['state']}): the handler did not send the key it was given (ToolContext.idempotency_key), or "
+            f"({e['state']}): the handler did not send the key it was given (ctx.key), or "
             "changed it (an attempt added, an id of its own); a retry then applies the effect again under another "
             "key")
 
