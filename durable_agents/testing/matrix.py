@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_agents.testing.processes import Proc
+from durable_agents.testing.processes import Proc, run_in_thread
 
 __all__ = ["ENGINES", "KillMatrix", "MatrixError", "Report", "Row", "points_of"]
 
@@ -233,10 +233,11 @@ class _Engine:
         return _recorded_turns(status)
 
     def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
-              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+              on_kill: Callable[[str, float], None], procs: list[Proc], parallel: int) -> dict[str, dict[str, str]]:
         """Run every run of ``ids`` to its end while ``kills`` SIGKILLs land, each after a wait drawn from
         ``wait`` (seconds), on a process running an open run; ``on_kill(run_id, at)`` once per run a kill
-        caught open (its process dead by then). Each run's environment, by run id."""
+        caught open (its process dead by then); at most ``parallel`` runs at a time where each run is a
+        process. Each run's environment, by run id."""
         raise NotImplementedError
 
 
@@ -260,7 +261,7 @@ class _CliEngine(_Engine):
 
 
     def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
-              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+              on_kill: Callable[[str, float], None], procs: list[Proc], parallel: int) -> dict[str, dict[str, str]]:
         envs = {rid: self.env(rid) for rid in ids}
         pending, live = list(ids), {}
         began, deadline = time.monotonic(), time.monotonic() + self.m.timeout * max(1, len(ids))
@@ -276,7 +277,7 @@ class _CliEngine(_Engine):
         while pending or live:
             if time.monotonic() > deadline:
                 raise MatrixError(f"the runs {sorted(live)} did not end within {deadline - began:.0f} s")
-            while pending and len(live) < self.m.chaos_parallel:
+            while pending and len(live) < parallel:
                 launch(pending.pop(0), "loop")
             for rid, proc in list(live.items()):
                 if not proc.alive():
@@ -319,7 +320,7 @@ class _RunRecord(_CliEngine):
         with RunRecord(Path(env["RUNRECORD_DB"])) as record:
             calls = loop_effect_calls(record.load(run_id))
         with _environment(self.m.env):
-            return {"run_id": run_id, "steps": _run_async(settle_loop_calls(calls, self.m.loaded))}
+            return {"run_id": run_id, "steps": run_in_thread(settle_loop_calls(calls, self.m.loaded))}
 
 
 class _Dbos(_CliEngine):
@@ -384,7 +385,7 @@ class _Temporal(_Engine):
         return True
 
     def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
-              on_kill: Callable[[str, float], None], procs: list[Proc]) -> dict[str, dict[str, str]]:
+              on_kill: Callable[[str, float], None], procs: list[Proc], parallel: int) -> dict[str, dict[str, str]]:
         """Every run on one task queue, served by one worker; a kill lands on the worker while a run is open,
         and a new worker replaces it (what a deployment's supervisor does)."""
         group = f"rand-{uuid.uuid4().hex[:8]}"
@@ -544,7 +545,6 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         self.standin_url: str | None = None
         self._temporal: _TemporalReader | None = None
         self._loaded: Any = None
-        self.chaos_parallel = 2
 
     def task_of(self, run_id: str) -> str:
         """The task of ``run_id``: the one task, or what the task function answered for it (asked once a run,
@@ -625,9 +625,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
                     with ThreadPoolExecutor(self.parallel) as pool:
                         rows += list(pool.map(lambda p, r, e=engine, n=name: self._one(e, n, p, reference[n], r),
                                               points, ids))
-        if self._temporal is not None:
-            self._temporal.close()
-            self._temporal = None
+        self._close_reader()
         return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
 
     def run_random(self, *, runs: int = 4, kills: int = 3, seed: int = 0, vary: bool = True,
@@ -646,7 +644,6 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         rng = random.Random(seed)
         rows: list[Row] = []
         reference: dict[str, dict[str, Any]] = {}
-        self.chaos_parallel = max(1, parallel)
         with tempfile.TemporaryDirectory(prefix="kill-matrix-") as tmp, self._standin(vary=vary):
             state = Path(tmp)
             for name in self.engines:
@@ -663,7 +660,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
                 procs: list[Proc] = []
                 wait = (0.05, max(0.2, engine.active_seconds))  # the moments a run of the task is running
                 try:
-                    envs = engine.chaos(ids, kills, rng, wait, on_kill, procs)
+                    envs = engine.chaos(ids, kills, rng, wait, on_kill, procs, max(1, parallel))
                 finally:
                     for proc in procs:
                         proc.kill()
@@ -679,10 +676,13 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
                         row.verdict = "failed"
                         row.reasons.insert(0, str(err))
                     rows.append(row)
+        self._close_reader()
+        return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
+
+    def _close_reader(self) -> None:
         if self._temporal is not None:
             self._temporal.close()
             self._temporal = None
-        return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
 
     def _reference(self, engine: _Engine, name: str, state: Path) -> dict[str, Any]:
         run_id = f"km-ref-{name}-{uuid.uuid4().hex[:8]}"
@@ -836,28 +836,6 @@ def _asked_again(row: Row, kills: Sequence[_Kill]) -> list[str]:
             row.reasons.append(f"turn {turn} asked {n} times: its answer died with a process {n - 1} time(s) "
                                "(allowed)")
     return failures
-
-
-def _run_async(coro: Any) -> Any:
-    """``coro``'s result, run on an event loop of a thread of its own (the caller may be inside a running loop:
-    an async test)."""
-    import asyncio
-
-    out: list[Any] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(asyncio.run(coro))
-        except BaseException as err:  # handed to the caller's thread
-            errors.append(err)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return out[0]
 
 
 _ENV_LOCK = threading.Lock()

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 
 async def wait_until(check, timeout: float, what: str, interval: float = 0.1, error: type[Exception] = TimeoutError):
@@ -363,17 +364,26 @@ def wait_for_namespace(address: str, timeout: float, proc: Proc | None = None) -
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"Temporal at {address} not ready after {timeout:.0f} s: {last}")
 
-    result: list[BaseException] = []
+    run_in_thread(probe())
+
+
+def run_in_thread(coro: Any) -> Any:
+    """``coro``'s result, run on an event loop of a thread of its own, so this works whether or not the caller
+    runs an event loop (an async test); what it raises is raised here."""
+    import asyncio
+
+    out: list[Any] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            asyncio.run(probe())
+            out.append(asyncio.run(coro))
         except BaseException as err:  # handed to the caller's thread
-            result.append(err)
+            errors.append(err)
 
-    # A thread of its own, so this works whether or not the caller runs an event loop.
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join()
-    if result:
-        raise result[0]
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
