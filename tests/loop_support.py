@@ -14,15 +14,47 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from durable_agents.providerclient import EffectRecord, fetch_effects, lookup_counts
+from durable_agents.providerclient import EffectRecord, fetch_effects, lookup_counts, seed_orders
 from durable_agents.steps.loop import MIN_WINDOW_TOKENS
 from durable_agents.steps.retry import SAME_ERROR_LIMIT
 from durable_agents.testing.standin import FAILED_WORDS, turns_asked
+from lab.processes import REPO
 
 ORDERS = {"A-1001": 2500, "B-2002": 1200}
 TASK = "Please refund my orders A-1001 and B-2002: both arrived broken."
 CUSTOMER = "ada@example.com"
 TURNS = 6
+
+REFUND = "durable_agents.steps.refund_agent:REFUND_AGENT"
+"""The lab's refund agent by its import string, as the kill matrix (``durable_agents.testing``) loads it."""
+
+
+def refund_task(provider_url: str):
+    """A task per run for the kill matrix: each run its own two orders, like ``ORDERS``, seeded at the provider
+    before the run starts (runs side by side, or one after another, never refund one order twice between
+    them); ``TURNS`` turns, as ``TASK``'s."""
+
+    def task(run_id: str) -> str:
+        tag = abs(hash(run_id)) % 10**6
+        first, second = f"A-{tag:06d}1", f"B-{tag:06d}2"
+        seed_orders(provider_url, {first: ORDERS["A-1001"], second: ORDERS["B-2002"]})
+        return f"Please refund my orders {first} and {second}: both arrived broken."
+
+    return task
+
+
+def loop_matrix(kill_matrix: Any, provider_url: str, engine: str, points: Collection[str], **options: Any) -> Any:
+    """The refund agent's loop killed at ``points`` on ``engine`` by the kill matrix (the plugin's
+    ``kill_matrix``), each run a task of ``refund_task``'s, its turns counted at the matrix's stand-in;
+    ``options`` are ``KillMatrix``'s (``at_kill``, ``at_end``: the record's shape at the kill, what the
+    takeover printed). Asserts every point was reached and passed; the report."""
+    report = kill_matrix(REFUND, refund_task(provider_url), params={"email": CUSTOMER},
+                         env={"PROVIDER_URL": provider_url}, cwd=REPO, count_turns=True, engines=(engine,),
+                         points=list(points), **options)
+    report.assert_ok()
+    assert sorted(r.point for r in report.rows) == sorted(points), report.table()
+    return report
+
 
 BAD_LOOP_INPUT = [
     (["--max-turns", "0"], "max turns must be a whole number from 1 to 10000, got 0"),

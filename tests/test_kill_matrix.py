@@ -13,14 +13,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
-from durable_agents.providerclient import seed_orders
-from durable_agents.steps import crashpoints
+from durable_agents.steps import crashpoints, startedline
 from durable_agents.testing.matrix import MatrixError, Report, Row, points_of
 from lab.processes import REPO, Proc, free_port
 from tests.agents.mistakes import orders
+from tests.loop_support import REFUND, refund_task
 
 SCHEDULER = "examples.scheduler.agent:AGENT"
 BOOK = "Book a room on 2027-01-12 for the planning meeting and invite the attendee."
@@ -128,6 +129,32 @@ def test_the_example_agent_passes_on_dbos(kill_matrix, scheduler):
                                               "tool:book_room:after_effect@1"]
 
 
+def test_a_hook_that_finds_the_record_wrong_fails_its_row_and_the_run_still_ends(kill_matrix, scheduler):
+    """``at_kill`` and ``at_end`` see the killed run (its record's path, what the killed process and the one that
+    took it over printed); an assertion of theirs fails the point's row with its words, the run still resumed
+    and judged as any other."""
+    looked = []
+
+    def at_kill(k) -> None:
+        looked.append(("kill", k.point, k.killed_output.count("CRASH_AT="), Path(k.env["RUNRECORD_DB"]).exists()))
+        assert k.status()["status"] == "completed", "the record says the run is still open"
+
+    def at_end(k) -> None:
+        looked.append(("end", k.point, k.status()["status"], startedline.started_steps(k.takeover_output)[:1]))
+
+    report = kill_matrix(SCHEDULER, BOOK, params={"attendee": "ana@example.com"}, env={"SCHEDULER_URL": scheduler},
+                         cwd=REPO, engines=("runrecord",), points=["tool:book_room:after_effect@1"], at_kill=at_kill,
+                         at_end=at_end)
+    assert looked == [("kill", "tool:book_room:after_effect@1", 1, True),
+                      ("end", "tool:book_room:after_effect@1", "completed", ["turn-2/call-0"])], looked
+    (row,) = report.rows
+    assert row.verdict == "failed" and row.status == "completed", row
+    assert row.reasons[0].startswith("at_kill: AssertionError: the record says the run is still open"), row.reasons
+    assert [e["state"] for e in row.effects] == ["applied", "applied"]  # judged as any other kill
+    with pytest.raises(AssertionError, match="at_kill: AssertionError: the record says"):
+        report.assert_ok()
+
+
 @pytest.mark.timeout(300)
 def test_random_kills_on_the_example_agent_land_and_pass_on_temporal_and_the_run_record(kill_matrix, scheduler):
     """Random mode: three runs, three kills at seeded random moments, the model's words and call ids varied.
@@ -154,37 +181,19 @@ def test_random_mode_reports_a_handler_that_drops_its_key(kill_matrix, shop):
 # ---------------------------------------------------------------- the lab's own agent: its first user
 
 
-REFUND = "durable_agents.steps.refund_agent:REFUND_AGENT"
-
-
-def refund_task(provider_url: str):
-    """Each run its own two orders, seeded at the provider before the run starts (runs side by side, or one
-    after another, never refund one order twice between them)."""
-
-    def task(run_id: str) -> str:
-        tag = abs(hash(run_id)) % 10**6
-        first, second = f"A-{tag:06d}1", f"B-{tag:06d}2"
-        seed_orders(provider_url, {first: 2500, second: 1200})
-        return f"Please refund my orders {first} and {second}: both arrived broken."
-
-    return task
-
-
 @pytest.mark.timeout(900)
-def test_the_lab_s_refund_agent_passes_the_matrix_on_every_engine(kill_matrix, provider):
+def test_the_lab_s_refund_agent_passes_the_matrix_on_temporal_and_the_run_record(kill_matrix, provider):
     """The refund agent as a user's (six turns, five effects), its lookups at the provider judging each effect,
-    the stand-in counting its turns: on Temporal and the run record the points of its second order (a lookup,
-    a lost answer, the refund, between the refund and its email, the email), the ticket and the last answer;
-    on DBOS (whose processes take seconds to launch) a lost refund result, a lost answer and a kill between
-    calls. (Every point on every engine: 40 kills, about 4 minutes, too long for the suite; the example
-    agent's test takes every point of its run.)"""
+    the stand-in counting its turns: the points of its second order (a lookup, a lost answer, the refund,
+    between the refund and its email, the email), the ticket and the last answer. (The loop's own tests,
+    tests/test_loop_*.py, take the first order's points through the matrix, on DBOS too; every point on
+    every engine, 40 kills, takes about 4 minutes: too long for the suite.)"""
     env, params = {"PROVIDER_URL": provider.url}, {"email": "ada@example.com"}
     second = ["tool:lookup_order:after_call@2", "turn:after_answer@4", "tool:issue_refund:after_effect@2",
               "{engine}:loop:between_calls@2", "tool:send_email:after_effect@2", "tool:create_ticket:after_effect@1",
               "turn:after_answer@6"]
-    for engine in ("temporal", "runrecord", "dbos"):
-        points = [p.format(engine=engine) for p in second] if engine != "dbos" else [
-            "tool:issue_refund:after_effect@1", "turn:after_answer@2", "dbos:loop:between_calls@1"]
+    for engine in ("temporal", "runrecord"):
+        points = [p.format(engine=engine) for p in second]
         report = kill_matrix(REFUND, refund_task(provider.url), params=params, env=env, cwd=REPO,
                              count_turns=True, engines=(engine,), points=points)
         report.assert_ok()

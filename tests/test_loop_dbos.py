@@ -51,6 +51,7 @@ from tests.loop_support import (  # noqa: E402
     assert_failed_at_the_turn_limit,
     assert_resumed_asking_and_applying_once,
     assert_stopped_by_the_same_error,
+    loop_matrix,
     model_env,
 )
 from tests.support import wait_exit  # noqa: E402
@@ -87,75 +88,88 @@ def outputs(raw: dict[str, Any]) -> dict[str, Any]:
 
 # point -> (the step the kill leaves next, the turns asked twice)
 CRASHES = {
-    "turn:after_answer": ("turn-1", {"1"}),
-    "tool:issue_refund:after_effect": ("turn-2/call-0", set()),
-    "dbos:loop:between_calls": ("turn-2/call-1", set()),
-    "dbos:loop:after_turn": ("turn-2", set()),
+    "turn:after_answer@1": ("turn-1", {"1"}),
+    "tool:issue_refund:after_effect@1": ("turn-2/call-0", set()),
+    "dbos:loop:between_calls@1": ("turn-2/call-1", set()),
+    "dbos:loop:after_turn@1": ("turn-2", set()),
 }
 
 
-@pytest.mark.parametrize("point", list(CRASHES))
-def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_procs, standin, provider, run_id):
-    at, asked_twice = CRASHES[point]
-    first = loop_procs("loop", run_id, TASK, "--email", CUSTOMER, crash_at=point)
-    assert wait_exit(first, timeout=90) == -9, first.output()
-    assert f"CRASH_AT={point}" in first.output()
-    before = turns_asked(standin, run_id)
+def dbos_cli(k, *args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m durable_agents.dbosflow ARGS`` on the killed run's database (its environment, ``k.env``)."""
+    return subprocess.run([sys.executable, "-m", "durable_agents.dbosflow", *args], cwd=REPO,
+                          env={**os.environ, **k.env, "CRASH_AT": "", **(env or {})}, capture_output=True,
+                          text=True, timeout=90)
 
-    # At the kill, DBOS holds a row for every step that returned, and the steps decided are the plan's of
-    # those rows: every recorded turn's calls, then the next turn.
-    raw, status = read(loop_procs.db, run_id)
-    results = outputs(raw)
-    names = [s["name"] for s in status["steps"]]
-    plan = loop.LoopPlan(dbos_loop.loop_inputs(dbos_status.recorded_inputs(raw["workflow"]) or {}), dbos_loop.no_window)
-    assert names == plan.names(results), names
-    assert status["status"] == "running" and status["current_step"] == at, status
-    assert [n for n in names if n in results] == names[:names.index(at)], (names, list(results))
-    recorded_turns = {n for n in results if "/" not in n}
-    if point == "tool:issue_refund:after_effect":
-        # The turn that asked for the refund is recorded; the refund was applied and its output never written.
-        assert names == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1", "turn-3"], names
-        key = loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
-        assert [(e.kind, e.key, e.effects_applied) for e in fetch_effects(provider.url, run_id=run_id)] == [
-            ("refund", key, 1)]
-        shown = loop_procs("status", run_id)
-        assert wait_exit(shown, timeout=60) == 0, shown.output()
-        assert "turn 2: asked for issue_refund, send_email" in shown.output(), shown.output()
-        assert f"key {key}" in shown.output(), shown.output()
-    if point == "dbos:loop:between_calls":
-        # The refund's output is written; the email was never sent.
-        assert results["turn-2/call-0"]["kind"] == "refund" and "turn-2/call-1" not in results
-        assert not [e for e in fetch_effects(provider.url, run_id=run_id) if e.kind == "email"]
-    if point == "dbos:loop:after_turn":
-        assert before == {"1": 1}, before  # turn 2 decided by the record, never asked
-        # A process of another loop (another application version) leaves the run alone: parked, not resumed.
-        parked = dbos_status.status_of(raw, version="agentlab-loop-0+other")
-        assert parked["status"] == "parked" and dbos_loop.LOOP_APP_VERSION in (parked["detail"] or ""), parked
-        other = loop_procs("resume", run_id, env={dbos_loop.LOOP_VERSION_ENV: "agentlab-loop-0+other"})
-        assert wait_exit(other, timeout=60) == 6, other.output()
-        assert f"{dbos_loop.LOOP_VERSION_ENV}={dbos_loop.LOOP_APP_VERSION}" in other.output(), other.output()
-        assert "started: run" not in other.output()
 
-    second = loop_procs("resume", run_id)
-    assert wait_exit(second, timeout=90) == 0, second.output()
-    # Recovery walks the recorded outputs and starts at the first step without one; no recorded step runs.
-    ran = started_steps(second.output())
-    assert ran[0] == at and not set(results) & set(ran), ran
-    raw, status = read(loop_procs.db, run_id)
-    assert status["status"] == "completed", status
-    assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    last = status["steps"][-1]
-    assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
-    assert raw["workflow"].output["answer"] == status["steps"][-1]["result"]["content"]
-    # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
-    assert {n: r for n, r in outputs(raw).items() if n in results} == results
-    # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
-    # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once; the
-    # refund the kill interrupted was requested twice, replayed once.
-    assert_resumed_asking_and_applying_once(
-        standin, provider.url, run_id, before=before, recorded=recorded_turns, asked_twice=asked_twice,
-        replayed=(loop.tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
-                  if point == "tool:issue_refund:after_effect" else None))
+def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(kill_matrix, provider):
+    """The loop through the kill matrix (``durable_agents.testing``, the one mechanism a user runs too), one
+    killed run per point, each recovered by ``resume RUN_ID``: the matrix judges the end, each effect through
+    its lookup and the turns at its stand-in; the hooks read what only DBOS's rows show at the kill."""
+    seen: dict[str, tuple[dict[str, Any], dict[str, int], str | None]] = {}
+
+    def at_kill(k) -> None:
+        at, _ = CRASHES[k.point]
+        before = k.turns()
+        # At the kill, DBOS holds a row for every step that returned, and the steps decided are the plan's of
+        # those rows: every recorded turn's calls, then the next turn.
+        raw, status = read(k.env["DBOSFLOW_DB"], k.run_id)
+        results = outputs(raw)
+        names = [s["name"] for s in status["steps"]]
+        plan = loop.LoopPlan(dbos_loop.loop_inputs(dbos_status.recorded_inputs(raw["workflow"]) or {}),
+                             dbos_loop.no_window)
+        assert names == plan.names(results), names
+        assert status["status"] == "running" and status["current_step"] == at, status
+        assert [n for n in names if n in results] == names[:names.index(at)], (names, list(results))
+        replayed = None
+        if k.point.startswith("tool:issue_refund:after_effect"):
+            # The turn that asked for the refund is recorded; the refund was applied and its output never written.
+            assert names == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1", "turn-3"], names
+            replayed = loop.tool_key(k.run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+            assert [(e.kind, e.key, e.effects_applied) for e in fetch_effects(provider.url, run_id=k.run_id)] == [
+                ("refund", replayed, 1)]
+            shown = dbos_cli(k, "status", k.run_id)
+            assert shown.returncode == 0, shown.stderr
+            assert "turn 2: asked for issue_refund, send_email" in shown.stdout, shown.stdout
+            assert f"key {replayed}" in shown.stdout, shown.stdout
+        if k.point.startswith("dbos:loop:between_calls"):
+            # The refund's output is written; the email was never sent.
+            assert results["turn-2/call-0"]["kind"] == "refund" and "turn-2/call-1" not in results
+            assert not [e for e in fetch_effects(provider.url, run_id=k.run_id) if e.kind == "email"]
+        if k.point.startswith("dbos:loop:after_turn"):
+            assert before == {"1": 1}, before  # turn 2 decided by the record, never asked
+            # A process of another loop (another application version) leaves the run alone: parked, not resumed.
+            parked = dbos_status.status_of(raw, version="agentlab-loop-0+other")
+            assert parked["status"] == "parked" and dbos_loop.LOOP_APP_VERSION in (parked["detail"] or ""), parked
+            other = dbos_cli(k, "resume", k.run_id, env={dbos_loop.LOOP_VERSION_ENV: "agentlab-loop-0+other"})
+            assert other.returncode == 6, other.stdout + other.stderr
+            said = other.stdout + other.stderr
+            assert f"{dbos_loop.LOOP_VERSION_ENV}={dbos_loop.LOOP_APP_VERSION}" in said, said
+            assert "started: run" not in said
+        seen[k.run_id] = (results, before, replayed)
+
+    def at_end(k) -> None:
+        at, asked_twice = CRASHES[k.point]
+        results, before, replayed = seen[k.run_id]
+        # Recovery walks the recorded outputs and starts at the first step without one; no recorded step runs.
+        ran = started_steps(k.takeover_output)
+        assert ran[0] == at and not set(results) & set(ran), ran
+        raw, status = read(k.env["DBOSFLOW_DB"], k.run_id)
+        assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
+        last = status["steps"][-1]
+        assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
+        assert raw["workflow"].output["answer"] == status["steps"][-1]["result"]["content"]
+        # The recorded outputs before the kill are the ones the run ends with: DBOS's record is the truth.
+        assert {n: r for n, r in outputs(raw).items() if n in results} == results
+        # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
+        # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once;
+        # the refund the kill interrupted was requested twice, replayed once.
+        assert_resumed_asking_and_applying_once(
+            k.standin_url, provider.url, k.run_id, before=before, recorded={n for n in results if "/" not in n},
+            asked_twice=asked_twice, replayed=replayed)
+
+    report = loop_matrix(kill_matrix, provider.url, "dbos", CRASHES, at_kill=at_kill, at_end=at_end)
+    assert {r.status for r in report.rows} == {"completed"}
 
 
 # ---------------------------------------------------------------- the command's edges

@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from durable_agents.runrecord import Runner, RunRecord
 from durable_agents.runrecord.plans import LoopRunPlan, loop_inputs
 from durable_agents.runrecord.status import status_of
 from durable_agents.runrecord.store import _SCHEMA_V1, _UPGRADES, SCHEMA_VERSION
+from durable_agents.steps import startedline
 from durable_agents.steps.flow import StepDeps
 from durable_agents.steps.loop import AskedCall, LoopPlan, ModelAnswer, TurnRequest, tool_key, turn_message
 from durable_agents.steps.retry import SAME_ERROR_LIMIT
@@ -49,6 +51,7 @@ from tests.loop_support import (
     assert_failed_at_the_turn_limit,
     assert_resumed_asking_and_applying_once,
     assert_stopped_by_the_same_error,
+    loop_matrix,
     model_env,
 )
 from tests.support import finished, status_json
@@ -79,68 +82,74 @@ def load(db, run_id: str):
 # ---------------------------------------------------------------- kills at each crash point
 
 
-# point -> (the state the kill must leave in the record, the turns asked twice)
+# point -> (the step the kill leaves current in the record, the turns asked twice)
 CRASHES = {
-    "turn:after_answer": ("turn-1", {"1"}),
-    "tool:issue_refund:after_effect": ("turn-2/call-0", set()),
-    "runrecord:loop:between_calls": ("turn-2/call-1", set()),
-    "runrecord:loop:after_turn": ("turn-2", set()),
+    "turn:after_answer@1": ("turn-1", {"1"}),
+    "tool:issue_refund:after_effect@1": ("turn-2/call-0", set()),
+    "runrecord:loop:between_calls@1": ("turn-2/call-1", set()),
+    "runrecord:loop:after_turn@1": ("turn-2", set()),
 }
 
 
-@pytest.mark.parametrize("point", list(CRASHES))
-def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(point, loop_runner, standin, provider, db,
-                                                                  run_id):
-    at, asked_twice = CRASHES[point]
-    first = loop_runner("loop", run_id, TASK, "--email", CUSTOMER, crash_at=point)
-    assert finished(first) == -9, first.output()
-    before = turns_asked(standin, run_id)
+def test_a_kill_at_each_crash_point_resumes_with_each_effect_once(kill_matrix, provider):
+    """The loop through the kill matrix (``durable_agents.testing``, the one mechanism a user runs too), one
+    killed run per point, each resumed by ``resume RUN_ID``: the matrix judges the end, each effect through
+    its lookup and the turns at its stand-in; the hooks read what only the record shows at the kill."""
+    seen: dict[str, tuple[set[str], dict[str, int], str | None]] = {}
 
-    # At the kill, the record is what the plan says of its own results: every recorded turn's calls and the
-    # next turn are rows (recorded in the turn's commit, before any call ran), nothing else is.
-    run, intents = load(db, run_id)
-    results = run.results()
-    names = [s.name for s in run.steps]
-    assert names == LoopRunPlan(loop_inputs(run)).plan.names(results), names
-    assert run.status == "running" and names[run.position] == at, (names, run.position)
-    current = run.steps[run.position]
-    assert current.attempt_open and current.attempts == 1, current
-    recorded_turns = {n for n in results if "/" not in n}
-    if point == "tool:issue_refund:after_effect":
-        # The turn that asked for the refund is recorded with both its calls and the next turn as rows; the
-        # refund was applied, its result not recorded: its intent, recorded before the request, in doubt.
-        assert names[:5] == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1"]
-        assert names[5:] == ["turn-3"] and run.steps[4].status == "pending" and run.steps[5].status == "pending"
-        [intent] = intents
-        assert (intent.step, intent.state) == ("turn-2/call-0", "in_doubt")
-        assert intent.idempotency_key == tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
-        shown = loop_runner("status", run_id)
-        assert finished(shown) == 0
-        assert f"intent turn-2/call-0 attempt 1 key {intent.idempotency_key}: IN DOUBT" in shown.output()
-        assert "turn 2: asked for issue_refund, send_email" in shown.output(), shown.output()
-    if point == "runrecord:loop:between_calls":
-        # The refund's result is committed, and with it the email's attempt and intent: no email sent yet.
-        assert [(i.step, i.state) for i in intents] == [("turn-2/call-0", "answered"), ("turn-2/call-1", "in_doubt")]
-        assert not [e for e in fetch_effects(provider.url, run_id=run_id) if e.kind == "email"]
-    if point == "runrecord:loop:after_turn":
-        assert before == {"1": 1}, before  # turn 2 started in the record, never asked
+    def at_kill(k) -> None:
+        at, _ = CRASHES[k.point]
+        db = Path(k.env["RUNRECORD_DB"])
+        # At the kill, the record is what the plan says of its own results: every recorded turn's calls and the
+        # next turn are rows (recorded in the turn's commit, before any call ran), nothing else is.
+        run, intents = load(db, k.run_id)
+        results = run.results()
+        names = [s.name for s in run.steps]
+        assert names == LoopRunPlan(loop_inputs(run)).plan.names(results), names
+        assert run.status == "running" and names[run.position] == at, (names, run.position)
+        current = run.steps[run.position]
+        assert current.attempt_open and current.attempts == 1, current
+        replayed = None
+        if k.point.startswith("tool:issue_refund:after_effect"):
+            # The turn that asked for the refund is recorded with both its calls and the next turn as rows; the
+            # refund was applied, its result not recorded: its intent, recorded before the request, in doubt.
+            assert names[:5] == ["turn-1", "turn-1/call-0", "turn-2", "turn-2/call-0", "turn-2/call-1"]
+            assert names[5:] == ["turn-3"] and run.steps[4].status == "pending" and run.steps[5].status == "pending"
+            [intent] = intents
+            replayed = tool_key(k.run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
+            assert (intent.step, intent.state, intent.idempotency_key) == ("turn-2/call-0", "in_doubt", replayed)
+            shown = subprocess.run([sys.executable, "-m", "durable_agents.runrecord", "status", k.run_id], cwd=REPO,
+                                   env={**os.environ, **k.env}, capture_output=True, text=True, timeout=60)
+            assert shown.returncode == 0, shown.stderr
+            assert f"intent turn-2/call-0 attempt 1 key {replayed}: IN DOUBT" in shown.stdout, shown.stdout
+            assert "turn 2: asked for issue_refund, send_email" in shown.stdout, shown.stdout
+        if k.point.startswith("runrecord:loop:between_calls"):
+            # The refund's result is committed, and with it the email's attempt and intent: no email sent yet.
+            assert [(i.step, i.state) for i in intents] == [("turn-2/call-0", "answered"),
+                                                           ("turn-2/call-1", "in_doubt")]
+            assert not [e for e in fetch_effects(provider.url, run_id=k.run_id) if e.kind == "email"]
+        if k.point.startswith("runrecord:loop:after_turn"):
+            assert k.turns() == {"1": 1}, k.turns()  # turn 2 started in the record, never asked
+        seen[k.run_id] = ({n for n in results if "/" not in n}, k.turns(), replayed)
 
-    second = loop_runner("resume", run_id)
-    assert finished(second) == 0, second.output()
-    # Resume starts at the first step with no recorded result; no recorded step runs again.
-    assert started_steps(second)[0] == at and not recorded_turns & set(started_steps(second)), started_steps(second)
-    status = status_of(load(db, run_id)[0])  # the JSON `status --json` prints (that command: the turn limit's test)
-    assert status["status"] == "completed", status
-    assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
-    last = status["steps"][-1]
-    assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
-    # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
-    # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once; the
-    # refund the kill interrupted was requested twice, replayed once.
-    assert_resumed_asking_and_applying_once(
-        standin, provider.url, run_id, before=before, recorded=results, asked_twice=asked_twice,
-        replayed=(tool_key(run_id, 2, 0, results["turn-2"]["calls"][0]["id"])
-                  if point == "tool:issue_refund:after_effect" else None))
+    def at_end(k) -> None:
+        at, asked_twice = CRASHES[k.point]
+        recorded_turns, before, replayed = seen[k.run_id]
+        # Resume starts at the first step with no recorded result; no recorded step runs again.
+        ran = startedline.started_steps(k.takeover_output)
+        assert ran[0] == at and not recorded_turns & set(ran), ran
+        status = status_of(load(Path(k.env["RUNRECORD_DB"]), k.run_id)[0])
+        assert len([s for s in status["steps"] if "/" not in s["name"]]) == TURNS
+        last = status["steps"][-1]
+        assert last["result"]["content"].startswith("Done: I went through the 2 orders you named"), last
+        # The stand-in's count: each turn asked once, the one whose answer the kill lost twice; none after it was
+        # recorded (the kill's count for the recorded turns is the final one). The provider: each effect once;
+        # the refund the kill interrupted was requested twice, replayed once.
+        assert_resumed_asking_and_applying_once(k.standin_url, provider.url, k.run_id, before=before,
+                                                recorded=recorded_turns, asked_twice=asked_twice, replayed=replayed)
+
+    report = loop_matrix(kill_matrix, provider.url, "runrecord", CRASHES, at_kill=at_kill, at_end=at_end)
+    assert {r.status for r in report.rows} == {"completed"}
 
 
 # ---------------------------------------------------------------- the command's edges

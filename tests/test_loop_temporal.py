@@ -32,6 +32,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Replayer, Worker
 
 from durable_agents.activities.loop import LoopActivities
+from durable_agents.flowclient.connect import connect
 from durable_agents.flowclient.loop import LoopChain, loop_progress, loop_status, read_chain, start_loop
 from durable_agents.flowclient.worker_options import worker_options
 from durable_agents.memory import Message, approx_tokens
@@ -40,22 +41,23 @@ from durable_agents.steps.errors import TransientError
 from durable_agents.steps.flow import StepDeps
 from durable_agents.steps.loop import AskedCall, ModelAnswer
 from durable_agents.steps.retry import RetryRule
+from durable_agents.testing.processes import run_in_thread
 from durable_agents.testing.standin import turns_asked
 from durable_agents.workflows.agent_loop import AgentLoop
 from durable_agents.workflows.loop_state import KEPT_TURNS
-from tests.loop_support import model_env
-from tests.support import EMAIL, wait_exit
+from tests.loop_support import loop_matrix, model_env
+from tests.support import EMAIL
 
 TWO_ORDERS = {"A-1001": 2500, "A-1002": 4000}
 TASK = "Order A-1001 arrived broken and so did A-1002: please refund both."
 SIX_TURNS = {str(n): 1 for n in range(1, 7)}
 
 POINTS = [
-    "turn:after_answer",
-    "tool:issue_refund:after_effect",
-    "temporal:loop:between_calls",
-    "temporal:loop:after_turn",
-    "temporal:loop:continue_as_new",
+    "turn:after_answer@1",
+    "tool:issue_refund:after_effect@1",
+    "temporal:loop:between_calls@1",
+    "temporal:loop:after_turn@1",
+    "temporal:loop:continue_as_new@1",
 ]
 SMALL_BOUND = 20
 """Events: a run continues as new after its first turn with a call past this (after turn 2 here)."""
@@ -96,75 +98,69 @@ def check_chain_windows(chain: LoopChain, window_tokens: int) -> int:
 # ---------------------------------------------------------------- a worker killed at each point
 
 
-@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.replace(":", "."))
-async def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies_once(
-        point, client, workers, provider, run_id, task_queue, standin):
-    seed_orders(provider.url, TWO_ORDERS)
-    env = model_env(standin)
-    first = workers(crash_at=point, extra_env=env)
-    bound = SMALL_BOUND if point == "temporal:loop:continue_as_new" else 1000
-    created, _ = await start_loop(client, run_id, TASK, EMAIL, task_queue=task_queue, max_turns=10,
-                                  history_bound=bound)
-    assert created
-    assert wait_exit(first, 90) == -9, first.output()
-    assert f"CRASH_AT={point}" in first.output()
+def test_a_worker_killed_at_each_point_is_replaced_and_each_effect_applies_once(kill_matrix, dev_server, provider):
+    """The loop through the kill matrix (``durable_agents.testing``, the one mechanism a user runs too): a worker
+    armed with each point on a queue of the run's own, SIGKILLed there, a standby worker on the same queue; the
+    matrix judges the end, each effect through its lookup and the turns at its stand-in; the hooks read the
+    history at the kill and what the standby did. Every run continues as new after turn 2 (``SMALL_BOUND``)."""
 
-    # What the record holds at the kill, from history (no worker needed).
-    before = await loop_status(client, run_id)
-    assert before["status"] == "running", before
-    at_kill = effects_by_kind(provider.url, run_id)
-    if point == "turn:after_answer":
-        assert turns_asked(standin, run_id) == {"1": 1} and before["turns"][0]["status"] != "completed", before
-    elif point == "tool:issue_refund:after_effect":
-        # Applied at the provider, not recorded: the call's attempt died with its worker.
-        assert len(at_kill.get("refund", [])) == 1 and not at_kill.get("email"), at_kill
-        assert before["turns"][1]["calls"][0]["status"] != "completed", before["turns"][1]
-    elif point == "temporal:loop:between_calls":
-        # The refund of turn 2 is recorded; the email of the same turn is not even scheduled.
-        turn2 = before["turns"][1]
-        assert [c["status"] for c in turn2["calls"]] == ["completed", "pending"], turn2
-        assert len(at_kill.get("refund", [])) == 1 and not at_kill.get("email"), at_kill
-    elif point == "temporal:loop:after_turn":
-        assert [t["status"] for t in before["turns"]] == ["completed"], before["turns"]
-        assert before["turns"][0]["calls"][0]["status"] == "completed"
-        assert turns_asked(standin, run_id) == {"1": 1}
-    else:
-        assert len(before["runs"]) == 1 and before["turns"][-1]["status"] == "completed", before
+    def at_kill(k) -> None:
+        before = k.status()  # from history: no worker needed
+        assert before["status"] == "running", before
+        at_kill = effects_by_kind(provider.url, k.run_id)
+        name = k.point.partition("@")[0]
+        if name == "turn:after_answer":
+            assert k.turns() == {"1": 1} and before["turns"][0]["status"] != "completed", before
+        elif name == "tool:issue_refund:after_effect":
+            # Applied at the provider, not recorded: the call's attempt died with its worker.
+            assert len(at_kill.get("refund", [])) == 1 and not at_kill.get("email"), at_kill
+            assert before["turns"][1]["calls"][0]["status"] != "completed", before["turns"][1]
+        elif name == "temporal:loop:between_calls":
+            # The refund of turn 2 is recorded; the email of the same turn is not even scheduled.
+            turn2 = before["turns"][1]
+            assert [c["status"] for c in turn2["calls"]] == ["completed", "pending"], turn2
+            assert len(at_kill.get("refund", [])) == 1 and not at_kill.get("email"), at_kill
+        elif name == "temporal:loop:after_turn":
+            assert [t["status"] for t in before["turns"]] == ["completed"], before["turns"]
+            assert before["turns"][0]["calls"][0]["status"] == "completed"
+            assert k.turns() == {"1": 1}
+        else:
+            assert len(before["runs"]) == 1 and before["turns"][-1]["status"] == "completed", before
 
-    second = workers(extra_env=env)
-    result = await result_of(client, run_id)
-    assert result["status"] == "completed", result
-    assert result["answer"].startswith("Done: I went through the 2 orders you named"), result["answer"]
+    def at_end(k) -> None:
+        status = k.status()
+        assert status["answer"].startswith("Done: I went through the 2 orders you named"), status["answer"]
+        assert len(status["turns"]) == 6 and status["counts"] == {"turns": 6, "tool_calls": 7, "effects": 5,
+                                                                   "refused": 0}, status["counts"]
+        # The judge: each effect applied once, by kind, for this run; each key sent once: the refund whose answer
+        # died with its worker too, its retry having asked the provider by its key (the tool's lookup) and taken
+        # the applied refund's answer.
+        effects = effects_by_kind(provider.url, k.run_id)
+        assert {kind: len(found) for kind, found in effects.items()} == {"refund": 2, "email": 2, "ticket": 1}
+        assert all(e.effects_applied == 1 for found in effects.values() for e in found), effects
+        requests = {e.key: e.requests for found in effects.values() for e in found}
+        assert set(requests.values()) == {1}, requests
+        # The witness: every turn asked once; a turn recorded before the kill was never asked again.
+        assert k.turns() == {**SIX_TURNS, **({"1": 2} if k.point == "turn:after_answer@1" else {})}, k.turns()
+        name = k.point.partition("@")[0]
+        if name == "temporal:loop:between_calls":
+            assert started(k.takeover_output, k.run_id, "turn-2/call-0") == 0, k.takeover_output
+            assert started(k.takeover_output, k.run_id, "turn-2/call-1") == 1, k.takeover_output
+        if name in ("turn:after_answer", "tool:issue_refund:after_effect"):
+            crashed = status["turns"][0] if name == "turn:after_answer" else status["turns"][1]["calls"][0]
+            assert (crashed["attempts"], crashed["crashes"]) == (2, 1), crashed
 
-    # The judge: each effect applied once, by kind, for this run.
-    effects = effects_by_kind(provider.url, run_id)
-    assert {kind: len(found) for kind, found in effects.items()} == {"refund": 2, "email": 2, "ticket": 1}, effects
-    assert all(e.effects_applied == 1 for found in effects.values() for e in found), effects
-    requests = {e.key: e.requests for found in effects.values() for e in found}
-    first_refund = min(effects["refund"], key=lambda e: e.first_seen)
-    # Each key sent once: the refund whose answer died with its worker too, its retry having asked the provider by
-    # its key (the tool's lookup) and taken the applied refund's answer.
-    assert set(requests.values()) == {1} and first_refund.key in requests, requests
+        async def chain() -> LoopChain:
+            client = await connect({"TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default"})
+            return await read_chain(client, k.run_id)
 
-    # The witness: every turn asked once; a turn recorded before the kill was never asked again.
-    expected = dict(SIX_TURNS)
-    if point == "turn:after_answer":
-        expected["1"] = 2
-    assert turns_asked(standin, run_id) == expected
+        found = run_in_thread(chain())
+        assert len(found.runs) >= 2, [r.history_length for r in found.runs]  # continued as new after turn 2
+        check_chain_windows(found, found.first_input["window_tokens"])
 
-    status = await loop_status(client, run_id)
-    assert status["status"] == "completed" and len(status["turns"]) == 6, status
-    assert status["counts"] == {"turns": 6, "tool_calls": 7, "effects": 5, "refused": 0}, status["counts"]
-    if point == "temporal:loop:between_calls":
-        assert started(second.output(), run_id, "turn-2/call-0") == 0, second.output()
-        assert started(second.output(), run_id, "turn-2/call-1") == 1, second.output()
-    if point in ("turn:after_answer", "tool:issue_refund:after_effect"):
-        crashed = status["turns"][0] if point == "turn:after_answer" else status["turns"][1]["calls"][0]
-        assert (crashed["attempts"], crashed["crashes"]) == (2, 1), crashed
-    chain = await read_chain(client, run_id)
-    if point == "temporal:loop:continue_as_new":
-        assert len(chain.runs) >= 2, [r.history_length for r in chain.runs]
-    check_chain_windows(chain, chain.first_input["window_tokens"])
+    report = loop_matrix(kill_matrix, provider.url, "temporal", POINTS, at_kill=at_kill, at_end=at_end,
+                         temporal_address=dev_server.address, temporal_start={"history_bound": SMALL_BOUND})
+    assert {r.status for r in report.rows} == {"completed"}
 
 
 # ---------------------------------------------------------------- bad model output, the turn limit (in process)

@@ -18,6 +18,6 @@ Nothing here is imported by ``durable_agents`` itself, and nothing is downloaded
 
 from __future__ import annotations
 
-from durable_agents.testing.matrix import ENGINES, KillMatrix, MatrixError, Report, Row
+from durable_agents.testing.matrix import ENGINES, Killed, KillMatrix, MatrixError, Report, Row
 
-__all__ = ["ENGINES", "KillMatrix", "MatrixError", "Report", "Row"]
+__all__ = ["ENGINES", "KillMatrix", "Killed", "MatrixError", "Report", "Row"]

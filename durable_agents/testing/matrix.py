@@ -62,7 +62,7 @@ from typing import Any
 
 from durable_agents.testing.processes import Proc, run_in_thread
 
-__all__ = ["ENGINES", "KillMatrix", "MatrixError", "Report", "Row", "points_of"]
+__all__ = ["ENGINES", "KillMatrix", "Killed", "MatrixError", "Report", "Row", "points_of"]
 
 ENGINES = ("temporal", "runrecord", "dbos")
 Probe = Callable[[str], Mapping[str, int]]
@@ -93,6 +93,37 @@ class Row:
 
     def turns_text(self) -> str:
         return " ".join(f"{t}:{n}" for t, n in self.turns.items()) or "-"
+
+
+@dataclass
+class Killed:
+    """What a hook (``at_kill``, ``at_end``) is shown of one killed run: the engine, the point, the run, the
+    run's environment (``RUNRECORD_DB``, ``DBOSFLOW_DB``, ``TASK_QUEUE``: where its record is), what the killed
+    process printed and, at the end, what the processes that took it over printed. ``status()`` is the
+    engine's ``status --json`` of the run now; ``turns()`` the model's requests per turn counted so far (empty
+    when the matrix does not count them)."""
+
+    engine: str
+    point: str
+    run_id: str
+    env: Mapping[str, str]
+    killed_output: str
+    takeover_output: str = ""
+    standin_url: str | None = None
+    """The model stand-in's API root, when the matrix counts turns through it."""
+    _matrix: KillMatrix | None = field(default=None, repr=False)
+    _engine: _Engine | None = field(default=None, repr=False)
+
+    def status(self) -> dict[str, Any]:
+        assert self._engine is not None
+        return self._engine.status(self.run_id, self.env)
+
+    def turns(self) -> dict[str, int]:
+        assert self._matrix is not None
+        return self._matrix._turns(self.run_id)
+
+
+Hook = Callable[[Killed], None]
 
 
 @dataclass
@@ -217,9 +248,11 @@ class _Engine:
         """Start in the background what ``run`` of this run will need first, while another run is judged (a
         worker on the run's own queue, where it takes nothing of another run). Nothing, but on Temporal."""
 
-    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc],
+            at_kill: Callable[[Proc], None] | None = None) -> bool:
         """Run ``run_id`` to its end; armed with ``crash_at`` (one point), killed there and taken over. True if
-        the armed process died by SIGKILL (False: it never reached the point)."""
+        the armed process died by SIGKILL (False: it never reached the point). ``at_kill(the killed process)``:
+        called once it is dead, before the run is taken over."""
         raise NotImplementedError
 
     def recorded_turns(self, run_id: str, env: Mapping[str, str]) -> set[str] | None:
@@ -244,7 +277,8 @@ class _Engine:
 class _CliEngine(_Engine):
     """The run record and DBOS: one process runs a run to its end; ``resume RUN_ID`` takes a killed one over."""
 
-    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc],
+            at_kill: Callable[[Proc], None] | None = None) -> bool:
         first = Proc(f"{self.module}-{run_id}", [sys.executable, "-m", self.module, "loop", *self.run_args(run_id)],
                      env={**env, "CRASH_AT": crash_at}, cwd=self.m.cwd)
         procs.append(first)
@@ -253,6 +287,8 @@ class _CliEngine(_Engine):
         self.active_seconds = time.time() - (first.arrived[0] if first.arrived else first.started_at)
         if code != -9:
             return False
+        if at_kill is not None:
+            at_kill(first)
         again = Proc(f"{self.module}-resume-{run_id}", [sys.executable, "-m", self.module, "resume", run_id],
                      env={**env, "CRASH_AT": ""}, cwd=self.m.cwd)
         procs.append(again)
@@ -356,7 +392,8 @@ class _Temporal(_Engine):
         thread.start()
         self._prepared[run_id] = (thread, started)
 
-    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc]) -> bool:
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc],
+            at_kill: Callable[[Proc], None] | None = None) -> bool:
         prepared = self._prepared.pop(run_id, None)
         if prepared is not None:  # started while the previous run was judged
             thread, started = prepared
@@ -370,7 +407,7 @@ class _Temporal(_Engine):
             first = self.worker(f"worker-{run_id}", env, crash_at, procs)
         run_began = time.monotonic()
         self.m.temporal.start(run_id, self.m.task_of(run_id), env["TASK_QUEUE"], self.m.loaded, self.m.agent,
-                              self.m.params)
+                              self.m.params, self.m.temporal_start)
         self._until(lambda: not first.alive() or self._ended(run_id, env), run_id)
         self.active_seconds = time.monotonic() - run_began
         if first.alive():  # the run ended, the point never reached
@@ -379,6 +416,8 @@ class _Temporal(_Engine):
         code = first.wait(5)
         if code != -9:
             raise MatrixError(f"the worker of run {run_id} exited {code}:\n{first.last_lines()}")
+        if at_kill is not None:
+            at_kill(first)
         standby = self.worker(f"standby-{run_id}", env, "", procs)
         self._until(lambda: self._ended(run_id, env), run_id)
         standby.kill()  # the run has ended: nothing of it left for the worker to finish
@@ -394,7 +433,7 @@ class _Temporal(_Engine):
         worker = self.worker(f"worker-{group}-0", env, "", procs)
         for rid in ids:
             self.m.temporal.start(rid, self.m.task_of(rid), env["TASK_QUEUE"], self.m.loaded, self.m.agent,
-                                  self.m.params)
+                                  self.m.params, self.m.temporal_start)
         landed = 0
         while landed < kills:
             time.sleep(rng.uniform(*wait))
@@ -465,13 +504,14 @@ class _TemporalReader:
 
         return self._call(read())
 
-    def start(self, run_id: str, task: str, queue: str, agent: Any, spec: str, params: Mapping[str, str]) -> None:
+    def start(self, run_id: str, task: str, queue: str, agent: Any, spec: str, params: Mapping[str, str],
+              options: Mapping[str, Any]) -> None:
         from durable_agents.flowclient.loop import start_loop
 
         async def start() -> None:
             await self._connected()
             await start_loop(self.client, run_id, task, task_queue=queue, agent=agent, params=params,
-                             agent_spec=spec)
+                             agent_spec=spec, **options)
 
         self._call(start())
 
@@ -519,13 +559,21 @@ class KillMatrix:
     the agent's model is one; an agent that declares no model, asked the worker's, is then asked the
     package's scripted refund model there); ``parallel``: points run at once (1 by default: runs side by side share your
 service, and one run's effects may change another's path, a room booked by both); ``timeout``: seconds for
-each run to end; ``points``: only these (``name`` or ``name@K``), of those the unkilled run reached."""
+each run to end; ``points``: only these (``name`` or ``name@K``), of those the unkilled run reached.
+
+    A look inside, for what only your record or service can show: ``at_kill(killed)`` is called once the armed
+    process is dead, before the run is taken over (what the record holds at the kill); ``at_end(killed)`` once
+    the run has ended and been judged (what the processes that took it over printed). Each gets a ``Killed``;
+    an exception it raises (an ``assert``) fails the point's row with its message, the run still taken over
+    and ended. ``temporal_start``: more keywords for ``start_loop`` on Temporal (``history_bound=20``: a run
+    continues as new after its first turns, so ``temporal:loop:continue_as_new`` is reached)."""
 
     def __init__(self, agent: str, task: str | Callable[[str], str], *, params: Mapping[str, str] | None = None,
                  engines: Sequence[str] = ("temporal", "runrecord"), env: Mapping[str, str] | None = None,
                  cwd: Path | str | None = None, temporal_address: str | None = None, probe: Probe | None = None,
                  count_turns: bool | None = None, parallel: int = 1, timeout: float = 120.0,
-                 points: Sequence[str] | None = None) -> None:
+                 points: Sequence[str] | None = None, at_kill: Hook | None = None, at_end: Hook | None = None,
+                 temporal_start: Mapping[str, Any] | None = None) -> None:
         unknown = [e for e in engines if e not in _ENGINE_CLASSES]
         if unknown or not engines:
             raise MatrixError(f"unknown engines {unknown or '(none given)'}: choose from {', '.join(ENGINES)}")
@@ -541,6 +589,8 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         self.parallel = max(1, parallel)
         self.timeout = timeout
         self.only = set(points) if points is not None else None
+        self.at_kill, self.at_end = at_kill, at_end
+        self.temporal_start = dict(temporal_start or {})
         self.model_env: dict[str, str] = {}
         self.standin_url: str | None = None
         self._temporal: _TemporalReader | None = None
@@ -721,13 +771,36 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         env = engine.env(run_id)
         procs: list[Proc] = []
         row = Row(name, point, "passed", run_id)
+        looked: list[str] = []  # what the hooks raised
+        killed = Killed(name, point, run_id, env, "", standin_url=self.standin_url, _matrix=self, _engine=engine)
+
+        def look(hook: Hook | None, which: str) -> None:
+            if hook is not None:
+                try:
+                    hook(killed)
+                except Exception as err:  # noqa: BLE001 - the user's hook: its failure is the row's
+                    looked.append(f"{which}: {type(err).__name__}: {err}")
+
+        dead: list[Proc] = []
+
+        def at_kill(proc: Proc) -> None:
+            dead.append(proc)
+            killed.killed_output = proc.output()
+            look(self.at_kill, "at_kill")
+
         try:
-            if not engine.run(run_id, point, env, procs):
+            if not engine.run(run_id, point, env, procs, at_kill):
                 row.verdict = "not reached"
                 row.reasons.append(f"the process armed with CRASH_AT={point} ended without reaching it (a model "
                                    "that answers differently from the unkilled run takes another path)")
                 return row
             self._judge(row, engine, env, reference)
+            after = procs[procs.index(dead[0]) + 1:] if dead else []
+            killed.takeover_output = "\n".join(p.output() for p in after)
+            look(self.at_end, "at_end")
+            if looked:
+                row.verdict = "failed"
+                row.reasons = looked + row.reasons
         except (MatrixError, TimeoutError, subprocess.TimeoutExpired) as err:
             row.verdict = "failed"
             row.reasons.append(str(err))
