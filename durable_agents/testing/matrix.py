@@ -180,9 +180,11 @@ class Report:
         """``AssertionError`` with the table and every failing row explained, unless every kill passed (and the
         unkilled runs showed nothing wrong)."""
         if not self.ok:
-            head = f"{len(self.failed)} of {len(self.rows)} kill(s) failed"
-            if self.findings:
-                head += f"; the unkilled run(s) already show {len(self.findings)} mistake(s)"
+            unjudged = sum(r.verdict == "not judged" for r in self.rows)
+            head = f"{len(self.failed)} of {len(self.rows)} kill(s) failed" + (
+                f", {unjudged} not judged" if unjudged else "")
+            if self.findings:  # the cause, whatever the kills showed: first
+                head = f"the unkilled run(s) already show {len(self.findings)} mistake(s); {head}"
             raise AssertionError(f"{head}\n{self.explain()}\n{self.table()}")
 
 
