@@ -8,12 +8,16 @@ for the kill during a model request). Then:
 
 1. the faults (``peers.faults``): for each fault, for the lab's loop on Temporal and each lane's each variant,
    one run killed there and finished by a standby worker; one table per fault;
-2. the clock (``peers.clock``): time per turn, history events per turn, and a kill to the run done with a
+2. random kills (``peers.random_kills``): the kill matrix's random mode, the tool a user runs on their own agent,
+   on every subject: ``--random-runs`` runs while ``--random-kills`` SIGKILLs land at moments drawn from
+   ``--seed``; the matrix's table per subject and a line of what it found;
+3. the clock (``peers.clock``): time per turn, history events per turn, and a kill to the run done with a
    standby ready, for every subject and for the lab's run record, DBOS and the bare loop; one table.
 
 The lanes: ``peers.pydantic_ai_lane`` and ``peers.openai_agents_lane``; a lane that cannot be imported is left
-out with a line saying why. ``--quick``: one fault (the refund), one variant per lane, one clock run.
-Everything it started is stopped when it ends, however it ends.
+out with a line saying why. ``--quick``: one fault (the refund), one variant per lane, 2 random runs with 1 kill,
+one clock run; ``--random-only``: the random kills alone. Everything it started is stopped when it ends, however
+it ends.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from pathlib import Path
 from types import ModuleType
 
 from durable_agents.flowclient.connect import connect
+from durable_agents.testing import MatrixError, Report
 from durable_agents.testing.standin import start_model_standin
 from lab.processes import LAB_SERVER_CONFIG, REPO, DevServer
 from lab.provider_process import start_provider
-from peers import clock, faults
+from peers import clock, faults, random_kills
 from peers.subjects import Context, LabSubject, LaneSubject, Subject
 from peers.tables import fault_table, figures_table
 
@@ -64,6 +69,42 @@ def versions() -> str:
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+async def random_part(ctx: Context, subjects: list[Subject], runs: int, kills: int, seed: int) -> None:
+    """Part 2: each subject under the kill matrix's random mode, one subject at a time (``peers.random_kills``).
+    The lanes' workers ask one stand-in that varies its answers, as random mode's own does for the lab's loop."""
+    say(f"**Random kills**: the kill matrix's random mode, `run_random(runs={runs}, kills={kills}, seed={seed})`, "
+        "per subject: an unkilled run, then the runs under the kills; effects judged by the provider's count "
+        "per kind (the probe), turns at the stand-in.\n")
+    varied, varied_url = start_model_standin(vary=True)
+    loop = asyncio.get_running_loop()
+    found = []
+    try:
+        for subject in subjects:
+            if isinstance(subject, LaneSubject):
+                engine = random_kills.LaneEngine(ctx, subject.lane, subject.variant, loop=loop, llm_url=varied_url)
+                matrix = random_kills.lane_matrix(ctx, engine, varied_url)
+            else:
+                matrix = random_kills.lab_matrix(ctx)
+            try:
+                report: Report = await asyncio.to_thread(matrix.run_random, runs=runs, kills=kills, seed=seed)
+            except MatrixError as err:
+                say(f"{subject.label}: not run: {err}\n")
+                found.append(f"{subject.label}: not run ({str(err)[:160]})")
+                continue
+            # Where each kill caught a run (its time, the turns recorded then), then what failed and why.
+            caught = [f"{r.point.partition(':')[0]}: {why}" for r in report.rows for why in r.reasons
+                      if why.startswith("kills that caught it open") and not why.endswith(": none")]
+            explained = [line for line in report.explain().splitlines()
+                         if not line.lstrip().startswith("- kills that caught it open")]
+            body = "\n".join([report.table(), *caught, *explained])
+            say(f"{subject.label}\n\n```text\n{body}\n```\n")
+            found.append(random_kills.summary(subject.label, report, ctx.provider_url))
+            print(f"  random kills / {subject.label}: done", file=sys.stderr, flush=True)
+    finally:
+        varied.stop()
+    say("\n".join(f"- {line}" for line in found) + "\n")
 
 
 async def invocation(args: argparse.Namespace) -> int:
@@ -98,9 +139,14 @@ async def invocation(args: argparse.Namespace) -> int:
                 print(f"  {fault} / {subject.label}: {trial.outcome}", file=sys.stderr, flush=True)
                 return trial
 
-            for fault in faults.FAULTS[:1] if args.quick else faults.FAULTS:
+            for fault in () if args.random_only else faults.FAULTS[:1] if args.quick else faults.FAULTS:
                 trials = await asyncio.gather(*(one(fault, n, s) for n, s in enumerate(subjects)))
                 say(fault_table(fault, trials) + "\n")
+            await random_part(ctx, subjects, *((2, 1) if args.quick else (args.random_runs, args.random_kills)),
+                              args.seed)
+            if args.random_only:
+                say(f"make peers took {time.monotonic() - began:.0f} s")
+                return 0
             runs, kills = (1, 1) if args.quick else (args.runs, args.kills)
             figures = [clock.Figures(subject.label) for subject in subjects]
             await clock.per_turn(ctx, subjects, runs, figures)
@@ -135,7 +181,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the slow stand-in waits before each tool request's answer (default 1)")
     parser.add_argument("--parallel", type=int, default=3,
                         help="runs of one fault side by side (default 3; 1: one at a time)")
+    parser.add_argument("--random-only", action="store_true",
+                        help="only the random kills (the kill matrix's random mode on every subject)")
+    parser.add_argument("--random-runs", type=int, default=3,
+                        help="random mode's runs per subject, after its unkilled run (default 3)")
+    parser.add_argument("--random-kills", type=int, default=2, help="random mode's kills per subject (default 2)")
+    parser.add_argument("--seed", type=int, default=7, help="random mode's seed: its waits and its victims (default 7)")
     args = parser.parse_args(argv)
+    if args.random_runs < 1 or args.random_kills < 0:
+        parser.error(f"--random-runs needs 1 or more and --random-kills 0 or more, got {args.random_runs} and "
+                     f"{args.random_kills}")
     return asyncio.run(invocation(args))
 
 

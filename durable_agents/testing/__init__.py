@@ -4,7 +4,7 @@ process is killed at any point (``durable_agents[testing]``; docs/your-agent.md,
 - ``KillMatrix`` (``durable_agents.testing.matrix``): your agent, a task and its parameters, killed at every
   crash point its run reaches, on Temporal, the run record and DBOS; a ``Report`` that judges each kill from
   outside the killed process (each effect once, the run ends as an unkilled one does, no recorded turn
-  asked again);
+  asked again); ``ForeignEngine``: an agent another framework runs, given to its random mode;
 - the pytest plugin (``durable_agents.testing.plugin``, loaded by pytest when the package is installed): the
   ``kill_matrix`` fixture, a dev server of its own (``durable_dev_server``), the matrix's table at the end
   of the session and ``--durability-report PATH`` for its JSON;
@@ -18,6 +18,6 @@ Nothing here is imported by ``durable_agents`` itself, and nothing is downloaded
 
 from __future__ import annotations
 
-from durable_agents.testing.matrix import ENGINES, Killed, KillMatrix, MatrixError, Report, Row
+from durable_agents.testing.matrix import ENGINES, ForeignEngine, Killed, KillMatrix, MatrixError, Report, Row
 
-__all__ = ["ENGINES", "KillMatrix", "Killed", "MatrixError", "Report", "Row"]
+__all__ = ["ENGINES", "ForeignEngine", "KillMatrix", "Killed", "MatrixError", "Report", "Row"]

@@ -39,6 +39,13 @@ How, per engine:
 Nothing is downloaded: Temporal is the dev server the caller gives (``temporal_address``); the engines are
 this package's commands (``python -m durable_agents.worker``, ``.starter``, ``.runrecord``, ``.dbosflow``) run
 with this interpreter in ``cwd`` (the folder the agent's import string is imported from).
+
+**An engine that is not this package's** (``ForeignEngine``): an agent written with another framework, run by
+its own workers, can be given to random mode as an entry of ``engines=``. It says how its runs are run under
+kills and how each ended; the matrix draws the kills, runs its unkilled reference run, and judges each run as
+it judges its own: the end against the reference's, the effects by ``probe`` (a foreign engine has no lookup
+by key, so with no probe every row is **not judged**, never passed), the turns at a model stand-in the caller
+names (``standin_url``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,7 +70,7 @@ from typing import Any
 
 from durable_agents.testing.processes import Proc, run_in_thread
 
-__all__ = ["ENGINES", "KillMatrix", "Killed", "MatrixError", "Report", "Row", "points_of"]
+__all__ = ["ENGINES", "ForeignEngine", "KillMatrix", "Killed", "MatrixError", "Report", "Row", "points_of"]
 
 ENGINES = ("temporal", "runrecord", "dbos")
 Probe = Callable[[str], Mapping[str, int]]
@@ -86,8 +94,12 @@ class Row:
     effects: list[dict[str, Any]] = field(default_factory=list)
     turns: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    probe: dict[str, int] = field(default_factory=dict)
+    """A foreign engine's run: what the probe counted (its effects are not asked by key, so this is the column)."""
 
     def effects_text(self) -> str:
+        if not self.effects and self.probe:
+            return "probe: " + ", ".join(f"{label} {n}" for label, n in sorted(self.probe.items()))
         states = Counter(e["state"] for e in self.effects)
         return ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "-"
 
@@ -154,12 +166,13 @@ class Report:
         """The matrix as a person reads it: a line per point and engine."""
         width = max([len(r.point) for r in self.rows] + [5])
         wide = max([len(r.effects_text()) for r in self.rows] + [7])
+        named = max([len(r.engine) for r in self.rows] + [9])  # a foreign engine's name may be longer
         lines = [f"kill matrix of {self.agent}: {len(self.rows)} run(s) judged in {self.seconds:.1f} s"]
         lines += [f"  random mode on {engine}: {ref['kills_landed']} kill(s) landed on a process with a run open"
                   for engine, ref in self.reference.items() if "kills_landed" in ref]
-        lines.append(f"  {'point':<{width}}  {'engine':<9}  {'verdict':<11}  {'effects':<{wide}}  turns asked")
+        lines.append(f"  {'point':<{width}}  {'engine':<{named}}  {'verdict':<11}  {'effects':<{wide}}  turns asked")
         for r in self.rows:
-            lines.append(f"  {r.point:<{width}}  {r.engine:<9}  {r.verdict:<11}  {r.effects_text():<{wide}}  "
+            lines.append(f"  {r.point:<{width}}  {r.engine:<{named}}  {r.verdict:<11}  {r.effects_text():<{wide}}  "
                          f"{r.turns_text()}")
         return "\n".join(lines)
 
@@ -198,6 +211,69 @@ def points_of(trace: Sequence[str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- an engine that is not this package's
+
+
+class ForeignEngine:
+    """An engine the matrix does not know: another framework's agent run by its own workers, given to random
+    mode (``KillMatrix(..., engines=[MyEngine(...)]).run_random(...)``) so its runs are killed and judged by
+    the same tool, and its rows stand in the same report beside the adapter's engines.
+
+    Subclass it and give ``name`` and the two methods below (``recorded_turns`` and ``close`` if you can).
+    The matrix owns the randomness and the verdict; the engine owns its processes:
+
+    - ``chaos`` runs runs to their end while kills land. The matrix calls it once with one run and no kills
+      (the unkilled reference run: what each killed run's end and probe must equal), then once with every run
+      of random mode;
+    - ``status`` says how a run ended, as one word: ``"completed"``, ``"failed"``, ``"terminated"`` (one the
+      engine stopped past its deadline: say so, never leave it running), ``"running"`` while it is open;
+    - there is no settle: the matrix cannot ask your services by key, so effects are judged by the matrix's
+      ``probe`` (``probe(run_id) -> {label: count}``, against the reference run's); without a probe every row
+      is **not judged**;
+    - turns are counted at the model stand-in the matrix is given (``standin_url``): your workers' model
+      requests must reach it naming the run (``X-Lab-Run``; ``durable_agents.testing.standin``).
+
+    The agent string the matrix is given is only the report's label here: the matrix loads nothing and
+    starts no engine process of its own for a foreign engine. Random mode only: the point matrix
+    (``KillMatrix.run``) needs the crash points of this package's engines (``CRASH_TRACE``, ``CRASH_AT``)."""
+
+    name: str = ""
+    """The engine column of the report's rows; unique in one matrix, and not one of ``ENGINES``."""
+
+    active_seconds: float | None = None
+    """How long a run of the task runs once its processes are up (seconds): random mode draws the moments of
+    its kills over it. Set it during the reference run (the first ``chaos``) if start-up is slow; None: the
+    matrix takes the reference run's wall time."""
+
+    def chaos(self, tasks: Mapping[str, str], kills: int, rng: random.Random, wait: tuple[float, float],
+              on_kill: Callable[[str, float], None], parallel: int) -> None:
+        """Run every run of ``tasks`` (run id -> the task's text) to its end, ``parallel`` at a time at most,
+        while ``kills`` SIGKILLs land on processes running an open run, each after a wait drawn from ``wait``
+        (``rng.uniform(*wait)`` seconds) and on a run chosen with ``rng``, so the seed decides both. Call
+        ``on_kill(run_id, seconds since chaos began)`` once per run a kill caught open, once the killed
+        process is dead and before the run is taken over; then take the run over as your deployment would
+        (a replacement worker). Return when every run has ended: a run past your deadline is stopped and
+        reads ``"terminated"``. Leave no process running, whatever happens (kill in ``finally``)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no chaos(): a ForeignEngine must say how its "
+                                  "runs are run under kills")
+
+    def status(self, run_id: str) -> str:
+        """How ``run_id`` ended, one word (``"completed"``, ``"failed"``, ``"terminated"``; ``"running"`` while
+        open; ``""`` when the engine knows no such run)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no status(): a ForeignEngine must say how a run "
+                                  "ended")
+
+    def recorded_turns(self, run_id: str) -> set[str] | None:
+        """The turns ``run_id`` has recorded (their model answers kept: ``{"1", "2"}``), read while a kill has
+        it open, or None when the engine cannot say: then only the bound of random mode holds its turns (each
+        asked at most once more than the kills that caught its run), not "a recorded turn is never asked
+        after the kill"."""
+        return None
+
+    def close(self) -> None:
+        """Release what the engine holds (called once random mode is done with it, whatever happened)."""
+
+
 # ---------------------------------------------------------------- the engines, by their commands
 
 
@@ -205,6 +281,7 @@ class _Engine:
     """How one engine starts a run (in a process that may be killed), takes it over, and reports on it."""
 
     module = ""
+    settles = True  # its calls with an effect are asked by key (``settle``); a foreign engine's are not
 
     def __init__(self, matrix: KillMatrix, state: Path) -> None:
         self.m = matrix
@@ -274,6 +351,49 @@ class _Engine:
         caught open (its process dead by then); at most ``parallel`` runs at a time where each run is a
         process. Each run's environment, by run id."""
         raise NotImplementedError
+
+
+class _Foreign(_Engine):
+    """A ``ForeignEngine`` behind the shape the matrix's own engines have."""
+
+    settles = False
+
+    def __init__(self, matrix: KillMatrix, state: Path, engine: ForeignEngine) -> None:
+        super().__init__(matrix, state)
+        self.foreign = engine
+
+    def env(self, run_id: str, **more: str) -> dict[str, str]:
+        return {}  # its runs' environments are its own
+
+    def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc],
+            at_kill: Callable[[Proc], None] | None = None) -> bool:
+        """The unkilled reference run (a foreign engine has no crash points to arm)."""
+        began = time.monotonic()
+        self.foreign.chaos({run_id: self.m.task_of(run_id)}, 0, random.Random(0), (0.0, 0.0),
+                           lambda rid, at: None, 1)
+        self.active_seconds = self.foreign.active_seconds or time.monotonic() - began
+        return False
+
+    def chaos(self, ids: Sequence[str], kills: int, rng: random.Random, wait: tuple[float, float],
+              on_kill: Callable[[str, float], None], procs: list[Proc], parallel: int) -> dict[str, dict[str, str]]:
+        self.foreign.chaos({rid: self.m.task_of(rid) for rid in ids}, kills, rng, wait, on_kill, parallel)
+        return {rid: {} for rid in ids}
+
+    def status(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        word = self.foreign.status(run_id)
+        if not isinstance(word, str):
+            raise MatrixError(f"{self.foreign.name}: status({run_id!r}) answered {word!r}, not a status word "
+                              "(completed, failed, terminated, running)")
+        return {"status": word or None}
+
+    def settle(self, run_id: str, env: Mapping[str, str]) -> dict[str, Any]:
+        return {"run_id": run_id, "steps": []}  # no lookup by key: the probe judges the effects
+
+    def recorded_turns(self, run_id: str, env: Mapping[str, str]) -> set[str] | None:
+        return self.foreign.recorded_turns(run_id)
+
+    def close(self) -> None:
+        self.foreign.close()
 
 
 class _CliEngine(_Engine):
@@ -563,6 +683,14 @@ class KillMatrix:
 service, and one run's effects may change another's path, a room booked by both); ``timeout``: seconds for
 each run to end; ``points``: only these (``name`` or ``name@K``), of those the unkilled run reached.
 
+    ``engines`` may hold, beside the names, ``ForeignEngine`` instances: another framework's agent, in random
+    mode only (``ForeignEngine``); ``agent`` is then only the report's label when every engine is foreign.
+    ``standin_url``: a model stand-in already running (``durable_agents.testing.standin``) to count the turns
+    at, instead of one the matrix starts: a foreign engine's workers must be pointed at it by their caller;
+    the matrix's own engines are pointed at it (``AGENT_MODEL=worker``, ``LLM_BASE_URL``), so it must play
+    the agent's script (``start_model_standin(agent=...)``, or none for an agent that declares no model), and
+    ``vary`` is what it was started with. With foreign engines only and no ``standin_url``, no turn is counted.
+
     A look inside, for what only your record or service can show: ``at_kill(killed)`` is called once the armed
     process is dead, before the run is taken over (what the record holds at the kill); ``at_end(killed)`` once
     the run has ended and been judged (what the processes that took it over printed). Each gets a ``Killed``;
@@ -575,14 +703,41 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
                  cwd: Path | str | None = None, temporal_address: str | None = None, probe: Probe | None = None,
                  count_turns: bool | None = None, parallel: int = 1, timeout: float = 120.0,
                  points: Sequence[str] | None = None, at_kill: Hook | None = None, at_end: Hook | None = None,
-                 temporal_start: Mapping[str, Any] | None = None) -> None:
-        unknown = [e for e in engines if e not in _ENGINE_CLASSES]
-        if unknown or not engines:
-            raise MatrixError(f"unknown engines {unknown or '(none given)'}: choose from {', '.join(ENGINES)}")
+                 temporal_start: Mapping[str, Any] | None = None, standin_url: str | None = None) -> None:
+        if isinstance(engines, (str, ForeignEngine)):
+            engines = (engines,)  # one engine given bare, not in a sequence
+        self._foreign: dict[str, ForeignEngine] = {}
+        names: list[str] = []
+        for entry in engines:
+            if isinstance(entry, ForeignEngine):
+                name = entry.name
+                if not isinstance(name, str) or not name.strip() or name in _ENGINE_CLASSES:
+                    raise MatrixError(f"a ForeignEngine needs a name of its own for the report's rows (not one of "
+                                      f"{', '.join(ENGINES)}), {type(entry).__name__} has {name!r}")
+                self._foreign[name] = entry
+            elif isinstance(entry, type) and issubclass(entry, ForeignEngine):
+                raise MatrixError(f"give an instance of {entry.__name__}, not the class: {entry.__name__}(...)")
+            elif not isinstance(entry, str):
+                raise MatrixError(f"an engine is a name ({', '.join(ENGINES)}) or a ForeignEngine instance, not "
+                                  f"{type(entry).__name__} {entry!r}")
+            else:
+                name = entry
+            if name in names:
+                raise MatrixError(f"the engine {name!r} is given twice: each engine's rows need a name of their own")
+            names.append(name)
+        unknown = [e for e in names if e not in _ENGINE_CLASSES and e not in self._foreign]
+        if unknown or not names:
+            raise MatrixError(f"unknown engines {unknown or '(none given)'}: choose from {', '.join(ENGINES)}, or "
+                              "give a ForeignEngine instance")
+        if standin_url is not None and not (isinstance(standin_url, str)
+                                            and standin_url.startswith(("http://", "https://"))):
+            raise MatrixError(f"standin_url is a model stand-in's API root (http://host:port/v1), not {standin_url!r}")
+        if standin_url is not None and count_turns is False:
+            raise MatrixError("standin_url is where turns are counted: it cannot go with count_turns=False")
         self.agent, self.task = agent, task
         self._tasks: dict[str, str] = {}
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
-        self.engines = tuple(engines)
+        self.engines = tuple(names)
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.temporal_address = temporal_address
@@ -595,6 +750,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         self.temporal_start = dict(temporal_start or {})
         self.model_env: dict[str, str] = {}
         self.standin_url: str | None = None
+        self._given_standin = standin_url.rstrip("/") if standin_url else None
         self._temporal: _TemporalReader | None = None
         self._loaded: Any = None
 
@@ -635,9 +791,25 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
 
         return isinstance(self.loaded.model, ScriptedModel)
 
+    def _engine(self, name: str, state: Path) -> _Engine:
+        if name in self._foreign:
+            return _Foreign(self, state, self._foreign[name])
+        return _ENGINE_CLASSES[name](self, state)
+
+    @property
+    def _own_engines(self) -> bool:
+        return any(name not in self._foreign for name in self.engines)
+
     @contextmanager
     def _standin(self, vary: bool = False) -> Iterator[None]:
-        if not self._scripted():
+        if self._given_standin is not None:  # the caller's: counted there, asked there by the matrix's own engines
+            self.standin_url = self._given_standin
+            if self._own_engines:
+                self.model_env = {"AGENT_MODEL": "worker", "LLM_BASE_URL": self._given_standin,
+                                  "LLM_MODEL": "scripted"}
+            yield
+            return
+        if not self._own_engines or not self._scripted():  # a foreign engine's agent is not loaded here
             yield
             return
         from durable_agents.testing.standin import start_model_standin
@@ -654,6 +826,11 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
             proc.stop()
 
     def run(self) -> Report:
+        """The matrix: each crash point of the unkilled run, on each engine, a run killed there (the module
+        docstring). The adapter's engines only: a ``ForeignEngine`` runs in random mode (``run_random``)."""
+        if self._foreign:
+            raise MatrixError(f"{', '.join(self._foreign)}: a ForeignEngine runs in random mode only (run_random): "
+                              "the point matrix arms the crash points of this package's engines")
         began = time.monotonic()
         rows: list[Row] = []
         reference: dict[str, dict[str, Any]] = {}
@@ -689,7 +866,8 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         through the stand-in) words each answer differently and gives each call a random id, as a real model,
         so a turn asked again would choose other keys. A row per run, judged as a point's is (its end, each
         effect once, the probe), and its turns: none recorded when a kill landed is asked after it, none asked
-        more than once more than the kills that caught its run."""
+        more than once more than the kills that caught its run. A ``ForeignEngine`` among the engines runs its
+        unkilled run and its runs under the kills its own way (its ``chaos``), with the same seed's draws."""
         if not (isinstance(runs, int) and runs >= 1 and isinstance(kills, int) and kills >= 0):
             raise MatrixError(f"random mode needs runs >= 1 and kills >= 0, got runs={runs!r} kills={kills!r}")
         began = time.monotonic()
@@ -699,37 +877,47 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         with tempfile.TemporaryDirectory(prefix="kill-matrix-") as tmp, self._standin(vary=vary):
             state = Path(tmp)
             for name in self.engines:
-                engine = _ENGINE_CLASSES[name](self, state)
-                reference[name] = ref = self._reference(engine, name, state)
-                ids = [f"km-{name}-r{i + 1}-{uuid.uuid4().hex[:8]}" for i in range(runs)]
-                caught: dict[str, list[_Kill]] = {rid: [] for rid in ids}
-
-                def on_kill(rid: str, at: float, engine: _Engine = engine, caught: dict = caught) -> None:
-                    turns = engine.recorded_turns(rid, engine.env(rid)) or set()
-                    asked = self._turns(rid)
-                    caught[rid].append(_Kill(round(at, 2), {t: asked.get(t, 0) for t in sorted(turns)}))
-
-                procs: list[Proc] = []
-                wait = (0.05, max(0.2, engine.active_seconds))  # the moments a run of the task is running
+                engine = self._engine(name, state)
                 try:
-                    envs = engine.chaos(ids, kills, rng, wait, on_kill, procs, max(1, parallel))
+                    rows += self._random_runs(engine, name, state, reference, runs, kills, seed, rng, parallel)
                 finally:
-                    for proc in procs:
-                        proc.kill()
-                ref["kills_landed"] = len({k.at for found in caught.values() for k in found})
-                for i, rid in enumerate(ids):
-                    at = "; ".join(f"{k.at:.2f} s (turns recorded: {', '.join(k.recorded) or 'none'})"
-                                   for k in caught[rid]) or "none"
-                    row = Row(name, f"random #{i + 1}: {len(caught[rid])} kill(s)", "passed", rid)
-                    row.reasons.append(f"kills that caught it open (seed {seed}): {at}")
-                    try:
-                        self._judge(row, engine, envs[rid], ref, kills=caught[rid])
-                    except MatrixError as err:
-                        row.verdict = "failed"
-                        row.reasons.insert(0, str(err))
-                    rows.append(row)
+                    engine.close()
         self._close_reader()
         return Report(self.agent, self._task_text, rows, reference, time.monotonic() - began)
+
+    def _random_runs(self, engine: _Engine, name: str, state: Path, reference: dict[str, dict[str, Any]],
+                     runs: int, kills: int, seed: int, rng: random.Random, parallel: int) -> list[Row]:
+        """One engine's part of random mode: its reference run, its runs under the kills, a row per run."""
+        rows: list[Row] = []
+        reference[name] = ref = self._reference(engine, name, state)
+        ids = [f"km-{_slug(name)}-r{i + 1}-{uuid.uuid4().hex[:8]}" for i in range(runs)]
+        caught: dict[str, list[_Kill]] = {rid: [] for rid in ids}
+
+        def on_kill(rid: str, at: float) -> None:
+            turns = engine.recorded_turns(rid, engine.env(rid)) or set()
+            asked = self._turns(rid)
+            caught[rid].append(_Kill(round(at, 2), {t: asked.get(t, 0) for t in sorted(turns)}))
+
+        procs: list[Proc] = []
+        wait = (0.05, max(0.2, engine.active_seconds))  # the moments a run of the task is running
+        try:
+            envs = engine.chaos(ids, kills, rng, wait, on_kill, procs, max(1, parallel))
+        finally:
+            for proc in procs:
+                proc.kill()
+        ref["kills_landed"] = len({k.at for found in caught.values() for k in found})
+        for i, rid in enumerate(ids):
+            at = "; ".join(f"{k.at:.2f} s (turns recorded: {', '.join(k.recorded) or 'none'})"
+                           for k in caught[rid]) or "none"
+            row = Row(name, f"random #{i + 1}: {len(caught[rid])} kill(s)", "passed", rid)
+            row.reasons.append(f"kills that caught it open (seed {seed}): {at}")
+            try:
+                self._judge(row, engine, envs[rid], ref, kills=caught[rid])
+            except MatrixError as err:
+                row.verdict = "failed"
+                row.reasons.insert(0, str(err))
+            rows.append(row)
+        return rows
 
     def _close_reader(self) -> None:
         if self._temporal is not None:
@@ -737,7 +925,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
             self._temporal = None
 
     def _reference(self, engine: _Engine, name: str, state: Path) -> dict[str, Any]:
-        run_id = f"km-ref-{name}-{uuid.uuid4().hex[:8]}"
+        run_id = f"km-ref-{_slug(name)}-{uuid.uuid4().hex[:8]}"
         trace = state / f"trace-{run_id}.txt"
         env = engine.env(run_id, CRASH_TRACE=str(trace))
         procs: list[Proc] = []
@@ -841,11 +1029,16 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
                                 f"{e.get('reason') or 'its tool declares no lookup by key'}")
             else:
                 failures.append(_not_under_key(e) + " after this kill (the unkilled run's is)")
+        if not engine.settles:
+            unjudged.append("effects: not judged: this engine's calls cannot be asked by key (a ForeignEngine has "
+                            "no settle): give probe=, what your service applied for the run")
         if len(row.effects) != len(reference["effects"]):
             failures.append(f"{len(row.effects)} call(s) with an effect recorded, {len(reference['effects'])} in "
                             "the unkilled run")
         if self.probe is not None:
             seen, want = dict(self.probe(row.run_id)), dict(reference["probe"] or {})
+            if not engine.settles:
+                row.probe = seen
             for label in sorted(set(seen) | set(want)):
                 got, expected = seen.get(label, 0), want.get(label, 0)
                 if got > expected:
@@ -949,6 +1142,11 @@ def _refused_calls(status: Mapping[str, Any]) -> set[str]:
         if "/" in str(step.get("name")) and isinstance(result, dict) and result.get("status") == "refused":
             out.add(step["name"])
     return out
+
+
+def _slug(name: str) -> str:
+    """``name`` as a run id may hold it (a foreign engine's name may have spaces, slashes)."""
+    return "-".join(part for part in re.split(r"[^A-Za-z0-9_.]+", name) if part)[:40] or "engine"
 
 
 def _killed_turn(point: str) -> str | None:
