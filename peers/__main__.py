@@ -8,9 +8,9 @@ for the kill during a model request). Then:
 
 1. the faults (``peers.faults``): for each fault, for the lab's loop on Temporal and each lane's each variant,
    one run killed there and finished by a standby worker; one table per fault;
-2. random kills (``peers.random_kills``): the kill matrix's random mode, the tool a user runs on their own agent,
-   on every subject: ``--random-runs`` runs while ``--random-kills`` SIGKILLs land at moments drawn from
-   ``--seed``; the matrix's table per subject and a line of what it found;
+2. the kill matrix (``peers.random_kills``), the tool a user runs on their own agent, on every subject: at the
+   faults' crash points, then in random mode, ``--random-runs`` runs while ``--random-kills`` SIGKILLs land at
+   moments drawn from ``--seed``; the matrix's tables per subject and a line of what each found;
 3. the clock (``peers.clock``): time per turn, history events per turn, and a kill to the run done with a
    standby ready, for every subject and for the lab's run record, DBOS and the bare loop; one table.
 
@@ -74,9 +74,9 @@ def say(line: str) -> None:
 async def random_part(ctx: Context, subjects: list[Subject], runs: int, kills: int, seed: int) -> None:
     """Part 2: each subject under the kill matrix's random mode, one subject at a time (``peers.random_kills``).
     The lanes' workers ask one stand-in that varies its answers, as random mode's own does for the lab's loop."""
-    say(f"**Random kills**: the kill matrix's random mode, `run_random(runs={runs}, kills={kills}, seed={seed})`, "
-        "per subject: an unkilled run, then the runs under the kills; effects judged by the provider's count "
-        "per kind (the probe), turns at the stand-in.\n")
+    say(f"**The kill matrix** (the tool a user runs on their own agent), per subject: at the faults' crash points "
+        f"(`points=`: a run killed at each), then its random mode, `run_random(runs={runs}, kills={kills}, "
+        f"seed={seed})`; effects judged by the provider's count per kind (the probe), turns at the stand-in.\n")
     varied, varied_url = start_model_standin(vary=True)
     loop = asyncio.get_running_loop()
     found = []
@@ -88,6 +88,14 @@ async def random_part(ctx: Context, subjects: list[Subject], runs: int, kills: i
             else:
                 matrix = random_kills.lab_matrix(ctx)
             try:
+                # First the points: the faults' crash points, through the matrix (``KillMatrix.run``).
+                pointed = (random_kills.lane_matrix(ctx, engine, varied_url, points=True)
+                           if isinstance(subject, LaneSubject) else random_kills.lab_matrix(ctx, points=True))
+                at_points: Report = await asyncio.to_thread(pointed.run)
+                say(f"{subject.label}, at the crash points\n\n```text\n{at_points.table()}\n"
+                    f"{at_points.explain()}\n```\n")
+                found.append(random_kills.summary(f"{subject.label}, at the crash points", at_points,
+                                                  ctx.provider_url))
                 report: Report = await asyncio.to_thread(matrix.run_random, runs=runs, kills=kills, seed=seed)
             except MatrixError as err:
                 say(f"{subject.label}: not run: {err}\n")

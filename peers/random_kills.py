@@ -1,8 +1,12 @@
-"""Random kills, with the tool a user runs: the kill matrix's random mode (``durable_agents.testing.KillMatrix
-.run_random``) pointed at each lane's variant and at the lab's own loop on Temporal, so the duplicates this
-part reports come from the same tool a user runs on their own agent (docs/your-agent.md, "Random mode").
+"""The kill matrix, the tool a user runs on their own agent (docs/your-agent.md, "Kill-test your agent"), pointed
+at each lane's variant and at the lab's own loop on Temporal: its point matrix at the faults' crash points
+(``POINTS``: ``KillMatrix.run``, ``LaneEngine.run_at``) and its random mode (``KillMatrix.run_random``), so the
+duplicates this part reports come from that tool.
 
-Per subject, one ``KillMatrix`` and its ``run_random(runs=, kills=, seed=)``: an unkilled run of the task, then
+The point matrix: per subject, an unkilled run, then a run per point, its worker armed with the point and
+SIGKILLed there, a replacement worker finishing it; each judged as below. Random mode:
+
+per subject, one ``KillMatrix`` and its ``run_random(runs=, kills=, seed=)``: an unkilled run of the task, then
 ``runs`` runs while ``kills`` SIGKILLs land on a worker with a run open, at moments drawn (seeded) over the time
 a run of the task takes (each kill's wait drawn once the last kill's replacement worker is up); each run judged
 against the unkilled one, each by the same rules:
@@ -45,7 +49,8 @@ from durable_agents.providerclient import fetch_effects, seed_orders
 from durable_agents.testing import ForeignEngine, KillMatrix, Report
 from lab.processes import REPO, Proc
 from peers.faults import RUN_TIMEOUT, new_task
-from peers.subjects import EMAIL, Context, LaneSubject, effects_of
+from peers.lane import CRASH_POINTS
+from peers.subjects import EMAIL, LAB_POINTS, Context, LaneSubject, effects_of
 
 T = TypeVar("T")
 
@@ -200,6 +205,33 @@ class LaneEngine(ForeignEngine):
         if self.active_seconds is None:  # the first run is the matrix's unkilled one: the scale of its waits
             self.active_seconds = max(0.2, run.ended - run.began)
 
+    def run_at(self, run_id: str, task: str, crash_at: str) -> bool:
+        """The point matrix: the run on a queue of its own, its worker armed with ``crash_at`` (the lane's crash
+        point, ``peers.lane.CRASH_POINTS``), SIGKILLed there by it; a replacement worker, unarmed, on the same
+        queue; the run followed to its end (terminated past the deadline). True if the armed worker died there."""
+        return self._on_loop(self._run_at(run_id, task, crash_at))
+
+    async def _run_at(self, run_id: str, task: str, crash_at: str) -> bool:
+        run = _Run(run_id, task, LaneSubject(self.ctx, self.lane, self.variant))
+        armed = await run.subject.start_worker(run_id, crash_at=crash_at, llm_url=self.llm_url,
+                                               name=f"points-{run_id}-armed")
+        run.workers.append(armed)
+        try:
+            await run.subject.start_run(run_id, task)
+            result = asyncio.ensure_future(run.subject.result(run_id, self.timeout))
+            while armed.alive() and not result.done():
+                await asyncio.sleep(0.02)
+            killed = not armed.alive() and armed.popen.returncode == -9
+            if killed:
+                await self._worker(run, "standby")
+            outcome, _ = await result
+            if outcome.startswith("not done"):
+                self.terminated.append(run_id)
+            return killed
+        finally:
+            for proc in run.workers:
+                await asyncio.to_thread(proc.kill)
+
     def status(self, run_id: str) -> str:
         async def described() -> str:
             try:
@@ -232,19 +264,27 @@ class LaneEngine(ForeignEngine):
         return None if done < 0 else {str(turn) for turn in range(1, done + 1)}
 
 
-def lab_matrix(ctx: Context, *, standin_url: str | None = None) -> KillMatrix:
+POINTS = tuple(f"{point}@1" for point in CRASH_POINTS)
+"""The point matrix's points for a lane: the faults' crash points (``peers.lane.CRASH_POINTS``), each at its first
+reach; the lab's loop is killed at the same places by its own names (``LAB_POINTS``)."""
+
+
+def lab_matrix(ctx: Context, *, standin_url: str | None = None, points: bool = False) -> KillMatrix:
     """The lab's own loop on Temporal under the same tool: the matrix's ``temporal`` engine with the refund agent,
-    its turns counted at the matrix's own varied stand-in (``count_turns``), the same task, probe and provider."""
+    its turns counted at the matrix's own varied stand-in (``count_turns``), the same task, probe and provider;
+    ``points``: at ``POINTS`` (by the lab's names), for the point matrix."""
+    named = [LAB_POINTS.get(p.partition("@")[0], p.partition("@")[0]) + "@1" for p in POINTS] if points else None
     return KillMatrix(LAB_AGENT, task_for(ctx.provider_url), params={"email": EMAIL}, engines=("temporal",),
                       env={"PROVIDER_URL": ctx.provider_url}, cwd=REPO, temporal_address=ctx.server.address,
                       probe=probe_for(ctx.provider_url), count_turns=True, timeout=RUN_TIMEOUT,
-                      standin_url=standin_url)
+                      standin_url=standin_url, points=named)
 
 
-def lane_matrix(ctx: Context, engine: LaneEngine, standin_url: str) -> KillMatrix:
-    """A lane's variant under the tool: the agent string is only the report's label."""
+def lane_matrix(ctx: Context, engine: LaneEngine, standin_url: str, *, points: bool = False) -> KillMatrix:
+    """A lane's variant under the tool: the agent string is only the report's label; ``points``: at ``POINTS``,
+    for the point matrix (``KillMatrix.run``: ``LaneEngine.run_at``)."""
     return KillMatrix(engine.label, task_for(ctx.provider_url), engines=[engine], probe=probe_for(ctx.provider_url),
-                      standin_url=standin_url, timeout=RUN_TIMEOUT)
+                      standin_url=standin_url, timeout=RUN_TIMEOUT, points=list(POINTS) if points else None)
 
 
 def summary(label: str, report: Report, provider_url: str) -> str:
@@ -262,5 +302,7 @@ def summary(label: str, report: Report, provider_url: str) -> str:
     parts = [f"applied twice: {len(twice)}", f"lost: {len(lost)}", f"passed: {len(passed)}"]
     if other:
         parts.append(f"failed otherwise or not judged: {len(other)}")
-    return (f"{label}: {' / '.join(parts)} of {len(report.rows)} run(s); {ref.get('kills_landed', 0)} kill(s) "
-            f"landed; the unkilled run applied {unkilled}; refunds refused by the provider's cap: {refused}")
+    killed = (f"{ref['kills_landed']} kill(s) landed" if "kills_landed" in ref
+              else f"killed at {len(report.rows)} point(s)")
+    return (f"{label}: {' / '.join(parts)} of {len(report.rows)} run(s); {killed}; the unkilled run applied "
+            f"{unkilled}; refunds refused by the provider's cap: {refused}")

@@ -16,7 +16,9 @@ one-step agent, in this order:
 
 ``ForeignLane`` is the ``ForeignEngine``: a worker per run, a run open to a kill once its worker has printed
 ``applied`` (between the effect and its record, where the kill bites), a replacement worker started on the
-run after each kill, the run past its deadline killed and read ``terminated``.
+run after each kill, the run past its deadline killed and read ``terminated``; for the point matrix
+(``run_at``), a worker armed with ``CRASH_AT`` dies at ``tool:send_email:after_effect`` (its crash point,
+right after the email) and a replacement finishes the run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from durable_agents.steps.crashpoints import crash_point
 from durable_agents.testing import ForeignEngine
 from durable_agents.testing.processes import Proc
 
@@ -77,6 +80,7 @@ def work(run_id: str, record_path: Path, to: str, keyed: bool) -> None:
         _write(record_path, record)
     key = f"agentlab/{run_id}/email" if keyed else f"fresh/{uuid.uuid4()}"
     asyncio.run(_send(run_id, to, key))
+    crash_point("tool:send_email:after_effect")  # CRASH_AT: the point matrix's kill, where the email is applied
     print("applied", flush=True)
     time.sleep(HOLD)
     _write(record_path, {**record, "done": True})
@@ -110,10 +114,11 @@ class ForeignLane(ForeignEngine):
     def record_of(self, run_id: str) -> Path:
         return self.work / f"{run_id}.json"
 
-    def _worker(self, run_id: str, attempt: int) -> Proc:
+    def _worker(self, run_id: str, attempt: int, crash_at: str = "") -> Proc:
         argv = [sys.executable, "-m", "tests.foreign_lane", "--run", run_id, "--record", str(self.record_of(run_id)),
                 "--email", "ada@example.com", *(["--keyed"] if self.keyed else [])]
-        return Proc(f"{self.name}-{run_id}-{attempt}", argv, env={**self.env, "PYTHONUNBUFFERED": "1"},
+        return Proc(f"{self.name}-{run_id}-{attempt}", argv,
+                    env={**self.env, "PYTHONUNBUFFERED": "1", "CRASH_AT": crash_at},
                     cwd=Path(__file__).resolve().parent.parent)
 
     def chaos(self, tasks: Mapping[str, str], kills: int, rng: random.Random, wait: tuple[float, float],
@@ -151,6 +156,19 @@ class ForeignLane(ForeignEngine):
         finally:
             for proc in started:
                 proc.kill()
+
+    def run_at(self, run_id: str, task: str, crash_at: str) -> bool:
+        """The point matrix: the worker armed with ``crash_at``, killed there by its own crash point, then a
+        replacement worker, unarmed, finishes the run."""
+        armed = self._worker(run_id, 0, crash_at)
+        try:
+            if armed.wait(self.deadline) != -9:
+                return False
+            again = self._worker(run_id, 1)
+            again.wait(self.deadline)
+            return True
+        finally:
+            armed.kill()
 
     def status(self, run_id: str) -> str:
         if run_id in self.terminated:

@@ -10,6 +10,8 @@ What is refused, with what to do instead, is held by fast tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from durable_agents.providerclient import fetch_effects
@@ -49,9 +51,11 @@ def test_a_foreign_engine_needs_a_name_of_its_own_and_an_instance():
         KillMatrix("lane", "t", engines=[_Named("lane-a")], standin_url="http://127.0.0.1:9/v1", count_turns=False)
 
 
-def test_a_foreign_engine_runs_in_random_mode_only_and_must_say_how():
-    with pytest.raises(MatrixError, match="lane-a: a ForeignEngine runs in random mode only"):
+def test_a_foreign_engine_must_say_how_and_the_point_matrix_needs_its_run_at_and_points():
+    with pytest.raises(MatrixError, match="lane-a: this ForeignEngine gives no run_at\\(\\), so it runs in random"):
         KillMatrix("lane", "t", engines=[_Named("lane-a")]).run()
+    with pytest.raises(MatrixError, match="lane: give points="):
+        KillMatrix("lane", "t", engines=[ForeignLane("lane", Path("."), {})]).run()
     with pytest.raises(NotImplementedError, match="_Named gives no chaos"):
         _Named("lane-a").chaos({}, 0, None, (0, 0), lambda rid, at: None, 1)  # type: ignore[arg-type]
     assert _Named("lane-a").recorded_turns("r") is None  # cannot say: only random mode's bound holds
@@ -98,3 +102,25 @@ def test_without_a_probe_a_foreign_engine_s_rows_are_not_judged_never_passed(pro
     (row,) = report.rows
     assert row.verdict == "not judged" and "give probe=" in row.reasons[0], report.explain()
     assert row.turns == {} and "not judged" in report.table()  # not a failure (as a tool with no lookup): shown
+
+
+@pytest.mark.timeout(120)
+def test_the_point_matrix_kills_a_foreign_lane_where_its_effect_applied_and_names_the_duplicate(
+        provider, standin, tmp_path):
+    """The point matrix on the same lane: its worker armed with ``tool:send_email:after_effect`` dies right after
+    the email, a replacement finishes the run. The fresh-key lane applies the email twice and fails there,
+    named; the keyed one passes. The turn, recorded before the email, is asked once."""
+    env = {"PROVIDER_URL": provider.url, "LLM_BASE_URL": standin}
+    for keyed in (False, True):
+        lane = ForeignLane("lane, keyed" if keyed else "lane, fresh key", tmp_path, env, keyed=keyed)
+        report = KillMatrix("tests.foreign_lane", "Email the customer.", engines=[lane], probe=emails(provider.url),
+                            standin_url=standin, points=["tool:send_email:after_effect"]).run()
+        (row,) = report.rows
+        assert (row.point, row.status, row.turns) == ("tool:send_email:after_effect@1", "completed", {"1": 1}), row
+        assert row.probe == {"email": 1 if keyed else 2}, row
+        if keyed:
+            assert row.verdict == "passed" and report.ok, report.explain()
+        else:
+            assert row.verdict == "failed", report.explain()
+            assert "email: applied 2 times, 1 in the unkilled run (the probe): an effect applied again" in (
+                row.reasons[0]), report.explain()

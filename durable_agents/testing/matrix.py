@@ -41,7 +41,8 @@ this package's commands (``python -m durable_agents.worker``, ``.starter``, ``.r
 with this interpreter in ``cwd`` (the folder the agent's import string is imported from).
 
 **An engine that is not this package's** (``ForeignEngine``): an agent written with another framework, run by
-its own workers, can be given to random mode as an entry of ``engines=``. It says how its runs are run under
+its own workers, can be given to random mode as an entry of ``engines=``, and to the point matrix at the
+points its workers arm (``points=``, its ``run_at``). It says how its runs are run under
 kills and how each ended; the matrix draws the kills, runs its unkilled reference run, and judges each run as
 it judges its own: the end against the reference's, the effects by ``probe`` (a foreign engine has no lookup
 by key, so with no probe every row is **not judged**, never passed), the turns at a model stand-in the caller
@@ -234,8 +235,9 @@ class ForeignEngine:
       requests must reach it naming the run (``X-Lab-Run``; ``durable_agents.testing.standin``).
 
     The agent string the matrix is given is only the report's label here: the matrix loads nothing and
-    starts no engine process of its own for a foreign engine. Random mode only: the point matrix
-    (``KillMatrix.run``) needs the crash points of this package's engines (``CRASH_TRACE``, ``CRASH_AT``)."""
+    starts no engine process of its own for a foreign engine. The point matrix (``KillMatrix.run``) takes it
+    too when it gives ``run_at`` (its workers armed with ``CRASH_AT``, as ``durable_agents.steps.crashpoints``
+    reads it) and the matrix is given ``points=``, the names its workers reach."""
 
     name: str = ""
     """The engine column of the report's rows; unique in one matrix, and not one of ``ENGINES``."""
@@ -269,6 +271,14 @@ class ForeignEngine:
         asked at most once more than the kills that caught its run), not "a recorded turn is never asked
         after the kill"."""
         return None
+
+    def run_at(self, run_id: str, task: str, crash_at: str) -> bool:
+        """The point matrix (``KillMatrix.run`` with ``points=``): run ``run_id`` of ``task`` with its worker armed
+        with ``CRASH_AT=crash_at`` (``durable_agents.steps.crashpoints``: ``name@K``, its K-th reach), the worker
+        SIGKILLed there, then the run taken over as your deployment would (a replacement worker, unarmed) and
+        followed to its end. True if the armed worker died there; False if the run ended without reaching the
+        point. Optional: without it the engine runs in random mode only."""
+        raise NotImplementedError(f"{type(self).__name__} gives no run_at(): it runs in random mode only")
 
     def close(self) -> None:
         """Release what the engine holds (called once random mode is done with it, whatever happened)."""
@@ -367,7 +377,10 @@ class _Foreign(_Engine):
 
     def run(self, run_id: str, crash_at: str, env: Mapping[str, str], procs: list[Proc],
             at_kill: Callable[[Proc], None] | None = None) -> bool:
-        """The unkilled reference run (a foreign engine has no crash points to arm)."""
+        """Armed (``crash_at``): the engine's ``run_at`` (the hooks see nothing: its processes are its own).
+        Unarmed: the unkilled reference run, through its ``chaos`` with no kill."""
+        if crash_at:
+            return bool(self.foreign.run_at(run_id, self.m.task_of(run_id), crash_at))
         began = time.monotonic()
         self.foreign.chaos({run_id: self.m.task_of(run_id)}, 0, random.Random(0), (0.0, 0.0),
                            lambda rid, at: None, 1)
@@ -746,6 +759,7 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
         self.parallel = max(1, parallel)
         self.timeout = timeout
         self.only = set(points) if points is not None else None
+        self._points_given = list(points) if points is not None else []  # their order, for a foreign engine
         self.at_kill, self.at_end = at_kill, at_end
         self.temporal_start = dict(temporal_start or {})
         self.model_env: dict[str, str] = {}
@@ -827,21 +841,29 @@ each run to end; ``points``: only these (``name`` or ``name@K``), of those the u
 
     def run(self) -> Report:
         """The matrix: each crash point of the unkilled run, on each engine, a run killed there (the module
-        docstring). The adapter's engines only: a ``ForeignEngine`` runs in random mode (``run_random``)."""
-        if self._foreign:
-            raise MatrixError(f"{', '.join(self._foreign)}: a ForeignEngine runs in random mode only (run_random): "
-                              "the point matrix arms the crash points of this package's engines")
+        docstring). A ``ForeignEngine`` takes part when it can arm a point (its ``run_at``), at the points given
+        (``points=``: its workers' crash point names; no trace says which its run reaches)."""
+        unarmed = [name for name, e in self._foreign.items() if type(e).run_at is ForeignEngine.run_at]
+        if unarmed:
+            raise MatrixError(f"{', '.join(unarmed)}: this ForeignEngine gives no run_at(), so it runs in random mode "
+                              "only (run_random); give run_at() to kill its runs at named crash points")
+        if self._foreign and self.only is None:
+            raise MatrixError(f"{', '.join(self._foreign)}: give points= (the crash points its workers arm, e.g. "
+                              "'tool:send_email:after_effect'): a foreign engine's unkilled run leaves no trace of "
+                              "the points it reached")
         began = time.monotonic()
         rows: list[Row] = []
         reference: dict[str, dict[str, Any]] = {}
         with tempfile.TemporaryDirectory(prefix="kill-matrix-") as tmp, self._standin():
             state = Path(tmp)
             for name in self.engines:
-                engine = _ENGINE_CLASSES[name](self, state)
+                engine = self._engine(name, state)
                 reference[name] = self._reference(engine, name, state)
                 points = [p for p in reference[name]["points"] if self.only is None or p in self.only
                           or p.partition("@")[0] in self.only]
-                ids = [f"km-{name}-{uuid.uuid4().hex[:10]}" for _ in points]
+                if name in self._foreign:  # the points given, in their order, each at its first reach unless told
+                    points = [p if "@" in p else f"{p}@1" for p in self._points_given]
+                ids = [f"km-{_slug(name)}-{uuid.uuid4().hex[:10]}" for _ in points]
                 if self.parallel == 1:
                     try:
                         for i, point in enumerate(points):
