@@ -193,7 +193,7 @@ lock:
 	  --no-emit-find-links -c $(VENV)-lock/others.txt --output-file requirements/sdk-floor.lock requirements/sdk-floor.in
 	rm -rf $(VENV)-lock
 
-## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills and clock (docs/peers.md; ~6 min; builds .venv-peers)
+## peers: the loop beside pydantic-ai's and the OpenAI Agents SDK's Temporal agents, under the same kills, the kill matrix and the clock (docs/peers.md; ~11 min; builds .venv-peers)
 .PHONY: peers
 PEERS_VENV := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed

@@ -16,7 +16,7 @@ for the kill during a model request). Then:
 
 The lanes: ``peers.pydantic_ai_lane`` and ``peers.openai_agents_lane``; a lane that cannot be imported is left
 out with a line saying why. ``--quick``: one fault (the refund), one variant per lane, 2 random runs with 1 kill,
-one clock run; ``--random-only``: the random kills alone. Everything it started is stopped when it ends, however
+one clock run; ``--matrix-only``: the kill matrix alone. Everything it started is stopped when it ends, however
 it ends.
 """
 
@@ -147,12 +147,12 @@ async def invocation(args: argparse.Namespace) -> int:
                 print(f"  {fault} / {subject.label}: {trial.outcome}", file=sys.stderr, flush=True)
                 return trial
 
-            for fault in () if args.random_only else faults.FAULTS[:1] if args.quick else faults.FAULTS:
+            for fault in () if args.matrix_only else faults.FAULTS[:1] if args.quick else faults.FAULTS:
                 trials = await asyncio.gather(*(one(fault, n, s) for n, s in enumerate(subjects)))
                 say(fault_table(fault, trials) + "\n")
             await random_part(ctx, subjects, *((2, 1) if args.quick else (args.random_runs, args.random_kills)),
                               args.seed)
-            if args.random_only:
+            if args.matrix_only:
                 say(f"make peers took {time.monotonic() - began:.0f} s")
                 return 0
             runs, kills = (1, 1) if args.quick else (args.runs, args.kills)
@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the slow stand-in waits before each tool request's answer (default 1)")
     parser.add_argument("--parallel", type=int, default=3,
                         help="runs of one fault side by side (default 3; 1: one at a time)")
-    parser.add_argument("--random-only", action="store_true",
-                        help="only the random kills (the kill matrix's random mode on every subject)")
+    parser.add_argument("--matrix-only", action="store_true",
+                        help="only the kill matrix on every subject (its crash points, then its random mode)")
     parser.add_argument("--random-runs", type=int, default=3,
                         help="random mode's runs per subject, after its unkilled run (default 3)")
     parser.add_argument("--random-kills", type=int, default=2, help="random mode's kills per subject (default 2)")
