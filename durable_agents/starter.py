@@ -294,6 +294,19 @@ async def _cmd_watch(args) -> int:
     return _exit_code(final)
 
 
+async def _cmd_decide(args) -> int:
+    """``approve``/``deny RUN_ID CALL``: a person's decision on a loop run's waiting call
+    (``durable_agents.flowclient.approvals``). Refused: exit 2, nothing recorded."""
+    from durable_agents.flowclient.approvals import decide_loop
+
+    run_id = check_run_id(args.run_id)
+    client = await connect()
+    outcome, said = await decide_loop(client, run_id, args.call, args.verdict, by=args.by, reason=args.reason,
+                                      digest=args.digest, accept_seconds=float(args.accept_seconds))
+    print(printable({"decided": f"decided: {said}", "same": said, "kept": f"kept: {said}"}[outcome]), flush=True)
+    return 0
+
+
 async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
@@ -405,6 +418,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the final status as JSON (no live table)")
     p.set_defaults(func=_cmd_watch)
+    for verdict, words in (("approve", "approve a loop run's call that waits for a person: it runs, under its key"),
+                           ("deny", "deny a loop run's call that waits for a person: the model is told, nothing "
+                                    "applied")):
+        p = sub.add_parser(verdict, help=words, parents=[common])
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("call", metavar="CALL", help="the waiting call, as status shows it: turn-N/call-I")
+        p.add_argument("--by", default="", help="who decides (recorded as given: not an identity checked)")
+        p.add_argument("--reason", default="", help="why, one line (at most 500 characters)")
+        p.add_argument("--digest", default=None, metavar="HEX",
+                       help="the digest status showed for the call (12 characters or more): refused if the waiting "
+                            "call is not that one")
+        p.add_argument("--accept-seconds", default=5.0, type=float, metavar="S",
+                       help="how long to wait for a worker to accept the decision before keeping it as a signal "
+                            "(default 5)")
+        p.set_defaults(func=_cmd_decide, verdict=verdict)
     p = sub.add_parser("retry", help="restart a failed or timed-out run at its failed step (a reset; same keys)",
                        parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")

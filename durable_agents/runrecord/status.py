@@ -29,10 +29,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from durable_agents.runrecord.lease import check_holder
 from durable_agents.runrecord.store import IntentRow, RunRow, StepRow
 from durable_agents.steps import loop
+from durable_agents.steps.approval import Decision, Wait
 from durable_agents.steps.controls import printable
 from durable_agents.steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
 from durable_agents.steps.runview import render_table
@@ -63,25 +65,46 @@ def _step(run: RunRow, s: StepRow, live: bool, now: float) -> StepEntry:
     return step_entry(s.name, "running", s.attempts, crashes=s.crashes, last_error=last_error)
 
 
-def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None) -> RunEntry:
+def approval_entries(found: Sequence[tuple[Wait, Decision | None, str | None]]) -> list[dict[str, Any]]:
+    """The status JSON's ``approvals``: each call that waited for a person, what is to be approved, since and
+    until when, and its state (``waiting``, ``approved``, ``denied``, ``expired``) with the decision taken."""
+    return [{"call": w.call, "tool": w.tool, "arguments": dict(w.arguments), "key": w.key, "digest": w.digest,
+             "since": iso(w.since), "until": iso(w.until), "on_expiry": w.on_expiry, "state": outcome or "waiting",
+             "decision": None if d is None else {**d.to_json(), "at": iso(d.at)}} for w, d, outcome in found]
+
+
+def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None,
+              approvals: Sequence[tuple[Wait, Decision | None, str | None]] = ()) -> RunEntry:
     """The status JSON of ``run``. ``flow_changed``: the reason the reading
-    code's flow differs from the recorded one (then the run is parked)."""
+    code's flow differs from the recorded one (then the run is parked); ``approvals``: the run's waits for a
+    person (``RunRecord.approvals``), shown as ``approvals`` when there are any."""
     now = time.time() if now is None else now
     holder = run.lease_holder
     live = bool(holder) and (run.lease_expires_at or 0) > now and not check_holder(holder or "").dead
     steps = [_step(run, s, live, now) for s in run.steps]
+    waits = approval_entries(approvals)
     if run.status in ("completed", "failed"):
-        return run_entry(run.run_id, run_state(run.status), steps, error=run.error)
-    if flow_changed:
-        return run_entry(run.run_id, "parked", steps, detail=flow_changed)
-    active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
-    detail = describe_step(active, waiting_for="a resume") if active else None
-    return run_entry(run.run_id, "running", steps, detail=detail)
+        entry = run_entry(run.run_id, run_state(run.status), steps, error=run.error)
+    elif flow_changed:
+        entry = run_entry(run.run_id, "parked", steps, detail=flow_changed)
+    else:
+        active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
+        detail = describe_step(active, waiting_for="a resume") if active else None
+        waiting = next((w for w in waits if w["state"] == "waiting"), None)
+        if waiting is not None:
+            detail = (f"{waiting['call']} waits for a person's decision on {waiting['tool']} until "
+                      f"{waiting['until']}: `python -m durable_agents.runrecord approve {run.run_id} "
+                      f"{waiting['call']} --by NAME` (or deny)" + ("" if live else "; no process is running the "
+                                                                    "run: resume it to act on the decision"))
+        entry = run_entry(run.run_id, "running", steps, detail=detail)
+    if waits:
+        entry["approvals"] = waits  # type: ignore[typeddict-unknown-key]
+    return entry
 
 
 def run_status(record, run_id: str) -> RunEntry:
     """The status JSON for ``run_id`` in an open ``RunRecord``; ``RecordRunNotFound`` if there is none."""
-    return status_of(record.load(run_id))
+    return status_of(record.load(run_id), approvals=record.approvals(run_id))
 
 
 WHY_ERRORS_ARE_DOUBTFUL = ("a 5xx may come from a gateway or proxy after the provider applied the request, "
@@ -120,11 +143,20 @@ def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
 
 
 def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
-           flow_changed: str | None = None) -> str:
-    """The starter's table, plus the intents and the lease."""
+           flow_changed: str | None = None, approvals: Sequence[tuple[Wait, Decision | None, str | None]] = ()) -> str:
+    """The starter's table, plus the waits for a person, the intents and the lease."""
     now = time.time() if now is None else now
-    status = status_of(run, now, flow_changed)
+    status = status_of(run, now, flow_changed, approvals)
     lines: list[str] = loop_lines(run, status["steps"]) if run.loop is not None else []
+    for w in approval_entries(approvals):
+        said = {"waiting": f"WAITING for a decision until {w['until']}",
+                "expired": f"no decision by {w['until']}: expired ({w['on_expiry']})"}.get(w["state"], w["state"])
+        if w["decision"]:
+            d = w["decision"]
+            said += f" by {d['by'] or '(no name given)'} at {d['at']}" + (f": {d['reason']}" if d["reason"] else "")
+        args = json.dumps(w["arguments"], ensure_ascii=False, sort_keys=True)
+        lines.append(f"  approval {w['call']}: {w['tool']} {_clip(args)} (key {w['key']}, digest "
+                     f"{w['digest'][:12]}): {said}")
     for i in intents:
         outcome = i.outcome or {}
         note = {
