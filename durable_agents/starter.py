@@ -103,6 +103,7 @@ from durable_agents.steps import loop
 from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from durable_agents.steps.loopargs import (
+    add_decision_commands,
     add_loop_arguments,
     agent_given,
     given_number,
@@ -418,21 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the final status as JSON (no live table)")
     p.set_defaults(func=_cmd_watch)
-    for verdict, words in (("approve", "approve a loop run's call that waits for a person: it runs, under its key"),
-                           ("deny", "deny a loop run's call that waits for a person: the model is told, nothing "
-                                    "applied")):
-        p = sub.add_parser(verdict, help=words, parents=[common])
-        p.add_argument("run_id", metavar="RUN_ID")
-        p.add_argument("call", metavar="CALL", help="the waiting call, as status shows it: turn-N/call-I")
-        p.add_argument("--by", default="", help="who decides (recorded as given: not an identity checked)")
-        p.add_argument("--reason", default="", help="why, one line (at most 500 characters)")
-        p.add_argument("--digest", default=None, metavar="HEX",
-                       help="the digest status showed for the call (12 characters or more): refused if the waiting "
-                            "call is not that one")
-        p.add_argument("--accept-seconds", default=5.0, type=float, metavar="S",
-                       help="how long to wait for a worker to accept the decision before keeping it as a signal "
-                            "(default 5)")
-        p.set_defaults(func=_cmd_decide, verdict=verdict)
+    add_decision_commands(sub, [common], _cmd_decide, accept_seconds=True)
     p = sub.add_parser("retry", help="restart a failed or timed-out run at its failed step (a reset; same keys)",
                        parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")

@@ -38,7 +38,6 @@ Payloads are decoded with each run's serialization context (``durable_agents.flo
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ from durable_agents.flowclient.status import (
     read_history,
     run_converter,
 )
-from durable_agents.steps.approval import Decision, Wait, denied_result, expired_result
+from durable_agents.steps.approval import Decision, Wait, denied_result, expired_result, status_lines
 from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
 from durable_agents.steps.loop import (
@@ -628,18 +627,7 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
             lines.append(f"      {call['status']}{_tries(call)}{shown_result}")
             if call.get("status") not in ("completed", "pending") and call.get("last_error"):
                 lines.append(f"      last error: {call['last_error']}")
-    for w in status.get("approvals") or []:
-        decision = w.get("decision") if isinstance(w.get("decision"), Mapping) else None
-        said = {"waiting": f"WAITING for a decision until {w.get('until')}",
-                "expired": f"no decision by {w.get('until')}: expired ({w.get('on_expiry')})",
-                "kept": "a decision kept in history, not yet taken (no worker has run since it was sent)",
-                "refused": f"a decision refused: {w.get('reason')}"}.get(str(w.get("state")), str(w.get("state")))
-        if decision and w.get("state") in ("approved", "denied"):
-            said += (f" by {decision.get('by') or '(no name given)'} at {decision.get('at')}"
-                     + (f": {decision['reason']}" if decision.get("reason") else ""))
-        what = (f"{w.get('tool')} {json.dumps(w.get('arguments'), ensure_ascii=False, sort_keys=True)} (key "
-                f"{w.get('key')}, digest {str(w.get('digest'))[:12]}): " if w.get("tool") else "")
-        lines.append(f"  approval {w.get('call')}: {what}{said}")
+    lines.extend(status_lines(status.get("approvals") or []))
     if status.get("status") == "running" and status.get("detail"):
         lines.append(f"  {status['detail']}")
     if status.get("status") == "parked" and status.get("detail"):

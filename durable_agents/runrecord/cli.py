@@ -89,6 +89,7 @@ from durable_agents.steps import loop
 from durable_agents.steps.controls import basic_config, printable
 from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from durable_agents.steps.loopargs import (
+    add_decision_commands,
     add_loop_arguments,
     agent_given,
     loop_numbers,
@@ -425,17 +426,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
     p.set_defaults(func=_cmd_status)
-    for verdict, words in (("approve", "approve a call that waits for a person: it runs, under its key"),
-                           ("deny", "deny a call that waits for a person: the model is told, nothing applied")):
-        p = sub.add_parser(verdict, parents=[common], help=words)
-        p.add_argument("run_id", metavar="RUN_ID")
-        p.add_argument("call", metavar="CALL", help="the waiting call, as status shows it: turn-N/call-I")
-        p.add_argument("--by", default="", help="who decides (recorded as given: not an identity checked)")
-        p.add_argument("--reason", default="", help=f"why, one line (at most {approvals.MAX_REASON_CHARS} characters)")
-        p.add_argument("--digest", default=None, metavar="HEX",
-                       help="the digest status showed for the call (12 characters or more): the decision is refused "
-                            "if the waiting call is not that one")
-        p.set_defaults(func=_cmd_decide, verdict=verdict)
+    add_decision_commands(sub, [common], _cmd_decide)
     p = sub.add_parser("list", parents=[common], help="every run in the record")
     p.set_defaults(func=_cmd_list)
     return parser

@@ -29,12 +29,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from durable_agents.runrecord.lease import check_holder
 from durable_agents.runrecord.store import IntentRow, RunRow, StepRow
 from durable_agents.steps import loop
-from durable_agents.steps.approval import Decision, Wait
+from durable_agents.steps.approval import Decision, Wait, status_lines
+from durable_agents.steps.approval import status_entries as approval_entries
 from durable_agents.steps.controls import printable
 from durable_agents.steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
 from durable_agents.steps.runview import render_table
@@ -63,14 +63,6 @@ def _step(run: RunRow, s: StepRow, live: bool, now: float) -> StepEntry:
         return step_entry(s.name, "retrying", s.attempts, crashes=s.crashes, last_error=last_error,
                           next_try_at=iso(s.next_try_at))
     return step_entry(s.name, "running", s.attempts, crashes=s.crashes, last_error=last_error)
-
-
-def approval_entries(found: Sequence[tuple[Wait, Decision | None, str | None]]) -> list[dict[str, Any]]:
-    """The status JSON's ``approvals``: each call that waited for a person, what is to be approved, since and
-    until when, and its state (``waiting``, ``approved``, ``denied``, ``expired``) with the decision taken."""
-    return [{"call": w.call, "tool": w.tool, "arguments": dict(w.arguments), "key": w.key, "digest": w.digest,
-             "since": iso(w.since), "until": iso(w.until), "on_expiry": w.on_expiry, "state": outcome or "waiting",
-             "decision": None if d is None else {**d.to_json(), "at": iso(d.at)}} for w, d, outcome in found]
 
 
 def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None,
@@ -148,15 +140,7 @@ def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
     now = time.time() if now is None else now
     status = status_of(run, now, flow_changed, approvals)
     lines: list[str] = loop_lines(run, status["steps"]) if run.loop is not None else []
-    for w in approval_entries(approvals):
-        said = {"waiting": f"WAITING for a decision until {w['until']}",
-                "expired": f"no decision by {w['until']}: expired ({w['on_expiry']})"}.get(w["state"], w["state"])
-        if w["decision"]:
-            d = w["decision"]
-            said += f" by {d['by'] or '(no name given)'} at {d['at']}" + (f": {d['reason']}" if d["reason"] else "")
-        args = json.dumps(w["arguments"], ensure_ascii=False, sort_keys=True)
-        lines.append(f"  approval {w['call']}: {w['tool']} {_clip(args)} (key {w['key']}, digest "
-                     f"{w['digest'][:12]}): {said}")
+    lines += status_lines(approval_entries(approvals))
     for i in intents:
         outcome = i.outcome or {}
         note = {

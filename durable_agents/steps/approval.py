@@ -18,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from durable_agents.steps.limits import InputError
+from durable_agents.steps.runstate import iso
 
 VERDICTS = ("approve", "deny")
 MAX_BY_CHARS = 64
@@ -163,6 +164,38 @@ def judge(wait: Wait | None, decided: Decision | None, decision: Decision, *, ex
                           "digest is not the waiting call's: a reset may have asked the call again): read "
                           "`status` and decide again")
     return TAKEN, f"{decision.call}: {decision.said()}"
+
+
+def status_entries(found: Sequence[tuple[Wait, Decision | None, str | None]]) -> list[dict[str, Any]]:
+    """``status --json``'s ``approvals`` (the same shape on every engine): each call that waited, what is to be
+    approved, since and until when (ISO), and its state (``waiting``, ``approved``, ``denied``, ``expired``) with
+    the decision taken."""
+    return [{"call": w.call, "tool": w.tool, "arguments": dict(w.arguments), "key": w.key, "digest": w.digest,
+             "since": iso(w.since), "until": iso(w.until), "on_expiry": w.on_expiry, "state": outcome or "waiting",
+             "decision": None if d is None else {**d.to_json(), "at": iso(d.at)}} for w, d, outcome in found]
+
+
+def status_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``status``'s lines for the ``approvals`` entries (``status_entries``, or Temporal's from the memo): each
+    call, what is to be approved, its key and digest, and where it stands."""
+    lines = []
+    for w in entries:
+        decision = w.get("decision") if isinstance(w.get("decision"), Mapping) else None
+        state = str(w.get("state"))
+        said = {"waiting": f"WAITING for a decision until {w.get('until')}",
+                "expired": f"no decision by {w.get('until')}: expired ({w.get('on_expiry')})",
+                "kept": "a decision kept in history, not yet taken (no worker has run since it was sent)",
+                "refused": f"a decision refused: {w.get('reason')}"}.get(state, state)
+        if decision and state in ("approved", "denied"):
+            said += (f" by {decision.get('by') or '(no name given)'} at {decision.get('at')}"
+                     + (f": {decision['reason']}" if decision.get("reason") else ""))
+        arguments = json.dumps(w.get("arguments"), ensure_ascii=False, sort_keys=True)
+        if len(arguments) > 120:
+            arguments = arguments[:117] + "..."
+        what = (f"{w.get('tool')} {arguments} (key {w.get('key')}, digest {str(w.get('digest'))[:12]}): "
+                if w.get("tool") else "")
+        lines.append(f"  approval {w.get('call')}: {what}{said}")
+    return lines
 
 
 def denied_result(decision: Decision) -> str:
