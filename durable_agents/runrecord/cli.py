@@ -270,7 +270,10 @@ def _cmd_decide(args) -> int:
     if verdict == approvals.REJECTED:
         print(printable(f"refused: {said}"), file=sys.stderr, flush=True)
         return EXIT_INPUT
-    print(printable(f"decided: {said}" if verdict == approvals.TAKEN else said), flush=True)
+    if verdict == approvals.SAME:
+        print(printable(said), flush=True)
+        return EXIT_OK
+    print(printable(f"decided: {said}"), flush=True)
     print(printable(f"recorded in the run record; the process running {run_id} acts on it within "
                     f"{APPROVAL_POLL_SECONDS:g} s (none running: `python -m durable_agents.runrecord resume "
                     f"{run_id}`)"), flush=True)
