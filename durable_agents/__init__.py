@@ -38,6 +38,7 @@ _WHERE = {
     "ScriptedModel": "durable_agents.agent",
     "load_agent": "durable_agents.agent",
     "Applied": "durable_agents.tools",
+    "Approval": "durable_agents.tools",
     "Arguments": "durable_agents.tools",
     "Lookup": "durable_agents.tools",
     "Tool": "durable_agents.tools",
@@ -49,8 +50,8 @@ _WHERE = {
     "start_agent": "durable_agents.flowclient.agents",
 }
 
-__all__ = ["Agent", "AgentPlugin", "Applied", "Arguments", "Call", "FunctionModel", "Lookup", "Model", "Reply",
-           "ScriptedModel", "Tool", "ToolContext", "ToolOutput", "ToolRefused", "Toolbox", "__version__",
+__all__ = ["Agent", "AgentPlugin", "Applied", "Approval", "Arguments", "Call", "FunctionModel", "Lookup", "Model",
+           "Reply", "ScriptedModel", "Tool", "ToolContext", "ToolOutput", "ToolRefused", "Toolbox", "__version__",
            "load_agent", "start_agent"]
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from durable_agents.flowclient.agents import AgentPlugin, start_agent
     from durable_agents.tools import (
         Applied,
+        Approval,
         Arguments,
         Lookup,
         Tool,

@@ -103,6 +103,7 @@ from durable_agents.steps import loop
 from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from durable_agents.steps.loopargs import (
+    add_decision_commands,
     add_loop_arguments,
     agent_given,
     given_number,
@@ -294,6 +295,19 @@ async def _cmd_watch(args) -> int:
     return _exit_code(final)
 
 
+async def _cmd_decide(args) -> int:
+    """``approve``/``deny RUN_ID CALL``: a person's decision on a loop run's waiting call
+    (``durable_agents.flowclient.approvals``). Refused: exit 2, nothing recorded."""
+    from durable_agents.flowclient.approvals import decide_loop
+
+    run_id = check_run_id(args.run_id)
+    client = await connect()
+    outcome, said = await decide_loop(client, run_id, args.call, args.verdict, by=args.by, reason=args.reason,
+                                      digest=args.digest, accept_seconds=float(args.accept_seconds))
+    print(printable({"decided": f"decided: {said}", "same": said, "kept": f"kept: {said}"}[outcome]), flush=True)
+    return 0
+
+
 async def _cmd_retry(args) -> int:
     run_id = check_run_id(args.run_id)
     client = await connect()
@@ -405,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the final status as JSON (no live table)")
     p.set_defaults(func=_cmd_watch)
+    add_decision_commands(sub, [common], _cmd_decide, accept_seconds=True)
     p = sub.add_parser("retry", help="restart a failed or timed-out run at its failed step (a reset; same keys)",
                        parents=[common])
     p.add_argument("run_id", metavar="RUN_ID")

@@ -25,10 +25,15 @@ The contract:
   call that may have been applied (an attempt after the first) asks it before sending again, and takes the
   stored answer when the service gives one. Without a lookup the retry sends again under the same key (the
   service must replay) and ``settle`` says it cannot ask.
+- **A call that waits for a person** (``Tool.approval``, an ``Approval``): always, or when its rule says so of
+  the checked arguments. Whether a call waits is decided when its turn is recorded, and recorded with it;
+  the call then waits, recorded as waiting, for a decision from outside bound to it (its key and a digest
+  of its checked arguments), until its deadline; a denial goes back to the model as the call's refusal,
+  nothing applied (docs/approvals.md).
 - **The signature** (``Toolbox.signature``): one line per tool, ``tool NAME:KIND:field=type,...`` (``?`` after an
-  optional field's type), recorded with every run so that code whose tools changed shape does not resume a
-  run recorded under other tools. Descriptions and text rules are not in it: they change what the model is
-  told, not what a recorded call means.
+  optional field's type, and `` approval=...`` when the tool has one), recorded with every run so that code
+  whose tools changed shape does not resume a run recorded under other tools. Descriptions and text rules
+  are not in it: they change what the model is told, not what a recorded call means.
 
 This module imports nothing of the project: it is the adapter's, and an agent builder's code imports it.
 """
@@ -39,12 +44,14 @@ import copy
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["Applied", "Arguments", "Lookup", "Tool", "ToolContext", "ToolOutput", "ToolRefused", "Toolbox"]
+__all__ = ["Applied", "Approval", "Arguments", "Lookup", "Tool", "ToolContext", "ToolOutput", "ToolRefused",
+           "Toolbox"]
 
 MAX_NAME_CHARS = 64
 """A tool's name: 1-64 letters, digits, ``_`` and ``-`` (what chat-completions servers accept)."""
@@ -141,13 +148,64 @@ Lookup = Callable[[str, Any], Awaitable[Applied | None]]
 ``ToolContext.services``), or None when no request with that key reached it."""
 
 
+MIN_APPROVAL_WAIT = timedelta(seconds=1)
+MAX_APPROVAL_WAIT = timedelta(days=30)
+"""The bounds of ``Approval.within``: a run's execution timeout makes room for its longest wait."""
+EXPIRY_OUTCOMES = ("refuse", "fail")
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A tool's calls wait for a person's decision before they run.
+
+    ``when``: None (every call waits) or a rule of the checked arguments (the tool's pydantic model
+    instance) answering True when the call must wait, e.g. ``lambda a: a.amount > 5000``. It is asked once,
+    when the call's turn is recorded, and its answer is recorded with the call, so it must be a pure
+    function of the arguments (no clock, no I/O, no state): a deploy that changes it changes the tool's
+    signature, never a recorded call. ``within``: how long a call waits for its decision, from when it
+    began waiting (1 second to 30 days). ``on_expiry``: what a call with no decision by then does:
+    ``"refuse"`` (refused back to the model, nothing applied) or ``"fail"`` (the run ends failed, naming the
+    call). ``ValueError`` for a declaration outside these, when it is made."""
+
+    when: Callable[[Any], bool] | None = None
+    within: timedelta = timedelta(hours=24)
+    on_expiry: Literal["refuse", "fail"] = "refuse"
+
+    def __post_init__(self) -> None:
+        if self.when is not None and not callable(self.when):
+            raise ValueError(f"an approval's rule is a function of the checked arguments, or None; got {self.when!r}")
+        if not (isinstance(self.within, timedelta) and MIN_APPROVAL_WAIT <= self.within <= MAX_APPROVAL_WAIT):
+            raise ValueError(f"an approval's wait (within) is a timedelta from {MIN_APPROVAL_WAIT} to "
+                             f"{MAX_APPROVAL_WAIT.days} days; got {self.within!r}")
+        if self.on_expiry not in EXPIRY_OUTCOMES:
+            raise ValueError(f"an approval's on_expiry is 'refuse' or 'fail'; got {self.on_expiry!r}")
+
+    def applies(self, arguments: BaseModel) -> bool:
+        """Whether a call with these checked arguments waits. A rule that raises is a bug in the declaration:
+        the call then waits (a person decides), never runs unasked."""
+        if self.when is None:
+            return True
+        try:
+            return bool(self.when(arguments))
+        except Exception:  # noqa: BLE001 - the user's rule: failing safe, to a person
+            return True
+
+    def recorded(self) -> dict[str, Any]:
+        """What the call's turn records of it: the wait and what its expiry does."""
+        return {"within": self.within.total_seconds(), "on_expiry": self.on_expiry}
+
+    def signature(self) -> str:
+        rule = "always" if self.when is None else getattr(self.when, "__qualname__", type(self.when).__name__)
+        return f"approval={rule}/{self.within.total_seconds():g}s/{self.on_expiry}"
+
+
 @dataclass(frozen=True)
 class Tool(Generic[A]):
     """One tool, declared: ``name`` (1-64 letters, digits, ``_``, ``-``), the ``description`` the model reads,
     ``arguments`` (a pydantic model closed to extra fields, e.g. a subclass of ``Arguments``), the
     ``handler``, the ``effect`` kind (None: read-only, no idempotency key) and, for a tool with an effect, its
-    ``lookup`` by key (see the module docstring). ``ValueError`` for a declaration that breaks these rules,
-    when it is made."""
+    ``lookup`` by key (see the module docstring); ``approval``: its calls wait for a person's decision
+    (``Approval``), or None. ``ValueError`` for a declaration that breaks these rules, when it is made."""
 
     name: str
     description: str
@@ -155,6 +213,7 @@ class Tool(Generic[A]):
     handler: Handler[A]
     effect: str | None = None
     lookup: Lookup | None = None
+    approval: Approval | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and 1 <= len(self.name) <= MAX_NAME_CHARS
@@ -175,6 +234,9 @@ class Tool(Generic[A]):
         if self.lookup is not None and (self.effect is None or not callable(self.lookup)):
             raise ValueError(f"tool {self.name}: a lookup is an async function (key, services) of a tool with an "
                              "effect; a read-only tool applies nothing to look up")
+        if self.approval is not None and not isinstance(self.approval, Approval):
+            raise ValueError(f"tool {self.name}: approval is a durable_agents.Approval, or None; got "
+                             f"{self.approval!r}")
 
     def parameters(self) -> dict[str, Any]:
         """The arguments' JSON Schema as the model is told it (pydantic's, without its generated titles)."""
@@ -192,7 +254,8 @@ class Tool(Generic[A]):
         defs = schema.get("$defs", {})
         fields = ",".join(f"{name}={_json_type(prop, defs)}{'' if name in required else '?'}"
                           for name, prop in schema.get("properties", {}).items())
-        return f"tool {self.name}:{self.effect or ''}:{fields}"
+        line = f"tool {self.name}:{self.effect or ''}:{fields}"
+        return line if self.approval is None else f"{line} {self.approval.signature()}"
 
 
 class Toolbox:

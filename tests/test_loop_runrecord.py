@@ -344,8 +344,9 @@ async def test_a_resume_derives_the_same_window_as_the_process_before_it(provide
 
 
 def test_a_version_3_record_is_upgraded_keeping_every_row(tmp_path, run_id):
-    """Version 4 adds ``runs.loop`` (NULL: a run of the fixed flow); every row of version 3 stays as it was,
-    and a run of version 3 is read as a run of the fixed flow."""
+    """Version 4 adds ``runs.loop`` (NULL: a run of the fixed flow), version 5 a turn's row of the same error,
+    version 6 the ``approvals`` table; every row of version 3 stays as it was, and a run of version 3 is read
+    as a run of the fixed flow."""
     path = tmp_path / "v3.db"
     conn = sqlite3.connect(path, isolation_level=None)
     for statement in _SCHEMA_V1.split(";"):
@@ -369,8 +370,10 @@ def test_a_version_3_record_is_upgraded_keeping_every_row(tmp_path, run_id):
         run = record.load(run_id)
         assert run.loop is None and [s.name for s in run.steps] == ["draft", "send_confirmation", "record_outcome"]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     after = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    # Version 6 adds the waits for a person: a table of its own, empty.
+    assert conn.execute("SELECT count(*) FROM approvals").fetchone()[0] == 0
     conn.close()
     # Version 5 adds a turn's row of the same error to every step: none yet.
     assert [row[:-2] for row in after["steps"]] == before["steps"] and after["intents"] == before["intents"]

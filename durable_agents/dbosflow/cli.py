@@ -70,6 +70,7 @@ import os
 import secrets
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -77,9 +78,11 @@ from typing import TYPE_CHECKING, Any
 from durable_agents.agent import Agent
 from durable_agents.memory import chat_tokens
 from durable_agents.providerclient import seed_given
+from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from durable_agents.steps.loop import start_tokens
 from durable_agents.steps.loopargs import (
+    add_decision_commands,
     add_loop_arguments,
     agent_given,
     loop_numbers,
@@ -354,9 +357,84 @@ def _cmd_status(args) -> int:
     _set_flow()
     db = _db(args)
     raw = st.read(db, run_id)
-    status = st.status_of(raw)
+    status = st.status_of(raw, version=_recorded_agent_version(raw))
     print(st.dumps(status) if args.json else st.render(status, raw), flush=True)
     return exit_code(status)
+
+
+def _recorded_agent_version(raw: dict) -> str | None:
+    """The version of the agent a loop run recorded (by its import string), for ``status``: a run of an agent
+    of the user's is read as a process serving that agent would (parked only if that agent's code changed).
+    None (this process's) for a flow run, the refund agent's runs, or an agent that cannot be loaded here."""
+    from durable_agents.dbosflow.loop import loop_app_version
+    from durable_agents.dbosflow.status import is_loop, recorded_inputs
+    from durable_agents.steps.served import Served
+
+    spec = str((recorded_inputs(raw["workflow"]) or {}).get("agent_spec") or "")
+    if not is_loop(raw["workflow"]) or not spec:
+        return None
+    try:
+        return loop_app_version(served=Served(agent_given(spec)))
+    except (InputError, ValueError):
+        return None
+
+
+DECISION_SEEN_SECONDS = 3.0
+"""How long ``approve``/``deny`` watch for the running process to record the decision before saying it is kept."""
+
+
+def _cmd_decide(args) -> int:
+    """``approve``/``deny RUN_ID CALL``: a person's decision on a waiting call, sent as a DBOS message on the
+    call's topic (kept in the system database with no process running; the decision's id as the send's
+    idempotency key, so the same decision twice is one message). Judged first against the run's rows
+    (``durable_agents.steps.approval.judge``): refused, exit 2, nothing sent. Then the process running the run
+    records it within a moment ("decided"), or none runs ("kept")."""
+    from durable_agents.dbosflow import status as st
+    from durable_agents.dbosflow.loop import DECISION_STEP
+    from durable_agents.steps import approval as approvals
+
+    run_id = check_run_id(args.run_id)
+    call = approvals.check_call(args.call)
+    by = approvals.checked_text(args.by, "--by", approvals.MAX_BY_CHARS)
+    reason = approvals.checked_text(args.reason, "--reason", approvals.MAX_REASON_CHARS)
+    shown = approvals.check_digest(args.digest)
+    db = _db(args)
+    raw = st.read(db, run_id)  # an unknown run: said, exit 2
+    found = {w.call: (w, d, outcome) for w, d, outcome in st.approvals_of(raw)}
+    wait, decided, outcome = found.get(call, (None, None, None))
+    bound = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (shown or "")
+    decision = approvals.new_decision(call, bound, args.verdict, by, reason)
+    ran = any(r["function_name"] == call for r in raw["steps"])
+    expired = outcome == "expired" or (wait is not None and outcome is None and time.time() > wait.until)
+    verdict, said = approvals.judge(wait, decided, decision, expired=expired, ran=ran)
+    if verdict == approvals.REJECTED:
+        print(printable(f"refused: {said}"), file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    if verdict == approvals.SAME:
+        print(printable(said), flush=True)
+        return EXIT_OK
+    c = st.client(db)
+    try:
+        c.send(run_id, decision.to_json(), topic=call, idempotency_key=decision.id)
+    finally:
+        c.destroy()
+    deadline = time.monotonic() + DECISION_SEEN_SECONDS
+    while time.monotonic() < deadline:
+        rows = {r["function_name"]: r for r in st.read(db, run_id)["steps"]}
+        row = rows.get(f"{call}/{DECISION_STEP}")
+        if row is not None and isinstance(row["output"], dict):
+            taken = row["output"]["result"].get("decision") or {}
+            if taken.get("id") == decision.id:
+                print(printable(f"decided: {said}"), flush=True)
+                return EXIT_OK
+            print(printable(f"refused: {call}: already {row['output']['result'].get('outcome')} by another "
+                            "decision, taken first"), file=sys.stderr, flush=True)
+            return EXIT_INPUT
+        time.sleep(0.2)
+    print(printable(f"kept: {call}: sent as a DBOS message, kept in the system database; no process took it "
+                    f"within {DECISION_SEEN_SECONDS:g} s: the one running {run_id} takes it, or the next "
+                    f"`python -m durable_agents.dbosflow resume {run_id}` ({decision.said()})"), flush=True)
+    return EXIT_OK
 
 
 async def _cmd_settle(args) -> int:
@@ -484,6 +562,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_steps)
+    add_decision_commands(sub, [common], _cmd_decide)
     p = sub.add_parser("list", parents=[common], help="every run in the database")
     p.set_defaults(func=_cmd_list)
     return parser

@@ -78,6 +78,7 @@ ran (never while it walks recorded outputs):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -96,6 +97,7 @@ from durable_agents.dbosflow.engine import (
     step_options,
 )
 from durable_agents.memory import DerivedWindow, MemoryInputError, MemoryPolicy
+from durable_agents.steps import approval as approvals
 from durable_agents.steps import loop
 from durable_agents.steps.controls import printable
 from durable_agents.steps.crashpoints import crash_point
@@ -112,6 +114,8 @@ LOOP_WORKFLOW_NAME = "agent_loop"
 LOOP_VERSION_LABEL = "agentlab-loop-1"
 """The loop's application version's label: the digest of ``loop_signature`` follows it (``loop_version_of``)."""
 LOOP_VERSION_ENV = "DBOSFLOW_LOOP_APP_VERSION"
+WAIT_STEP, DECISION_STEP = "wait", "decision"
+"""A call that waits for a person has two steps of its own before it: ``<call>/wait`` and ``<call>/decision``."""
 TURN_TIMEOUT_OF = "draft"
 TOOL_TIMEOUT_OF = "send_confirmation"
 """Whose attempt timeout in the run's rule a turn's and a call's attempts take (as on Temporal,
@@ -204,6 +208,7 @@ class LoopStep:
     name: str
     run: Callable[[Any, Any], Awaitable[Any]]
     effect: bool = False
+    approval: dict[str, Any] | None = None  # a call that waits for a person first (AskedCall.approval)
 
 
 class LoopWalk:
@@ -245,7 +250,7 @@ class LoopWalk:
             return LoopStep(name, lambda req, deps: loop.model_turn(req, deps, agent))
         call = loop.as_call(self.results[loop.turn_step(turn)]["calls"][index])
         return LoopStep(name, lambda req, deps: loop.run_tool(req, deps, agent, services),
-                        call.name in agent.tools.effects)
+                        call.name in agent.tools.effects, call.approval)
 
     def request(self, name: str) -> loop.TurnRequest | loop.ToolRequest:
         """Step ``name``'s request; a turn whose window memory could not take is a ``PermanentError``."""
@@ -323,6 +328,14 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
             request = walk.request(name)
         except PermanentError as err:
             raise StepFailed(f"step {name} failed before its first attempt: {err.message}") from None
+        if step.approval is not None:  # a person decides first (docs/approvals.md)
+            decided_as, refusal, previous_dispatch = await _decided(name, request, step.approval, served, run_id,
+                                                                    dispatch, previous_dispatch)
+            if decided_as == "expired" and step.approval.get("on_expiry") == "fail":
+                raise StepFailed(f"step {name} ({request.call.name}) failed: {refusal} (the tool's approval says a "
+                                 "call with no decision by its deadline fails the run)")
+            if refusal is not None:  # denied, or expired: the call's output is its refusal, nothing applied
+                step = LoopStep(name, _refusing(refusal), step.effect)
         try:
             options = step_options(name, rule, timeout_of=TOOL_TIMEOUT_OF if "/" in name else TURN_TIMEOUT_OF)
             limit = loop.same_error_limit(name)  # a turn's: the same rule as on the other engines
@@ -344,6 +357,68 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
                 crash_point(point)
     turns = sum(1 for n in walk.results if "/" not in n)
     return {"answer": walk.answer, "turns": turns, "steps": len(walk.results)}
+
+
+def _refusing(reason: str) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def refuse(request: Any, _deps: Any) -> Any:
+        return loop.refused_call(request, reason)
+
+    return refuse
+
+
+async def _decided(name: str, request: loop.ToolRequest, approval: dict[str, Any], served: Served, run_id: str,
+                   dispatch: int, previous_dispatch: int) -> tuple[str, str | None, int]:
+    """A call that waits for a person: (its outcome, the refusal the model is given unless approved, the dispatch
+    that recorded the decision). Its wait is a step (``<call>/wait``: recorded once, its deadline kept across
+    dispatches); a decision is a DBOS message on the call's topic (``approve``/``deny`` send it, kept in the
+    system database with no process running), taken with ``DBOS.recv`` (a durable sleep until the deadline)
+    and judged (``durable_agents.steps.approval.judge``: one of another digest is passed over); the outcome
+    is a step (``<call>/decision``), recorded before the call runs. A kill during the wait is not a death of
+    the call: its attempts count from the decision's dispatch."""
+    checked = loop.checked_arguments(request.call, served.agent.tools)
+
+    async def record_wait() -> dict[str, Any]:
+        wait = approvals.new_wait(run_id, name, request.call.name, checked if isinstance(checked, dict) else {},
+                                  request.idempotency_key, approval, time.time())
+        return {"result": wait.to_json(), "dispatch": dispatch, "attempt": 1}
+
+    recorded = await DBOS.run_step_async({"name": f"{name}/{WAIT_STEP}"}, record_wait)
+    wait = approvals.Wait.from_json(recorded["result"])
+    if recorded["dispatch"] == dispatch:
+        _SAY[0](printable(f"  {time.strftime('%H:%M:%S')} {name}: waits for a person's decision on {wait.tool} "
+                          f"until {time.strftime('%H:%M:%S', time.localtime(wait.until))} (key {wait.key}): "
+                          f"python -m durable_agents.dbosflow approve {run_id} {name} --by NAME (or deny)"))
+        crash_point("approval:waiting")
+    taken: approvals.Decision | None = None
+    while taken is None:
+        message = await DBOS.recv_async(topic=name, timeout_seconds=max(wait.until - time.time(), 0.0))
+        if message is None:  # the deadline, with no decision
+            break
+        try:
+            sent = approvals.Decision.from_json(message)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if approvals.judge(wait, None, sent)[0] == approvals.TAKEN:
+            taken = sent
+
+    async def record_decision() -> dict[str, Any]:
+        decision = None if taken is None else dataclasses.replace(taken, at=time.time()).to_json()
+        outcome = "expired" if taken is None else ("approved" if taken.verdict == "approve" else "denied")
+        return {"result": {"outcome": outcome, "decision": decision}, "dispatch": dispatch, "attempt": 1}
+
+    decided = await DBOS.run_step_async({"name": f"{name}/{DECISION_STEP}"}, record_decision)
+    outcome = decided["result"]["outcome"]
+    decision = (approvals.Decision.from_json(decided["result"]["decision"]) if decided["result"]["decision"]
+                else None)
+    if decided["dispatch"] == dispatch:
+        _SAY[0](printable(f"  {time.strftime('%H:%M:%S')} {name}: "
+                          f"{decision.said() if decision else 'no decision by the deadline'}"))
+        crash_point("approval:decided")
+    if outcome == "approved":
+        return outcome, None, decided["dispatch"]
+    if outcome == "denied" and decision is not None:
+        return outcome, approvals.denied_result(decision), decided["dispatch"]
+    return "expired", approvals.expired_result(wait), decided["dispatch"]
 
 
 async def start_loop_run(run_id: str, raw: dict[str, Any]) -> Any:

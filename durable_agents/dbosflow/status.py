@@ -59,13 +59,16 @@ from durable_agents.dbosflow.engine import (
     flow_changed,
 )
 from durable_agents.dbosflow.loop import (
+    DECISION_STEP,
     LOOP_RECOVERY_BACKSTOP,
     LOOP_VERSION_ENV,
     LOOP_WORKFLOW_NAME,
+    WAIT_STEP,
     loop_app_version,
     loop_changed,
     no_window,
 )
+from durable_agents.steps import approval as approvals
 from durable_agents.steps import loop
 from durable_agents.steps.controls import printable
 from durable_agents.steps.errors import StepError
@@ -163,7 +166,7 @@ def status_of(raw: dict[str, Any], version: str | None = None,
               flow: tuple[FlowStep, ...] | None = None) -> RunEntry:
     """The run in the shared vocabulary, read by a process of ``version`` running ``flow`` (this process's:
     ``app_version``, ``current_flow``; for a loop run, ``loop_app_version``), which decide whether it is
-    parked."""
+    parked. A loop run whose calls waited for a person shows them as ``approvals``."""
     wf = raw["workflow"]
     flow = flow or current_flow()
     if is_loop(wf):
@@ -172,7 +175,34 @@ def status_of(raw: dict[str, Any], version: str | None = None,
     else:
         version = version or app_version(flow=flow)
         run_steps = _steps_of(wf, flow)
-    return _status(raw, run_steps, version, flow)
+    entry = _status(raw, run_steps, version, flow)
+    waits = approvals.status_entries(approvals_of(raw)) if is_loop(wf) else []
+    if waits:
+        entry["approvals"] = waits  # type: ignore[typeddict-unknown-key]
+        waiting = next((w for w in waits if w["state"] == "waiting"), None)
+        if waiting is not None and entry["status"] == "running":
+            entry["detail"] = (f"{waiting['call']} waits for a person's decision on {waiting['tool']} until "
+                               f"{waiting['until']}: `python -m durable_agents.dbosflow approve {wf.workflow_id} "
+                               f"{waiting['call']} --by NAME` (or deny); a decision sent with no process running "
+                               "is kept in DBOS's system database")
+    return entry
+
+
+def approvals_of(raw: dict[str, Any]) -> list[tuple[approvals.Wait, approvals.Decision | None, str | None]]:
+    """A loop run's waits for a person, from its ``<call>/wait`` and ``<call>/decision`` rows
+    (``durable_agents.dbosflow.loop._decided``): each wait, its decision and its outcome (None while it waits)."""
+    rows = {r["function_name"]: r["output"]["result"] for r in raw["steps"]
+            if r["error"] is None and isinstance(r["output"], dict) and "result" in r["output"]}
+    out = []
+    for name, result in rows.items():
+        if not name.endswith(f"/{WAIT_STEP}") or not isinstance(result, dict):
+            continue
+        call = name.removesuffix(f"/{WAIT_STEP}")
+        decided = rows.get(f"{call}/{DECISION_STEP}")
+        decision = (approvals.Decision.from_json(decided["decision"])
+                    if isinstance(decided, dict) and decided.get("decision") else None)
+        out.append((approvals.Wait.from_json(result), decision, decided.get("outcome") if decided else None))
+    return sorted(out, key=lambda found: found[0].since)
 
 
 def _status(raw: dict[str, Any], run_steps: list[tuple[str, bool]], version: str,
@@ -188,6 +218,9 @@ def _status(raw: dict[str, Any], run_steps: list[tuple[str, bool]], version: str
     effect_steps = {name for name, effect in run_steps if effect}
     for name, effect in run_steps:
         row = by_name.get(name)
+        decided = by_name.get(f"{name}/{DECISION_STEP}")
+        if decided is not None and isinstance(decided["output"], dict):
+            previous = decided["output"]["dispatch"]  # a process killed during a wait did not die in the call
         if row is not None and row["error"] is None and isinstance(row["output"], dict):
             out = row["output"]
             crashes = out["dispatch"] - previous
@@ -305,6 +338,7 @@ def render(status: RunEntry, raw: dict[str, Any]) -> str:
     lines = [render_table(status)]
     if is_loop(wf):
         lines.extend(printable(line) for line in loop_lines(raw, status))
+        lines.extend(printable(line) for line in approvals.status_lines(status.get("approvals") or []))
     workflow = LOOP_WORKFLOW_NAME if is_loop(wf) else WORKFLOW_NAME
     lines.append(f"  DBOS: workflow {wf.workflow_id} ({workflow}) {wf.status}, application version "
                  f"{wf.app_version}, executor {wf.executor_id}, dispatches (recovery_attempts) {wf.recovery_attempts}, "
@@ -316,9 +350,12 @@ def render(status: RunEntry, raw: dict[str, Any]) -> str:
 
 
 def _outputs(raw: dict[str, Any]) -> dict[str, Any]:
-    """Each step's recorded result (the lab's output around it: ``{"result", "dispatch", "attempt"}``), by name."""
+    """Each step's recorded result (the lab's output around it: ``{"result", "dispatch", "attempt"}``), by name;
+    a loop call's wait for a person and its decision (``<call>/wait``, ``<call>/decision``) are not steps of the
+    plan: ``approvals_of`` reads them."""
     return {r["function_name"]: r["output"]["result"] for r in raw["steps"]
-            if r["error"] is None and isinstance(r["output"], dict) and "result" in r["output"]}
+            if r["error"] is None and isinstance(r["output"], dict) and "result" in r["output"]
+            and not r["function_name"].endswith((f"/{WAIT_STEP}", f"/{DECISION_STEP}"))}
 
 
 def loop_steps(raw: dict[str, Any]) -> list[tuple[str, bool]]:

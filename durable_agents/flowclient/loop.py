@@ -62,6 +62,7 @@ from durable_agents.flowclient.status import (
     read_history,
     run_converter,
 )
+from durable_agents.steps.approval import Decision, Wait, denied_result, expired_result, status_lines
 from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
 from durable_agents.steps.loop import (
@@ -74,8 +75,10 @@ from durable_agents.steps.loop import (
     LoopInputs,
     call_step,
     check_loop_inputs,
+    parse_step,
     reached_turn_limit,
     recorded_effects,
+    refused_result,
     result_message,
     system_message,
     task_message,
@@ -83,11 +86,18 @@ from durable_agents.steps.loop import (
     turn_message,
     turn_step,
 )
+from durable_agents.steps.models import to_jsonable
 from durable_agents.steps.refund_agent import REFUND_AGENT
 from durable_agents.steps.retry import RetryRule, rule_from_env, run_timeout_floor
-from durable_agents.steps.runstate import RunStateName, StepStateName
+from durable_agents.steps.runstate import RunStateName, StepStateName, iso
 from durable_agents.steps.served import Served, agent_name
-from durable_agents.workflows.agent_loop import LOOP_WORKFLOW_NAME, MODEL_TURN, TOOL_CALL
+from durable_agents.workflows.agent_loop import (
+    APPROVAL_SIGNAL,
+    APPROVALS_MEMO,
+    LOOP_WORKFLOW_NAME,
+    MODEL_TURN,
+    TOOL_CALL,
+)
 from durable_agents.workflows.loop_state import (
     DEFAULT_HISTORY_BOUND,
     MAX_HISTORY_BOUND,
@@ -103,11 +113,19 @@ MAX_CHAIN_RUNS = 10_000
 """The most runs ``read_chain`` walks back through: a chain longer than this is refused, never looped over."""
 
 
-def loop_execution_timeout(rule: RetryRule, max_turns: int) -> timedelta:
+def loop_execution_timeout(rule: RetryRule, max_turns: int, longest_wait: timedelta = timedelta(0)) -> timedelta:
     """Every step a run may have (the turn limit, each turn with its most calls) spending its whole budget,
-    plus the parking window (``durable_agents.flowclient.runs.parking_window``): the execution timeout, which spans the
-    chain."""
-    return timedelta(seconds=run_timeout_floor(rule, max_turns * (1 + MAX_CALLS_PER_TURN))) + parking_window()
+    plus the parking window (``durable_agents.flowclient.runs.parking_window``), plus, for an agent whose tools may
+    wait for a person, every call of every turn waiting the longest deadline its tools declare
+    (``longest_wait``): the execution timeout, which spans the chain, so no wait a declaration allows is cut
+    short by it."""
+    waits = longest_wait * (max_turns * MAX_CALLS_PER_TURN)
+    return timedelta(seconds=run_timeout_floor(rule, max_turns * (1 + MAX_CALLS_PER_TURN))) + parking_window() + waits
+
+
+def longest_wait(agent: Agent) -> timedelta:
+    """The longest a call of ``agent``'s tools may wait for a person (``durable_agents.Approval.within``)."""
+    return max((t.approval.within for t in agent.tools if t.approval is not None), default=timedelta(0))
 
 
 async def start_loop(
@@ -158,7 +176,7 @@ async def start_loop(
             id=run_id,
             task_queue=task_queue or default_task_queue(),
             task_timeout=task_timeout or workflow_task_timeout(),
-            execution_timeout=loop_execution_timeout(rule, max_turns),
+            execution_timeout=loop_execution_timeout(rule, max_turns, longest_wait(agent)),
             # One run per RUN_ID, ever: the keys derive from it.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -205,6 +223,10 @@ class ChainRun:
     pending: dict[str, Any] = field(default_factory=dict)  # describe's pending activities, by step
     # the newest run, open: why its workflow task keeps failing (durable_agents.flowclient.status)
     parked: str | None = None
+    # its waits for a person as its memo last showed them (AgentLoop._upsert), and the decisions sent to it by
+    # signal (kept while no worker accepted the update), in order
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -298,6 +320,17 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
                 if number not in run.prompts and a.input.payloads:  # every attempt asks with the same prompt
                     request = (await converter.decode(a.input.payloads))[0]
                     run.prompts[number] = request.get("window", [])
+        elif et == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            memo = ev.workflow_properties_modified_event_attributes.upserted_memo.fields
+            if APPROVALS_MEMO in memo:
+                found = (await converter.decode([memo[APPROVALS_MEMO]]))[0]
+                run.approvals = [dict(e) for e in found or () if isinstance(e, Mapping)]
+        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            a = ev.workflow_execution_signaled_event_attributes
+            if a.signal_name == APPROVAL_SIGNAL and a.input.payloads:
+                sent = (await converter.decode(a.input.payloads))[0]
+                if isinstance(sent, Mapping):
+                    run.kept.append(dict(sent))
         elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             values = await converter.decode(ev.workflow_execution_completed_event_attributes.result.payloads)
             run.output = values[0] if values else None
@@ -319,7 +352,8 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
             timers[ev.timer_fired_event_attributes.timer_id] = False
         elif ev.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
             timers[ev.timer_canceled_event_attributes.timer_id] = False
-    run.timer_pending = any(timers.values())
+    # A call waiting for a person runs its deadline's timer: not a backoff.
+    run.timer_pending = any(timers.values()) and not any(e.get("state") == "waiting" for e in run.approvals)
     for trace in (await activity_traces(client, history)).values():
         step = step_of(trace)
         run.attempts.setdefault(step, []).append(trace)
@@ -331,6 +365,15 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
             run.results[(int(trace.output["turn"]), int(trace.output["index"]))] = dict(trace.output)
     for p in pending:
         run.pending[p.activity_id.rpartition("/")[0]] = p
+    # A call a person denied, or whose wait expired, was refused in workflow code (no activity): its result as
+    # the workflow recorded it in the window, rebuilt from the memo with the same words.
+    for entry in run.approvals:
+        if entry.get("state") in ("denied", "expired") and entry.get("call"):
+            turn, index = parse_step(str(entry["call"]))
+            if index is not None and (turn, index) not in run.results:
+                reason = (denied_result(Decision.from_json(entry["decision"])) if entry["state"] == "denied"
+                          else expired_result(Wait.from_json(entry)))
+                run.results[(turn, index)] = to_jsonable(refused_result(turn, index, str(entry.get("tool")), reason))
     return run, started.continued_execution_run_id
 
 
@@ -431,6 +474,8 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
                               "replayed": bool(result.get("replayed")) if result else False,
                               "arguments": shown(str(call.get("arguments", ""))),
                               "result": shown(str(result.get("content", ""))) if result else None}
+                if result is not None and call_entry["status"] == "pending":
+                    call_entry["status"] = "completed"  # refused in workflow code (a person's denial, a deadline)
                 if result is not None:
                     counts["tool_calls"] += 1
                     counts["effects"] += result["status"] == "ok" and result.get("kind") is not None
@@ -445,7 +490,7 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
     else:
         status = "failed"
     output = latest.output if isinstance(latest.output, Mapping) else {}
-    return {
+    found = {
         "run_id": run_id, "agent": agent_name(chain.first_input.get("agent")),
         "agent_spec": str(chain.first_input.get("agent_spec") or ""), "status": status,
         "error": latest.error, "answer": output.get("answer"), "detail": latest.parked,
@@ -453,6 +498,46 @@ async def loop_status(client: Client, run_id: str) -> dict[str, Any]:
         "max_turns": chain.first_input.get("max_turns", DEFAULT_MAX_TURNS),
         "runs": [run.temporal_run_id for run in chain.runs], "counts": counts, "turns": turns,
     }
+    approvals = approval_entries(chain)
+    if approvals:
+        found["approvals"] = approvals
+        waiting = next((w for w in approvals if w["state"] == "waiting"), None)
+        if waiting is not None and status == "running":
+            kept = [w for w in approvals if w["state"] == "kept" and w["call"] == waiting["call"]]
+            found["detail"] = found["detail"] or (
+                f"{waiting['call']} waits for a person's decision on {waiting['tool']} until {waiting['until']}: "
+                f"`python starter.py approve {run_id} {waiting['call']} --by NAME` (or deny)"
+                + ("; a decision is kept in history until a worker runs" if kept else ""))
+    return found
+
+
+def approval_entries(chain: LoopChain) -> list[dict[str, Any]]:
+    """The chain's waits for a person (``status --json``'s ``approvals``, the same shape on every engine): each
+    call that waited, its tool, arguments, key, digest, since and until (ISO), its ``state`` (``waiting``,
+    ``approved``, ``denied``, ``expired``) and the decision taken; then each decision the run refused
+    (``refused``, with the reason) and, while its call waits, each sent by signal that no worker has judged
+    yet (``kept``)."""
+    out: list[dict[str, Any]] = []
+    judged: set[str] = set()
+    for run in chain.runs:
+        for entry in run.approvals:
+            shown_entry = dict(entry)
+            for stamp in ("since", "until"):
+                if isinstance(shown_entry.get(stamp), (int, float)):
+                    shown_entry[stamp] = iso(shown_entry[stamp])
+            decision = shown_entry.get("decision")
+            if isinstance(decision, Mapping):
+                judged.add(str(decision.get("id")))
+                if isinstance(decision.get("at"), (int, float)):
+                    shown_entry["decision"] = {**decision, "at": iso(decision["at"]) if decision["at"] else None}
+            out.append(shown_entry)
+    waiting = {str(e.get("call")) for e in out if e.get("state") == "waiting"}
+    for run in chain.runs:
+        for sent in run.kept:  # judged by a worker once the call no longer waits (taken, the same again, refused)
+            if str(sent.get("id")) not in judged and str(sent.get("call")) in waiting:
+                out.append({"call": sent.get("call"), "state": "kept", "decision": sent,
+                            "reason": "sent while no worker accepted it: kept in history, taken when a worker runs"})
+    return out
 
 
 # ---------------------------------------------------------------- for the command line (starter.py)
@@ -542,6 +627,9 @@ def loop_lines(status: Mapping[str, Any]) -> list[str]:
             lines.append(f"      {call['status']}{_tries(call)}{shown_result}")
             if call.get("status") not in ("completed", "pending") and call.get("last_error"):
                 lines.append(f"      last error: {call['last_error']}")
+    lines.extend(status_lines(status.get("approvals") or []))
+    if status.get("status") == "running" and status.get("detail"):
+        lines.append(f"  {status['detail']}")
     if status.get("status") == "parked" and status.get("detail"):
         lines.append(f"  parked: {status['detail']}")
     if status.get("answer") is not None:

@@ -64,6 +64,7 @@ from durable_agents.providerclient import seed_given
 from durable_agents.runrecord import status as status_mod
 from durable_agents.runrecord.plans import AgentNotServed, plan_for
 from durable_agents.runrecord.runner import (
+    APPROVAL_POLL_SECONDS,
     DEFAULT_WAIT_LIMIT,
     FlowChanged,
     Runner,
@@ -83,10 +84,12 @@ from durable_agents.runrecord.store import (
     SettingError,
     db_path_from,
 )
+from durable_agents.steps import approval as approvals
 from durable_agents.steps import loop
 from durable_agents.steps.controls import basic_config, printable
 from durable_agents.steps.limits import InputError, check_conversation_id, check_email, check_run_id, check_task
 from durable_agents.steps.loopargs import (
+    add_decision_commands,
     add_loop_arguments,
     agent_given,
     loop_numbers,
@@ -237,12 +240,44 @@ def _cmd_status(args) -> int:
     with RunRecord(db_path_from(args.db)) as record:
         run = record.load(run_id)
         changed = _flow_changed(run)
-        status = status_mod.status_of(run, flow_changed=changed)
+        waits = record.approvals(run_id)
+        status = status_mod.status_of(run, flow_changed=changed, approvals=waits)
         if args.json:
             print(status_mod.dumps(status), flush=True)
         else:
-            print(status_mod.render(run, record.intents(run_id), flow_changed=changed), flush=True)
+            print(status_mod.render(run, record.intents(run_id), flow_changed=changed, approvals=waits), flush=True)
     return exit_code(status)
+
+
+def _cmd_decide(args) -> int:
+    """``approve``/``deny RUN_ID CALL``: a person's decision on a waiting call, taken in the record (no process
+    need be running: the one running the run, or the next resume, reads it there). Its input is checked before
+    the record is opened; a decision the record refuses (the call not waiting, already decided otherwise, its
+    deadline passed, another digest) is said and exits 2, nothing recorded."""
+    run_id = check_run_id(args.run_id)
+    call = approvals.check_call(args.call)
+    by = approvals.checked_text(args.by, "--by", approvals.MAX_BY_CHARS)
+    reason = approvals.checked_text(args.reason, "--reason", approvals.MAX_REASON_CHARS)
+    shown = approvals.check_digest(args.digest)
+    with RunRecord(db_path_from(args.db)) as record:
+        record.load(run_id)  # an unknown run: said, exit 2
+        wait, _, _ = record.approval(run_id, call)
+        # The digest the person was shown (--digest, a prefix of it is enough), else the waiting call's own.
+        digest = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (
+            shown or "")
+        decision = approvals.new_decision(call, digest, args.verdict, by, reason)
+        verdict, said, _ = record.decide(run_id, decision)
+    if verdict == approvals.REJECTED:
+        print(printable(f"refused: {said}"), file=sys.stderr, flush=True)
+        return EXIT_INPUT
+    if verdict == approvals.SAME:
+        print(printable(said), flush=True)
+        return EXIT_OK
+    print(printable(f"decided: {said}"), flush=True)
+    print(printable(f"recorded in the run record; the process running {run_id} acts on it within "
+                    f"{APPROVAL_POLL_SECONDS:g} s (none running: `python -m durable_agents.runrecord resume "
+                    f"{run_id}`)"), flush=True)
+    return EXIT_OK
 
 
 async def _cmd_settle(args) -> int:
@@ -394,6 +429,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="exactly the shape of `starter.py status --json`")
     p.set_defaults(func=_cmd_status)
+    add_decision_commands(sub, [common], _cmd_decide)
     p = sub.add_parser("list", parents=[common], help="every run in the record")
     p.set_defaults(func=_cmd_list)
     return parser

@@ -52,11 +52,13 @@ StepFunction = Callable[[Any, Any], Awaitable[Any]]
 @dataclass(frozen=True)
 class PlannedStep:
     """One step as the runner drives it: its ``name`` (recorded at its position), its function, and the
-    provider's ``kind`` of its effect (None: no effect, so no intent)."""
+    provider's ``kind`` of its effect (None: no effect, so no intent); ``approval``: a loop call that waits for
+    a person's decision before its first attempt (what its turn recorded: ``AskedCall.approval``), or None."""
 
     name: str
     run: StepFunction
     kind: str | None = None
+    approval: dict[str, Any] | None = None
 
     @property
     def effect(self) -> bool:
@@ -206,7 +208,7 @@ class LoopRunPlan:
             return PlannedStep(name, lambda req, deps: loop.model_turn(req, deps, agent))
         call = loop.as_call(results[loop.turn_step(turn)]["calls"][index])
         return PlannedStep(name, lambda req, deps: loop.run_tool(req, deps, agent, services),
-                           agent.tools.effects.get(call.name))
+                           agent.tools.effects.get(call.name), call.approval)
 
     def request(self, name: str, results: Mapping[str, Any]) -> Any:
         return self.plan.request(name, results)

@@ -94,6 +94,7 @@ from durable_agents.runrecord.store import (
     RunRow,
     StepRow,
 )
+from durable_agents.steps import approval as approvals
 from durable_agents.steps import loop
 from durable_agents.steps.controls import printable
 from durable_agents.steps.crashpoints import crash_point
@@ -118,6 +119,7 @@ and the recorded results of earlier steps, never from memory, so a resumed
 process sends exactly what the crashed one would have sent."""
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_WAIT_LIMIT = 600.0  # resume --wait: at most this long behind a holder that keeps renewing
+APPROVAL_POLL_SECONDS = 0.25  # how often a waiting call reads the record for its decision
 _WAIT_POLL = 0.1  # a dead local holder is noticed within this; each look is one short transaction
 
 
@@ -551,6 +553,16 @@ class Runner:
         plan, row, results = self._plan(run), run.steps[run.position], run.results()
         step = plan.step(row.name, results)
         ledger = self._ledger(run, step, row)
+        refusal = None
+        if step.approval is not None:
+            # A call that waits for a person: its decision (read, or waited for) before its first attempt, and
+            # on every attempt after it (a denied call killed mid-refusal is refused again, never run).
+            outcome, refusal = await self._decided(run, plan, step, results, beat)
+            if outcome == "expired" and step.approval.get("on_expiry") == "fail":
+                ledger.after_permanent(f"{refusal} (the tool's approval says a call with no decision by its "
+                                       "deadline fails the run)")
+                self._fail(run.run_id, step, run.position, ledger)
+                return None
         attempt = ahead if ahead is not None and ahead.is_current(run.position, row) else None
         if attempt is None:
             attempt = await self._open_attempt(run, plan, step, row, ledger)
@@ -568,7 +580,11 @@ class Runner:
             # A step without an effect has no intent to carry its request: it is built now, from the record
             # (a loop turn's window, derived; a turn that cannot be built fails here, naming why).
             request = attempt.request if attempt.request is not None else plan.request(step.name, results)
-            result = await self._call(step, request, ledger.rule.attempt_timeout_for(step.name), attempt.attempt)
+            if refusal is not None:  # denied, or no decision by the deadline: refused, nothing applied
+                result = loop.refused_call(request, refusal)
+            else:
+                result = await self._call(step, request, ledger.rule.attempt_timeout_for(step.name),
+                                          attempt.attempt)
         except (PermanentError, InputError) as err:
             ledger.after_permanent(str(err))
             self._fail(run.run_id, step, run.position, ledger)
@@ -577,6 +593,43 @@ class Runner:
             await self._after_error(run, step, ledger, err, time.monotonic() - began)
             return None
         return self._complete(run, plan, step, attempt.attempt, to_jsonable(result))
+
+    async def _decided(self, run: RunRow, plan: RunPlan, step: PlannedStep, results: Mapping[str, Any],
+                       beat: _Heartbeat | None) -> tuple[str, str | None]:
+        """A waiting call's outcome (``approved``, ``denied``, ``expired``) and, unless approved, the refusal the
+        model is given. The wait is recorded once (its deadline kept across resumes); a decision is taken by
+        ``decide`` (``approve``/``deny`` on the command line), from any process, and read here every
+        ``APPROVAL_POLL_SECONDS``; at the deadline with none, the wait expires."""
+        wait, decided, outcome = self.record.approval(run.run_id, step.name)
+        if outcome is None:
+            if wait is None:
+                request = plan.request(step.name, results)
+                tools = getattr(getattr(plan, "served", None), "agent", None)
+                checked = loop.checked_arguments(request.call, tools.tools) if tools is not None else {}
+                wait = self.record.open_wait(run.run_id, approvals.new_wait(
+                    run.run_id, step.name, request.call.name, checked if isinstance(checked, dict) else {},
+                    request.idempotency_key, step.approval, time.time()))
+            self.say(f"  {_clock()} {step.name}: waits for a person's decision on {wait.tool} until "
+                     f"{_at(wait.until)} (key {wait.key}): python -m durable_agents.runrecord approve "
+                     f"{run.run_id} {step.name} --by NAME (or deny ... --reason TEXT)")
+            crash_point("approval:waiting")
+            while outcome is None:
+                if beat is not None and beat.lost:
+                    raise LeaseLost(run.run_id, self.holder)
+                left = wait.until - time.time()
+                if left <= 0:
+                    self.record.expire(run.run_id, step.name)
+                else:
+                    await asyncio.sleep(min(APPROVAL_POLL_SECONDS, left))
+                _, decided, outcome = self.record.approval(run.run_id, step.name)
+            self.say(f"  {_clock()} {step.name}: {decided.said() if decided else 'no decision by the deadline'}")
+            crash_point("approval:decided")
+        assert wait is not None
+        if outcome == "approved":
+            return outcome, None
+        if outcome == "denied" and decided is not None:
+            return outcome, approvals.denied_result(decided)
+        return "expired", approvals.expired_result(wait)
 
     @staticmethod
     def _ledger(run: RunRow, step: PlannedStep, row: StepRow) -> StepLedger:
@@ -666,9 +719,12 @@ class Runner:
             attempts = run.steps[pos + 1].attempts if pos + 1 < len(run.steps) else 0
             ahead = StartedAttempt(pos + 1, attempts + 1, next_request)
             nxt = NextAttempt(ahead.position, ahead.attempt, self._intent(following, next_request))
+            if following.approval is not None:
+                ahead = None  # it waits for a person first: its attempt starts once decided (_decided)
         self.record.complete_step(run.run_id, pos, attempt, value, self.holder, self.lease_seconds,
                                   effect=step.effect, next_name=next_name, nxt=nxt,
-                                  added=[(len(run.steps) + i, name) for i, name in enumerate(added)])
+                                  added=[(len(run.steps) + i, name) for i, name in enumerate(added)],
+                                  start_next=ahead is not None or nxt is None)
         if isinstance(value, dict) and value.get("adopted"):
             self.say(f"  {_clock()} {step.name}: adopted (attempt {attempt}): {value['adopted']['reason']}")
         else:

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from durable_agents.runrecord.lease import check_holder
 from durable_agents.runrecord.store import IntentRow, RunRow, StepRow
 from durable_agents.steps import loop
+from durable_agents.steps.approval import Decision, Wait, status_lines
+from durable_agents.steps.approval import status_entries as approval_entries
 from durable_agents.steps.controls import printable
 from durable_agents.steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
 from durable_agents.steps.runview import render_table
@@ -63,25 +65,38 @@ def _step(run: RunRow, s: StepRow, live: bool, now: float) -> StepEntry:
     return step_entry(s.name, "running", s.attempts, crashes=s.crashes, last_error=last_error)
 
 
-def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None) -> RunEntry:
+def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = None,
+              approvals: Sequence[tuple[Wait, Decision | None, str | None]] = ()) -> RunEntry:
     """The status JSON of ``run``. ``flow_changed``: the reason the reading
-    code's flow differs from the recorded one (then the run is parked)."""
+    code's flow differs from the recorded one (then the run is parked); ``approvals``: the run's waits for a
+    person (``RunRecord.approvals``), shown as ``approvals`` when there are any."""
     now = time.time() if now is None else now
     holder = run.lease_holder
     live = bool(holder) and (run.lease_expires_at or 0) > now and not check_holder(holder or "").dead
     steps = [_step(run, s, live, now) for s in run.steps]
+    waits = approval_entries(approvals)
     if run.status in ("completed", "failed"):
-        return run_entry(run.run_id, run_state(run.status), steps, error=run.error)
-    if flow_changed:
-        return run_entry(run.run_id, "parked", steps, detail=flow_changed)
-    active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
-    detail = describe_step(active, waiting_for="a resume") if active else None
-    return run_entry(run.run_id, "running", steps, detail=detail)
+        entry = run_entry(run.run_id, run_state(run.status), steps, error=run.error)
+    elif flow_changed:
+        entry = run_entry(run.run_id, "parked", steps, detail=flow_changed)
+    else:
+        active = next((s for s in steps if s["status"] in ("running", "waiting", "retrying")), None)
+        detail = describe_step(active, waiting_for="a resume") if active else None
+        waiting = next((w for w in waits if w["state"] == "waiting"), None)
+        if waiting is not None:
+            detail = (f"{waiting['call']} waits for a person's decision on {waiting['tool']} until "
+                      f"{waiting['until']}: `python -m durable_agents.runrecord approve {run.run_id} "
+                      f"{waiting['call']} --by NAME` (or deny)" + ("" if live else "; no process is running the "
+                                                                    "run: resume it to act on the decision"))
+        entry = run_entry(run.run_id, "running", steps, detail=detail)
+    if waits:
+        entry["approvals"] = waits  # type: ignore[typeddict-unknown-key]
+    return entry
 
 
 def run_status(record, run_id: str) -> RunEntry:
     """The status JSON for ``run_id`` in an open ``RunRecord``; ``RecordRunNotFound`` if there is none."""
-    return status_of(record.load(run_id))
+    return status_of(record.load(run_id), approvals=record.approvals(run_id))
 
 
 WHY_ERRORS_ARE_DOUBTFUL = ("a 5xx may come from a gateway or proxy after the provider applied the request, "
@@ -120,11 +135,12 @@ def in_doubt(intents: list[IntentRow]) -> list[IntentRow]:
 
 
 def render(run: RunRow, intents: Sequence[IntentRow], now: float | None = None,
-           flow_changed: str | None = None) -> str:
-    """The starter's table, plus the intents and the lease."""
+           flow_changed: str | None = None, approvals: Sequence[tuple[Wait, Decision | None, str | None]] = ()) -> str:
+    """The starter's table, plus the waits for a person, the intents and the lease."""
     now = time.time() if now is None else now
-    status = status_of(run, now, flow_changed)
+    status = status_of(run, now, flow_changed, approvals)
     lines: list[str] = loop_lines(run, status["steps"]) if run.loop is not None else []
+    lines += status_lines(approval_entries(approvals))
     for i in intents:
         outcome = i.outcome or {}
         note = {

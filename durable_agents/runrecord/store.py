@@ -82,14 +82,15 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from durable_agents.runrecord.lease import Verdict, check_holder
+from durable_agents.steps.approval import TAKEN, Decision, Wait, judge
 from durable_agents.storage import sqlite
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_DB = ".state/runrecord.db"
 BUSY_TIMEOUT_MS = 5000
 SYNCHRONOUS_ENV = "RUNRECORD_SYNCHRONOUS"
@@ -173,9 +174,23 @@ def _v4_to_v5(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE steps ADD COLUMN same_error TEXT")
 
 
+def _v5_to_v6(conn: sqlite3.Connection) -> None:
+    """A loop call that waits for a person: its wait and the decision taken (``durable_agents.steps.approval``),
+    a row per waiting call. No run before it had one."""
+    conn.execute("""
+        CREATE TABLE approvals (
+            run_id    TEXT NOT NULL REFERENCES runs (run_id),
+            step      TEXT NOT NULL,
+            wait      TEXT NOT NULL,
+            decision  TEXT,
+            outcome   TEXT CHECK (outcome IN ('approved', 'denied', 'expired')),
+            PRIMARY KEY (run_id, step)
+        ) WITHOUT ROWID""")
+
+
 # Key = the version a step upgrades *from*. Add a step for each new version;
 # never edit a released one.
-_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+_UPGRADES: dict[int, sqlite.Step] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -507,6 +522,67 @@ class RunRecord:
     def intents(self, run_id: str) -> list[IntentRow]:
         return [_from_row(IntentRow, row) for row in self.conn.execute(_SQL_INTENTS, (run_id,))]
 
+    # ---------------------------------------------------------------- a call that waits for a person
+
+    def open_wait(self, run_id: str, wait: Wait) -> Wait:
+        """Record that a call waits (once: a resumed process finds the wait of the process before it, its
+        ``since`` and deadline kept); the wait as recorded."""
+        with self._write():
+            self.conn.execute("INSERT OR IGNORE INTO approvals (run_id, step, wait) VALUES (?, ?, ?)",
+                              (run_id, wait.call, _dump(wait.to_json())))
+        found, _, _ = self.approval(run_id, wait.call)
+        assert found is not None
+        return found
+
+    def approval(self, run_id: str, step: str) -> tuple[Wait | None, Decision | None, str | None]:
+        """A call's wait, the decision taken for it and its outcome (``approved``, ``denied``, ``expired``; None
+        while it waits); (None, None, None) for a call that never waited."""
+        row = self.conn.execute("SELECT wait, decision, outcome FROM approvals WHERE run_id = ? AND step = ?",
+                                (run_id, step)).fetchone()
+        if row is None:
+            return None, None, None
+        decision = Decision.from_json(json.loads(row["decision"])) if row["decision"] else None
+        return Wait.from_json(json.loads(row["wait"])), decision, row["outcome"]
+
+    def approvals(self, run_id: str) -> list[tuple[Wait, Decision | None, str | None]]:
+        """Every wait of the run, in the order the calls began waiting."""
+        rows = self.conn.execute("SELECT wait, decision, outcome FROM approvals WHERE run_id = ?", (run_id,))
+        out = [(Wait.from_json(json.loads(r["wait"])),
+                Decision.from_json(json.loads(r["decision"])) if r["decision"] else None, r["outcome"]) for r in rows]
+        return sorted(out, key=lambda found: found[0].since)
+
+    def decide(self, run_id: str, decision: Decision) -> tuple[str, str, Decision | None]:
+        """Take ``decision`` for its call if ``judge`` says so, in one write transaction: ``(TAKEN | SAME |
+        REJECTED, what to tell the sender, the decision that stands)``. No process need be running: the
+        running (or next resumed) process reads it from here. ``RecordRunNotFound`` for an unknown run."""
+        now = self.clock()
+        with self._write():
+            run = self.conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if run is None:
+                self.load(run_id)  # raises RecordRunNotFound, saying what to do
+            wait, decided, outcome = self.approval(run_id, decision.call)
+            ran = self.conn.execute("SELECT 1 FROM steps WHERE run_id = ? AND name = ? AND status = 'completed'",
+                                    (run_id, decision.call)).fetchone() is not None
+            if outcome == "expired" or (wait is not None and decided is None and now > wait.until):
+                verdict, said = judge(wait, None, decision, expired=True)
+            else:
+                verdict, said = judge(wait, decided, decision, ran=ran)
+            if verdict == TAKEN:
+                decided = replace(decision, at=now)
+                self.conn.execute(
+                    "UPDATE approvals SET decision = ?, outcome = ? WHERE run_id = ? AND step = ? AND decision IS NULL",
+                    (_dump(decided.to_json()), "approved" if decided.verdict == "approve" else "denied", run_id,
+                     decision.call))
+        return verdict, said, decided
+
+    def expire(self, run_id: str, step: str) -> Decision | None:
+        """End a call's wait at its deadline, unless a decision came first (that decision: a sender and the
+        deadline racing, the transaction decides which was first)."""
+        with self._write():
+            self.conn.execute("UPDATE approvals SET outcome = 'expired' WHERE run_id = ? AND step = ? AND "
+                              "decision IS NULL AND outcome IS NULL", (run_id, step))
+        return self.approval(run_id, step)[1]
+
     def list_runs(self) -> list[RunRow]:
         """Every run, oldest first, without its steps (``load`` reads those)."""
         return [_from_row(RunRow, row) for row in self.conn.execute(_SQL_RUNS)]
@@ -642,6 +718,7 @@ class RunRecord:
         next_name: str | None = None,
         nxt: NextAttempt | None = None,
         added: Sequence[tuple[int, str]] = (),
+        start_next: bool = True,
     ) -> None:
         """The step's result, its intent's outcome, and the advance: ONE transaction.
 
@@ -651,7 +728,8 @@ class RunRecord:
         transaction. ``added``: (position, name) of the steps this result adds
         to the plan (a loop run's turn: its calls and the next turn), inserted
         as pending rows in the same transaction, before the next attempt starts
-        (the first of them may be that next step).
+        (the first of them may be that next step). ``start_next`` False: the run advances to the next step
+        without starting its attempt (a call that waits for a person first: its attempt starts once decided).
         """
         now = self.clock()
         payload = _dump(result)
@@ -677,7 +755,7 @@ class RunRecord:
                     )
             if added:
                 c.executemany(_SQL_STEP_ADD, [(run_id, position, name) for position, name in added])
-            if nxt is not None:
+            if nxt is not None and start_next:
                 assert next_name is not None
                 self._start_attempt(run_id, next_name, nxt, now)
 

@@ -170,12 +170,16 @@ def tool_specs() -> list[dict[str, Any]]:
 class AskedCall:
     """One tool call as the model asked for it: ``id`` (the model's, untrusted), the tool's ``name`` and its
     ``arguments`` as the JSON text the model wrote (parsed only when the call runs). ``refused``: why the
-    turn refused the call as it was recorded (``recorded_calls``; its arguments then ``{}``), or empty."""
+    turn refused the call as it was recorded (``recorded_calls``; its arguments then ``{}``), or empty.
+    ``approval``: the call waits for a person's decision before it runs (its tool's ``Approval``, as
+    ``Approval.recorded`` writes it: ``within`` seconds, ``on_expiry``), decided when the turn was recorded;
+    None: it runs at once."""
 
     id: str
     name: str
     arguments: str = "{}"
     refused: str = ""
+    approval: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -380,7 +384,7 @@ def _get(value: Any, name: str) -> Any:
 
 def as_call(value: AskedCall | Mapping[str, Any]) -> AskedCall:
     return value if isinstance(value, AskedCall) else AskedCall(value["id"], value["name"], value["arguments"],
-                                                                value.get("refused") or "")
+                                                                value.get("refused") or "", value.get("approval"))
 
 
 def _turn_fields(result: TurnResult | Mapping[str, Any]) -> tuple[int, str, list[AskedCall]]:
@@ -585,15 +589,41 @@ def recorded_calls(asked: Sequence[AskedCall], window_tokens: int | None = None,
                    "arguments in a turn; nothing was applied; send less, or spread it over turns")
         else:
             used += bytes_
-            out.append(AskedCall(call_id, name, call.arguments))
+            out.append(AskedCall(call_id, name, call.arguments, approval=_approval_of(tools, name, call.arguments)))
             continue
         out.append(AskedCall(call_id, name, "{}", why))
     return out
 
 
+def _approval_of(tools: Toolbox, name: str, arguments: str) -> dict[str, Any] | None:
+    """What a call's turn records of its wait for a person: its tool's ``Approval`` when the rule says the
+    call waits (asked of the checked arguments), else None; None for arguments its tool refuses (the call is
+    refused when it runs, nothing to approve)."""
+    tool = tools.get(name)
+    if tool is None or tool.approval is None:
+        return None
+    try:
+        checked = tools.check(name, arguments)
+    except ToolRefused:
+        return None
+    return tool.approval.recorded() if tool.approval.applies(checked) else None
+
+
+def refused_call(req: ToolRequest, reason: str) -> ToolResult:
+    """The recorded result of a call refused back to the model with nothing applied: ``reason`` is what the
+    model reads (a person's denial, a wait that expired, arguments its tool refused)."""
+    return _refused(req, reason)
+
+
 def _refused(req: ToolRequest, reason: str) -> ToolResult:
-    return ToolResult(req.turn, req.index, req.call.name[:64], "refused",
-                      json.dumps({"error": reason[:MAX_REASON_CHARS]}, ensure_ascii=False))
+    return refused_result(req.turn, req.index, req.call.name, reason)
+
+
+def refused_result(turn: int, index: int, name: str, reason: str) -> ToolResult:
+    """A refused call's recorded result, as every engine writes it (and a history reader rebuilds it: a call a
+    person denied is refused in workflow code, with no activity)."""
+    return ToolResult(turn, index, name[:64], "refused", json.dumps({"error": reason[:MAX_REASON_CHARS]},
+                                                                    ensure_ascii=False))
 
 
 def checked_arguments(call: AskedCall, tools: Toolbox = TOOLBOX) -> dict[str, Any] | str:

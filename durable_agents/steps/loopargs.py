@@ -46,6 +46,29 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
                              "answered 'no order' to the model, and nothing is refunded")
 
 
+def add_decision_commands(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser], func,
+                          accept_seconds: bool = False) -> None:
+    """``approve`` and ``deny RUN_ID CALL [--by NAME] [--reason TEXT] [--digest HEX]``: a person's decision on a
+    loop run's call that waits for one (``durable_agents.steps.approval``), the same on every engine's command
+    line. ``accept_seconds``: Temporal's, how long a worker has to accept it before it is kept as a signal."""
+    for verdict, words in (("approve", "approve a loop run's call that waits for a person: it runs, under its key"),
+                           ("deny", "deny a loop run's call that waits for a person: the model is told, nothing "
+                                    "applied")):
+        p = sub.add_parser(verdict, help=words, parents=parents)
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("call", metavar="CALL", help="the waiting call, as status shows it: turn-N/call-I")
+        p.add_argument("--by", default="", help="who decides (recorded as given: not an identity checked)")
+        p.add_argument("--reason", default="", help="why, one line (at most 500 characters)")
+        p.add_argument("--digest", default=None, metavar="HEX",
+                       help="the digest status showed for the call (12 characters or more): refused if the waiting "
+                            "call is not that one")
+        if accept_seconds:
+            p.add_argument("--accept-seconds", default=5.0, type=float, metavar="S",
+                           help="how long a worker has to accept the decision before it is kept as a signal "
+                                "(default 5)")
+        p.set_defaults(func=func, verdict=verdict)
+
+
 def given_number(raw: str | None, default: int) -> int | str:
     """A number as given on the command line: a whole number, or the text given (which the loop's own check
     then refuses in its words, saying what to give)."""

@@ -56,6 +56,17 @@ stays; the Temporal run id changes. ``start_id`` (the provider's metadata,
 ``durable_agents.steps.adoption``) is the first run's ``original_execution_run_id``, carried:
 kept by a reset, the same across the chain.
 
+**A call that waits for a person** (its recorded turn marks it ``approval``: ``durable_agents.steps.approval``):
+before its first attempt the workflow records the wait in the run's memo (``approvals``, upserted: a
+``WorkflowPropertiesModified`` event, read with no worker by ``status`` and shown in the UI's run details) and
+waits on a durable timer until the deadline for a decision. A decision comes as the update ``approval``
+(``APPROVAL_UPDATE``: its validator runs ``judge`` and refuses what it refuses, leaving no trace; accepted, it is
+in history before the sender hears) or, when no worker accepts the update, as the signal ``approval_kept``
+(``APPROVAL_SIGNAL``: in history at once with no worker; judged when a worker runs, a refused one recorded in
+the memo). An approved call runs as any call; a denied one, or one whose deadline passed, is refused back to
+the model with nothing applied (or, if its tool says so, the run fails naming it). The memo is upserted at
+each change. Runs recorded before approvals never take this path: no call of theirs records ``approval``.
+
 Crash points (tests only; workflow code, never on replay, each inside
 ``sandbox_unrestricted`` since it may ``os.kill``; they add no command):
 
@@ -65,6 +76,9 @@ Crash points (tests only; workflow code, never on replay, each inside
 ``temporal:loop:after_turn``       a turn's last call is recorded; the next
                                    turn not scheduled
 ``temporal:loop:continue_as_new``  the run is about to continue as new
+``approval:waiting``               a call's wait is recorded, no decision yet
+``approval:decided``               its decision (or its expiry) is taken, the
+                                   call not yet run
 =================================  ==============================================
 
 Workflow-task failures park the run, as for ``AgentFlow``; only
@@ -78,7 +92,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -91,6 +105,16 @@ with workflow.unsafe.imports_passed_through():
     from durable_agents.activities.loop import LoopActivities
     from durable_agents.memory.derived import DerivedWindow, chat_tokens
     from durable_agents.memory.errors import MemoryInputError
+    from durable_agents.steps.approval import (
+        REJECTED,
+        TAKEN,
+        Decision,
+        Wait,
+        denied_result,
+        expired_result,
+        judge,
+        new_wait,
+    )
     from durable_agents.steps.crashpoints import crash_point
     from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
     from durable_agents.steps.loop import (
@@ -98,12 +122,15 @@ with workflow.unsafe.imports_passed_through():
         MAX_WINDOW_TOKENS,
         MIN_WINDOW_TOKENS_BEFORE,
         WINDOW_TOKENS_BEFORE_CAP,
+        AskedCall,
         Chat,
         LoopInputs,
         TurnRequest,
         call_step,
         check_loop_inputs,
+        checked_arguments,
         loop_changed,
+        refused_call,
         result_message,
         same_error_limit,
         start_tokens,
@@ -136,6 +163,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 LOOP_WORKFLOW_NAME = "AgentLoop"
+APPROVAL_UPDATE = "approval"
+APPROVAL_SIGNAL = "approval_kept"
+APPROVALS_MEMO = "approvals"
 
 
 class LoopChanged(RuntimeError):
@@ -193,6 +223,11 @@ class AgentLoop:
         # durable_agents.activities.recorded_turns, which reads the histories, decides then.
         self._reuse_carried = carried is not None and carried.started_as is not None
         self._reused_any = self._reuse_ended = False
+        # This run's waits for a person (durable_agents.steps.approval), by call; their memo entries, in order.
+        self._waits: dict[str, Wait] = {}
+        self._decided: dict[str, Decision] = {}
+        self._expired: set[str] = set()
+        self._approvals: list[dict[str, object]] = []
         workflow.register_random_seed_callback(self._on_reset)
 
     def _on_reset(self, _seed: int) -> None:
@@ -204,6 +239,96 @@ class AgentLoop:
     @workflow.query(name="progress")
     def progress(self) -> LoopProgress:
         return self._snapshot()
+
+    # ------------------------------------------------------------ a person's decision
+
+    def _judge(self, decision: Decision) -> tuple[str, str]:
+        return judge(self._waits.get(decision.call), self._decided.get(decision.call), decision,
+                     expired=decision.call in self._expired)
+
+    @workflow.update(name=APPROVAL_UPDATE)
+    def approval(self, decision: dict[str, Any]) -> str:
+        """A decision on a waiting call; what it was taken as (the validator refused what ``judge`` refuses)."""
+        taken = Decision.from_json(decision)
+        verdict, said = self._judge(taken)
+        if verdict == REJECTED:  # another decision came between the validator and here
+            raise ApplicationError(said, type="DecisionRefused", non_retryable=True)
+        if verdict == TAKEN:
+            self._take(taken)
+        return said
+
+    @approval.validator
+    def _approval_valid(self, decision: dict[str, Any]) -> None:
+        try:
+            taken = Decision.from_json(decision)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a decision ({err}): send it with `starter.py approve|deny RUN_ID CALL`") from None
+        verdict, said = self._judge(taken)
+        if verdict == REJECTED:
+            raise ValueError(said)
+
+    @workflow.signal(name=APPROVAL_SIGNAL)
+    def approval_kept(self, decision: dict[str, Any]) -> None:
+        """A decision sent while no worker accepted the update: kept in history, judged here; a refused one is
+        shown in the memo with its reason (its sender heard only that it was kept)."""
+        try:
+            taken = Decision.from_json(decision)
+        except (KeyError, TypeError, ValueError) as err:
+            self._approvals.append({"call": "?", "state": "refused", "reason": f"not a decision: {err}"})
+            self._upsert()
+            return
+        verdict, said = self._judge(taken)
+        if verdict == TAKEN:
+            self._take(taken)
+        elif verdict == REJECTED:
+            self._approvals.append({"call": taken.call, "state": "refused", "reason": said,
+                                    "decision": taken.to_json()})
+            self._upsert()
+
+    def _take(self, decision: Decision) -> None:
+        decision = dataclasses.replace(decision, at=workflow.now().timestamp())
+        self._decided[decision.call] = decision
+        self._mark(decision.call, "approved" if decision.verdict == "approve" else "denied", decision.to_json())
+
+    def _mark(self, call: str, state: str, decision: dict[str, object] | None = None) -> None:
+        for entry in self._approvals:
+            if entry.get("call") == call and entry.get("state") == "waiting":
+                entry["state"], entry["decision"] = state, decision
+        self._upsert()
+
+    def _upsert(self) -> None:
+        """The run's waits as the memo shows them (``status``, the UI), at every change."""
+        workflow.upsert_memo({APPROVALS_MEMO: self._approvals})
+
+    async def _await_decision(self, inputs: LoopInputs, turn: int, index: int, call: AskedCall, served: Served,
+                              state: CallState) -> tuple[str, str | None]:
+        """Wait for a person's decision on a call its turn marked ``approval``: (its outcome, the refusal the model
+        is given unless approved). The wait is recorded first (the memo); the deadline is a durable timer."""
+        request = tool_request(inputs, turn, index, call)
+        checked = checked_arguments(call, served.agent.tools)
+        wait = new_wait(inputs.run_id, call_step(turn, index), call.name, checked if isinstance(checked, dict) else {},
+                        request.idempotency_key, call.approval or {}, workflow.now().timestamp())
+        self._waits[wait.call] = wait
+        self._approvals.append({**wait.to_json(), "state": "waiting", "decision": None})
+        state.note = f"waits for a person's decision (digest {wait.digest[:12]})"
+        self._upsert()
+        self._show()
+        self._crash_point("approval:waiting")
+        try:
+            await workflow.wait_condition(lambda: wait.call in self._decided,
+                                          timeout=timedelta(seconds=max(wait.until - wait.since, 0.001)))
+        except TimeoutError:
+            if wait.call not in self._decided:
+                self._expired.add(wait.call)
+                self._mark(wait.call, "expired")
+        self._crash_point("approval:decided")
+        decided = self._decided.get(wait.call)
+        state.note = decided.said() if decided is not None else "no decision by its deadline"
+        if decided is not None and decided.verdict == "approve":
+            return "approved", None
+        if decided is not None:
+            return "denied", denied_result(decided)
+        return "expired", expired_result(wait)
 
     def _snapshot(self) -> LoopProgress:
         turns = self._kept + self._turns
@@ -272,9 +397,24 @@ class AgentLoop:
                 return self._snapshot()
             for index, call in enumerate(answer.calls):
                 call_state = state.calls[index]
-                result = await self._attempts(call_step(turn, index), LoopActivities.tool_call,
-                                              tool_request(inputs, turn, index, call), rule, call_state,
-                                              effect=call.name in effects, timeout_of=TOOL_TIMEOUT_OF)
+                refusal = None
+                if call.approval is not None:  # a person decides first (the module docstring)
+                    outcome, refusal = await self._await_decision(inputs, turn, index, call, served, call_state)
+                    if outcome == "expired" and call.approval.get("on_expiry") == "fail":
+                        call_state.status = "failed"
+                        self._status = "failed"
+                        self._error = (f"step {call_step(turn, index)} ({call.name}) failed: {refusal} (the tool's "
+                                       "approval says a call with no decision by its deadline fails the run)")
+                        self._show()
+                        raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="ApprovalExpired",
+                                               non_retryable=True)
+                if refusal is not None:  # denied, or expired: refused back to the model, nothing applied
+                    result = refused_call(tool_request(inputs, turn, index, call), refusal)
+                    call_state.status = "completed"
+                else:
+                    result = await self._attempts(call_step(turn, index), LoopActivities.tool_call,
+                                                  tool_request(inputs, turn, index, call), rule, call_state,
+                                                  effect=call.name in effects, timeout_of=TOOL_TIMEOUT_OF)
                 self._add(window, result_message(answer, result), state)
                 call_state.outcome, call_state.effect_id, call_state.replayed = (result.status, result.effect_id,
                                                                                  result.replayed)
