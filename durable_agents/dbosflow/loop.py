@@ -328,7 +328,7 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
             request = walk.request(name)
         except PermanentError as err:
             raise StepFailed(f"step {name} failed before its first attempt: {err.message}") from None
-        if step.approval is not None:  # a person decides first (docs/approvals.md)
+        if step.approval is not None and isinstance(request, loop.ToolRequest):  # a person decides first
             decided_as, refusal, previous_dispatch = await _decided(name, request, step.approval, served, run_id,
                                                                     dispatch, previous_dispatch)
             if decided_as == "expired" and step.approval.get("on_expiry") == "fail":

@@ -338,7 +338,8 @@ def render(status: RunEntry, raw: dict[str, Any]) -> str:
     lines = [render_table(status)]
     if is_loop(wf):
         lines.extend(printable(line) for line in loop_lines(raw, status))
-        lines.extend(printable(line) for line in approvals.status_lines(status.get("approvals") or []))
+        waits: list[dict[str, Any]] = status.get("approvals") or []  # type: ignore[assignment]
+        lines.extend(printable(line) for line in approvals.status_lines(waits))
     workflow = LOOP_WORKFLOW_NAME if is_loop(wf) else WORKFLOW_NAME
     lines.append(f"  DBOS: workflow {wf.workflow_id} ({workflow}) {wf.status}, application version "
                  f"{wf.app_version}, executor {wf.executor_id}, dispatches (recovery_attempts) {wf.recovery_attempts}, "

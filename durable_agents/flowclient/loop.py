@@ -326,9 +326,9 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
                 found = (await converter.decode([memo[APPROVALS_MEMO]]))[0]
                 run.approvals = [dict(e) for e in found or () if isinstance(e, Mapping)]
         elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            a = ev.workflow_execution_signaled_event_attributes
-            if a.signal_name == APPROVAL_SIGNAL and a.input.payloads:
-                sent = (await converter.decode(a.input.payloads))[0]
+            signaled = ev.workflow_execution_signaled_event_attributes
+            if signaled.signal_name == APPROVAL_SIGNAL and signaled.input.payloads:
+                sent = (await converter.decode(signaled.input.payloads))[0]
                 if isinstance(sent, Mapping):
                     run.kept.append(dict(sent))
         elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
@@ -373,7 +373,8 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
             if index is not None and (turn, index) not in run.results:
                 reason = (denied_result(Decision.from_json(entry["decision"])) if entry["state"] == "denied"
                           else expired_result(Wait.from_json(entry)))
-                run.results[(turn, index)] = to_jsonable(refused_result(turn, index, str(entry.get("tool")), reason))
+                refused = refused_result(turn, index, str(entry.get("tool")), reason)
+                run.results[(turn, index)] = dict(to_jsonable(refused))  # type: ignore[arg-type]
     return run, started.continued_execution_run_id
 
 

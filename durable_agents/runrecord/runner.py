@@ -601,6 +601,7 @@ class Runner:
         ``decide`` (``approve``/``deny`` on the command line), from any process, and read here every
         ``APPROVAL_POLL_SECONDS``; at the deadline with none, the wait expires."""
         wait, decided, outcome = self.record.approval(run.run_id, step.name)
+        assert step.approval is not None
         if outcome is None:
             if wait is None:
                 request = plan.request(step.name, results)
