@@ -11,6 +11,7 @@ input: each effect once at the provider, no recorded turn asked again."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -63,6 +64,8 @@ def test_an_approved_call_runs_once_and_the_decision_is_recorded_before_it(loop,
     assert (wait["call"], wait["tool"], wait["state"]) == ("turn-2/call-0", "issue_refund", "waiting"), wait
     assert wait["arguments"] == {"order_id": "A-1001", "amount": 2500} and wait["key"].startswith("agentlab/")
     assert "waits for a person's decision on issue_refund" in waiting["detail"], waiting["detail"]
+    step = next(s for s in waiting["steps"] if s["name"] == "turn-2/call-0")
+    assert step["status"] == "waiting" and "waits for a person's decision until" in step["note"], step
     assert kinds(provider.url, run_id) == Counter()  # nothing applied while it waits
     code, said = decide(loop, "approve", run_id, "turn-2/call-0", "--by", "ana", "--reason", "checked the photo")
     assert code == 0 and "decided: turn-2/call-0: approved by ana (checked the photo)" in said, said
@@ -84,9 +87,12 @@ def test_a_denied_call_goes_back_to_the_model_refused_with_nothing_applied(loop,
     assert code == 0 and "denied by ben" in said, said
     assert finished(proc) == 0, proc.output()
     done = status_json(loop, run_id)
-    call = next(s for s in done["steps"] if s["name"] == "turn-2/call-0")
+    call, after = (next(s for s in done["steps"] if s["name"] == name) for name in ("turn-2/call-0", "turn-2/call-1"))
     assert call["result"]["status"] == "refused" and "denied by ben (over the limit)" in call["result"]["content"]
-    assert kinds(provider.url, run_id)["refund"] == 1  # only the second order's
+    # The email the model asked for in the same turn ("we refunded ...") does not go out either.
+    assert after["result"]["status"] == "refused" and "turn-2/call-0 of this turn was not approved" in (
+        after["result"]["content"]), after
+    assert kinds(provider.url, run_id) == {"refund": 1, "email": 1, "ticket": 1}  # the second order's only
 
 
 def test_bad_decisions_are_refused_and_nothing_is_recorded(loop, provider, run_id):
@@ -124,6 +130,8 @@ def test_a_kill_while_it_waits_then_the_approval_applies_once(point, loop, provi
     assert finished(first) == -9, first.output()
     asked = turns_asked(standin, run_id)
     if point == "approval:waiting":
+        [wait] = status_json(loop, run_id)["approvals"]  # no process runs it: still waiting, within its deadline
+        assert wait["state"] == "waiting" and "note" not in wait, wait
         code, said = decide(loop, "approve", run_id, "turn-2/call-0", "--by", "ana")  # no process running
         assert code == 0 and ("none running" in said if loop.engine == "runrecord" else "kept: " in said), said
     assert kinds(provider.url, run_id) == Counter()
@@ -147,3 +155,21 @@ def test_no_decision_by_the_deadline_ends_as_the_declaration_says(agent, ends, l
     code, said = decide(loop, "approve", run_id, "turn-2/call-0", "--by", "late")
     assert code == 2 and "too late" in said, said
     print(json.dumps(status["approvals"]))
+
+
+def test_a_wait_past_its_deadline_reads_expired_while_no_process_runs(loop, provider, run_id):
+    """Killed while it waits, its deadline (2 s) passing with no process: status says expired (noted as not yet
+    recorded) and a decision is refused as too late; the resume records the expiry and the run ends."""
+    first = loop("loop", run_id, TASK, "--agent", "tests.agents.approvals:EXPIRES", "--param", f"email={CUSTOMER}",
+                 crash_at="approval:waiting")
+    assert finished(first) == -9, first.output()
+    time.sleep(2.5)
+    [wait] = status_json(loop, run_id)["approvals"]
+    assert wait["state"] == "expired" and "the run's next process records" in wait["note"], wait
+    code, said = decide(loop, "approve", run_id, "turn-2/call-0", "--by", "late")
+    assert code == 2 and "too late" in said, said
+    again = loop("resume", run_id)
+    assert finished(again) == 0, again.output()
+    [wait] = status_json(loop, run_id)["approvals"]
+    assert wait["state"] == "expired" and "note" not in wait, wait
+    assert kinds(provider.url, run_id) == {"refund": 1, "email": 1, "ticket": 1}  # the second order's only

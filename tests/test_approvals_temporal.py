@@ -117,9 +117,11 @@ async def test_deny_goes_back_to_the_model_and_bad_input_is_refused(client, dev_
     code, said = starter(dev_server, "deny", run_id, "turn-2/call-0", "--by", "ben", "--reason", "too much")
     assert code == 0 and "denied by ben (too much)" in said, said
     done = await wait_for_status(client, run_id, lambda s: s["status"] != "running", timeout=60)
-    call = done["turns"][1]["calls"][0]
+    call, after = done["turns"][1]["calls"]
     assert call["outcome"] == "refused" and "denied by ben" in call["result"], call
-    assert kinds(provider.url, run_id)["refund"] == 1
+    # The email asked for in the same turn is refused too, in workflow code (no activity), and read so.
+    assert after["outcome"] == "refused" and "turn-2/call-0 of this turn was not approved" in after["result"], after
+    assert kinds(provider.url, run_id) == {"refund": 1, "email": 1, "ticket": 1}
 
 
 async def test_a_decision_sent_while_no_worker_runs_is_kept_and_taken_by_the_next(

@@ -321,6 +321,7 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
     dispatch = await asyncio.to_thread(dispatch_of, run_id)
     walk = LoopWalk(inputs, served)
     previous_dispatch = 1
+    stopped: dict[int, str] = {}  # by turn: its call a person did not approve (decided again on every walk)
     while (name := walk.next_step()) is not None:
         step = walk.step(name)
         ran = {"attempts": 0}
@@ -328,14 +329,19 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
             request = walk.request(name)
         except PermanentError as err:
             raise StepFailed(f"step {name} failed before its first attempt: {err.message}") from None
-        if step.approval is not None and isinstance(request, loop.ToolRequest):  # a person decides first
+        turn = loop.parse_step(name)[0]
+        refusal = approvals.not_run_after(stopped[turn]) if turn in stopped and "/" in name else None
+        if refusal is None and step.approval is not None and isinstance(request, loop.ToolRequest):
+            # A person decides first (docs/approvals.md).
             decided_as, refusal, previous_dispatch = await _decided(name, request, step.approval, served, run_id,
                                                                     dispatch, previous_dispatch)
             if decided_as == "expired" and step.approval.get("on_expiry") == "fail":
                 raise StepFailed(f"step {name} ({request.call.name}) failed: {refusal} (the tool's approval says a "
                                  "call with no decision by its deadline fails the run)")
-            if refusal is not None:  # denied, or expired: the call's output is its refusal, nothing applied
-                step = LoopStep(name, _refusing(refusal), step.effect)
+            if refusal is not None:
+                stopped[turn] = name  # none after it in its turn runs (the model asked for them together)
+        if refusal is not None:  # denied, expired, or after one: the call's output is its refusal, nothing applied
+            step = LoopStep(name, _refusing(refusal), step.effect)
         try:
             options = step_options(name, rule, timeout_of=TOOL_TIMEOUT_OF if "/" in name else TURN_TIMEOUT_OF)
             limit = loop.same_error_limit(name)  # a turn's: the same rule as on the other engines

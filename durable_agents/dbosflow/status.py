@@ -177,6 +177,7 @@ def status_of(raw: dict[str, Any], version: str | None = None,
         run_steps = _steps_of(wf, flow)
     entry = _status(raw, run_steps, version, flow)
     waits = approvals.status_entries(approvals_of(raw)) if is_loop(wf) else []
+    approvals.mark_waiting_steps(entry["steps"], waits)  # type: ignore[arg-type]
     if waits:
         entry["approvals"] = waits  # type: ignore[typeddict-unknown-key]
         waiting = next((w for w in waits if w["state"] == "waiting"), None)

@@ -62,7 +62,15 @@ from durable_agents.flowclient.status import (
     read_history,
     run_converter,
 )
-from durable_agents.steps.approval import Decision, Wait, denied_result, expired_result, status_lines
+from durable_agents.steps.approval import (
+    Decision,
+    Wait,
+    denied_result,
+    expired_result,
+    not_run_after,
+    overdue,
+    status_lines,
+)
 from durable_agents.steps.controls import printable
 from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
 from durable_agents.steps.loop import (
@@ -367,14 +375,21 @@ async def _read_run(client: Client, run_id: str, history: WorkflowHistory,
         run.pending[p.activity_id.rpartition("/")[0]] = p
     # A call a person denied, or whose wait expired, was refused in workflow code (no activity): its result as
     # the workflow recorded it in the window, rebuilt from the memo with the same words.
+    # And every call after it in the turn, refused in workflow code too (``not_run_after``).
     for entry in run.approvals:
         if entry.get("state") in ("denied", "expired") and entry.get("call"):
             turn, index = parse_step(str(entry["call"]))
-            if index is not None and (turn, index) not in run.results:
-                reason = (denied_result(Decision.from_json(entry["decision"])) if entry["state"] == "denied"
-                          else expired_result(Wait.from_json(entry)))
-                refused = refused_result(turn, index, str(entry.get("tool")), reason)
-                run.results[(turn, index)] = dict(to_jsonable(refused))  # type: ignore[arg-type]
+            if index is None or (turn, index) in run.results:
+                continue
+            reason = (denied_result(Decision.from_json(entry["decision"])) if entry["state"] == "denied"
+                      else expired_result(Wait.from_json(entry)))
+            refused = [refused_result(turn, index, str(entry.get("tool")), reason)]
+            calls = (run.turns.get(turn) or {}).get("calls") or []
+            after = not_run_after(str(entry["call"]))
+            refused += [refused_result(turn, later, str(calls[later].get("name", "")), after)
+                        for later in range(index + 1, len(calls))]
+            for result in refused:
+                run.results[(turn, result.index)] = dict(to_jsonable(result))  # type: ignore[arg-type]
     return run, started.continued_execution_run_id
 
 
@@ -523,6 +538,8 @@ def approval_entries(chain: LoopChain) -> list[dict[str, Any]]:
     for run in chain.runs:
         for entry in run.approvals:
             shown_entry = dict(entry)
+            if isinstance(entry.get("until"), (int, float)):
+                overdue(shown_entry, float(entry["until"]), time.time())
             for stamp in ("since", "until"):
                 if isinstance(shown_entry.get(stamp), (int, float)):
                     shown_entry[stamp] = iso(shown_entry[stamp])

@@ -124,7 +124,7 @@ def _wait_limit(args) -> float:
 
 
 def _finish(run, record: RunRecord) -> int:
-    print(status_mod.render(run, record.intents(run.run_id)), flush=True)
+    print(status_mod.render(run, record.intents(run.run_id), approvals=record.approvals(run.run_id)), flush=True)
     return EXIT_FAILED if run.status == "failed" else EXIT_OK
 
 

@@ -59,6 +59,7 @@ stale process from writing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import secrets
@@ -553,8 +554,8 @@ class Runner:
         plan, row, results = self._plan(run), run.steps[run.position], run.results()
         step = plan.step(row.name, results)
         ledger = self._ledger(run, step, row)
-        refusal = None
-        if step.approval is not None:
+        refusal = self._after_a_refusal(run, step.name)
+        if refusal is None and step.approval is not None:
             # A call that waits for a person: its decision (read, or waited for) before its first attempt, and
             # on every attempt after it (a denied call killed mid-refusal is refused again, never run).
             outcome, refusal = await self._decided(run, plan, step, results, beat)
@@ -563,6 +564,8 @@ class Runner:
                                        "deadline fails the run)")
                 self._fail(run.run_id, step, run.position, ledger)
                 return None
+            if refusal is not None:
+                step = dataclasses.replace(step, kind=None)  # refused: no request, so no intent to record
         attempt = ahead if ahead is not None and ahead.is_current(run.position, row) else None
         if attempt is None:
             attempt = await self._open_attempt(run, plan, step, row, ledger)
@@ -593,6 +596,19 @@ class Runner:
             await self._after_error(run, step, ledger, err, time.monotonic() - began)
             return None
         return self._complete(run, plan, step, attempt.attempt, to_jsonable(result))
+
+    def _after_a_refusal(self, run: RunRow, name: str) -> str | None:
+        """The refusal of a loop call after one of its turn a person did not approve (denied, or its deadline
+        passed): ``durable_agents.steps.approval.not_run_after``; None for any other step."""
+        if run.loop is None or "/" not in name:
+            return None
+        turn, index = loop.parse_step(name)
+        for wait, _, outcome in self.record.approvals(run.run_id):
+            earlier_turn, earlier = loop.parse_step(wait.call)
+            if earlier_turn == turn and earlier is not None and index is not None and earlier < index \
+                    and outcome in ("denied", "expired"):
+                return approvals.not_run_after(wait.call)
+        return None
 
     async def _decided(self, run: RunRow, plan: RunPlan, step: PlannedStep, results: Mapping[str, Any],
                        beat: _Heartbeat | None) -> tuple[str, str | None]:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from durable_agents.runrecord.lease import check_holder
 from durable_agents.runrecord.store import IntentRow, RunRow, StepRow
 from durable_agents.steps import loop
-from durable_agents.steps.approval import Decision, Wait, status_lines
+from durable_agents.steps.approval import Decision, Wait, mark_waiting_steps, status_lines
 from durable_agents.steps.approval import status_entries as approval_entries
 from durable_agents.steps.controls import printable
 from durable_agents.steps.runstate import RunEntry, StepEntry, describe_step, iso, run_entry, run_state, step_entry
@@ -74,7 +74,8 @@ def status_of(run: RunRow, now: float | None = None, flow_changed: str | None = 
     holder = run.lease_holder
     live = bool(holder) and (run.lease_expires_at or 0) > now and not check_holder(holder or "").dead
     steps = [_step(run, s, live, now) for s in run.steps]
-    waits = approval_entries(approvals)
+    waits = approval_entries(approvals, now)
+    mark_waiting_steps(steps, waits)  # type: ignore[arg-type]
     if run.status in ("completed", "failed"):
         entry = run_entry(run.run_id, run_state(run.status), steps, error=run.error)
     elif flow_changed:

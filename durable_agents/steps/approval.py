@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -166,13 +167,39 @@ def judge(wait: Wait | None, decided: Decision | None, decision: Decision, *, ex
     return TAKEN, f"{decision.call}: {decision.said()}"
 
 
-def status_entries(found: Sequence[tuple[Wait, Decision | None, str | None]]) -> list[dict[str, Any]]:
-    """``status --json``'s ``approvals`` (the same shape on every engine): each call that waited, what is to be
-    approved, since and until when (ISO), and its state (``waiting``, ``approved``, ``denied``, ``expired``) with
-    the decision taken."""
-    return [{"call": w.call, "tool": w.tool, "arguments": dict(w.arguments), "key": w.key, "digest": w.digest,
-             "since": iso(w.since), "until": iso(w.until), "on_expiry": w.on_expiry, "state": outcome or "waiting",
-             "decision": None if d is None else {**d.to_json(), "at": iso(d.at)}} for w, d, outcome in found]
+def status_entries(found: Sequence[tuple[Wait, Decision | None, str | None]], now: float | None = None,
+                   ) -> list[dict[str, Any]]:
+    """``status --json``'s ``approvals`` (the same shape on every engine, present when the run has any): each
+    call that waited, what is to be approved, since and until when (ISO), and its state (``waiting``,
+    ``approved``, ``denied``, ``expired``) with the decision taken. A wait past its deadline with no decision
+    reads ``expired`` (a decision is refused as too late), with a ``note`` while no process has recorded it."""
+    now = time.time() if now is None else now
+    out = []
+    for w, d, outcome in found:
+        entry = {"call": w.call, "tool": w.tool, "arguments": dict(w.arguments), "key": w.key, "digest": w.digest,
+                 "since": iso(w.since), "until": iso(w.until), "on_expiry": w.on_expiry, "state": outcome or "waiting",
+                 "decision": None if d is None else {**d.to_json(), "at": iso(d.at)}}
+        overdue(entry, w.until, now)
+        out.append(entry)
+    return out
+
+
+def mark_waiting_steps(steps: Sequence[dict[str, Any]], waits: Sequence[Mapping[str, Any]]) -> None:
+    """A call that waits for a person shows so in a status table: ``waiting``, its note saying until when."""
+    for w in waits:
+        if w.get("state") == "waiting":
+            for step in steps:
+                if step["name"] == w.get("call") and step["status"] in ("pending", "running"):
+                    step["status"] = "waiting"
+                    step["note"] = f"waits for a person's decision until {w.get('until')}"
+
+
+def overdue(entry: dict[str, Any], until: float, now: float) -> None:
+    """A ``waiting`` entry past its deadline: ``expired``, noted as not yet recorded (the run's next process, or
+    Temporal's next worker, ends the wait)."""
+    if entry.get("state") == "waiting" and now > until:
+        entry["state"] = "expired"
+        entry["note"] = "its deadline passed with no decision; the run's next process records the wait as ended"
 
 
 def status_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -194,6 +221,8 @@ def status_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
             arguments = arguments[:117] + "..."
         what = (f"{w.get('tool')} {arguments} (key {w.get('key')}, digest {str(w.get('digest'))[:12]}): "
                 if w.get("tool") else "")
+        if w.get("note"):
+            said += f" ({w['note']})"
         lines.append(f"  approval {w.get('call')}: {what}{said}")
     return lines
 
@@ -201,6 +230,14 @@ def status_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
 def denied_result(decision: Decision) -> str:
     """The reason a denied call goes back to the model with (nothing applied)."""
     return f"a person denied this call: {decision.said()}; nothing was applied"
+
+
+def not_run_after(call: str) -> str:
+    """The refusal of a call after one a person did not approve in the same turn: the model asked for the turn's
+    calls together (an email saying the refund was made, say), so none after it runs; the model decides again
+    knowing why."""
+    return (f"not run: {call} of this turn was not approved (denied, or no decision by its deadline), so the calls "
+            "after it in the turn did not run either; nothing was applied; ask again for what is still wanted")
 
 
 def expired_result(wait: Wait) -> str:

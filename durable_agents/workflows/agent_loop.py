@@ -64,7 +64,8 @@ waits on a durable timer until the deadline for a decision. A decision comes as 
 in history before the sender hears) or, when no worker accepts the update, as the signal ``approval_kept``
 (``APPROVAL_SIGNAL``: in history at once with no worker; judged when a worker runs, a refused one recorded in
 the memo). An approved call runs as any call; a denied one, or one whose deadline passed, is refused back to
-the model with nothing applied (or, if its tool says so, the run fails naming it). The memo is upserted at
+the model with nothing applied (or, if its tool says so, the run fails naming it), and so is every call after
+it in the same turn (``not_run_after``: the model asked for them together). The memo is upserted at
 each change. Runs recorded before approvals never take this path: no call of theirs records ``approval``.
 
 Crash points (tests only; workflow code, never on replay, each inside
@@ -114,6 +115,7 @@ with workflow.unsafe.imports_passed_through():
         expired_result,
         judge,
         new_wait,
+        not_run_after,
     )
     from durable_agents.steps.crashpoints import crash_point
     from durable_agents.steps.limits import InputError, check_email, check_run_id, check_task
@@ -395,10 +397,11 @@ class AgentLoop:
                 self._answer, self._status = answer.content, "completed"
                 self._show()
                 return self._snapshot()
+            stopped_by = None  # a call of this turn a person did not approve: none after it runs
             for index, call in enumerate(answer.calls):
                 call_state = state.calls[index]
-                refusal = None
-                if call.approval is not None:  # a person decides first (the module docstring)
+                refusal = not_run_after(stopped_by) if stopped_by is not None else None
+                if refusal is None and call.approval is not None:  # a person decides first (the module docstring)
                     outcome, refusal = await self._await_decision(inputs, turn, index, call, served, call_state)
                     if outcome == "expired" and call.approval.get("on_expiry") == "fail":
                         call_state.status = "failed"
@@ -408,7 +411,9 @@ class AgentLoop:
                         self._show()
                         raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="ApprovalExpired",
                                                non_retryable=True)
-                if refusal is not None:  # denied, or expired: refused back to the model, nothing applied
+                    if refusal is not None:
+                        stopped_by = call_step(turn, index)
+                if refusal is not None:  # denied, expired, or after one: refused back to the model, nothing applied
                     result = refused_call(tool_request(inputs, turn, index, call), refusal)
                     call_state.status = "completed"
                 else:
