@@ -394,19 +394,16 @@ def _cmd_decide(args) -> int:
     from durable_agents.steps import approval as approvals
 
     run_id = check_run_id(args.run_id)
-    call = approvals.check_call(args.call)
-    by = approvals.checked_text(args.by, "--by", approvals.MAX_BY_CHARS)
-    reason = approvals.checked_text(args.reason, "--reason", approvals.MAX_REASON_CHARS)
-    shown = approvals.check_digest(args.digest)
+    asked = approvals.Asked.checked(args.call, args.verdict, args.by, args.reason, args.digest)
+    call = asked.call
     db = _db(args)
     raw = st.read(db, run_id)  # an unknown run: said, exit 2
     found = {w.call: (w, d, outcome) for w, d, outcome in st.approvals_of(raw)}
     wait, decided, outcome = found.get(call, (None, None, None))
-    bound = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (shown or "")
-    decision = approvals.new_decision(call, bound, args.verdict, by, reason)
+    decision = asked.decision(wait)
     ran = any(r["function_name"] == call for r in raw["steps"])
-    expired = outcome == "expired" or (wait is not None and outcome is None and time.time() > wait.until)
-    verdict, said = approvals.judge(wait, decided, decision, expired=expired, ran=ran)
+    verdict, said = approvals.judge(wait, decided, decision, ran=ran,
+                                    expired=approvals.ended_by_deadline(wait, outcome, time.time()))
     if verdict == approvals.REJECTED:
         print(printable(f"refused: {said}"), file=sys.stderr, flush=True)
         return EXIT_INPUT

@@ -336,8 +336,7 @@ async def agent_loop(raw: dict[str, Any]) -> dict[str, Any]:
             decided_as, refusal, previous_dispatch = await _decided(name, request, step.approval, served, run_id,
                                                                     dispatch, previous_dispatch)
             if decided_as == "expired" and step.approval.get("on_expiry") == "fail":
-                raise StepFailed(f"step {name} ({request.call.name}) failed: {refusal} (the tool's approval says a "
-                                 "call with no decision by its deadline fails the run)")
+                raise StepFailed(f"step {name} ({request.call.name}) failed: {refusal} ({approvals.EXPIRY_FAILS})")
             if refusal is not None:
                 stopped[turn] = name  # none after it in its turn runs (the model asked for them together)
         if refusal is not None:  # denied, expired, or after one: the call's output is its refusal, nothing applied

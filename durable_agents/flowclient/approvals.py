@@ -23,17 +23,12 @@ from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowUpdate
 
 from durable_agents.flowclient.loop import read_chain
 from durable_agents.steps.approval import (
-    MAX_BY_CHARS,
-    MAX_REASON_CHARS,
     REJECTED,
     SAME,
+    Asked,
     Decision,
     Wait,
-    check_call,
-    check_digest,
-    checked_text,
     judge,
-    new_decision,
 )
 from durable_agents.steps.limits import InputError
 from durable_agents.workflows.agent_loop import APPROVAL_SIGNAL, APPROVAL_UPDATE
@@ -63,14 +58,11 @@ async def decide_loop(client: Client, run_id: str, call: str, verdict: str, *, b
     """Send a decision on ``call`` of ``run_id``: ``("decided" | "same" | "kept", what to tell the person)``;
     ``DecisionRefused`` (an ``InputError``) for a decision refused, ``InputError`` for bad input (checked before
     anything is read), ``TemporalRunNotFound`` for an unknown run."""
-    call = check_call(call)
-    by = checked_text(by, "--by", MAX_BY_CHARS)
-    reason = checked_text(reason, "--reason", MAX_REASON_CHARS)
-    shown = check_digest(digest)
+    asked = Asked.checked(call, verdict, by, reason, digest)
+    call = asked.call
     chain = await read_chain(client, run_id)
     wait, decided, expired = _found(chain, call)
-    bound = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (shown or "")
-    decision = new_decision(call, bound, verdict, by, reason)
+    decision = asked.decision(wait)
     turn, _, index = call.removeprefix("turn-").partition("/call-")
     ran = any((int(turn), int(index)) in run.results for run in chain.runs)
     said_verdict, said = judge(wait, decided, decision, expired=expired, ran=ran)

@@ -255,18 +255,11 @@ def _cmd_decide(args) -> int:
     the record is opened; a decision the record refuses (the call not waiting, already decided otherwise, its
     deadline passed, another digest) is said and exits 2, nothing recorded."""
     run_id = check_run_id(args.run_id)
-    call = approvals.check_call(args.call)
-    by = approvals.checked_text(args.by, "--by", approvals.MAX_BY_CHARS)
-    reason = approvals.checked_text(args.reason, "--reason", approvals.MAX_REASON_CHARS)
-    shown = approvals.check_digest(args.digest)
+    asked = approvals.Asked.checked(args.call, args.verdict, args.by, args.reason, args.digest)
     with RunRecord(db_path_from(args.db)) as record:
         record.load(run_id)  # an unknown run: said, exit 2
-        wait, _, _ = record.approval(run_id, call)
-        # The digest the person was shown (--digest, a prefix of it is enough), else the waiting call's own.
-        digest = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (
-            shown or "")
-        decision = approvals.new_decision(call, digest, args.verdict, by, reason)
-        verdict, said, _ = record.decide(run_id, decision)
+        wait, _, _ = record.approval(run_id, asked.call)
+        verdict, said, _ = record.decide(run_id, asked.decision(wait))
     if verdict == approvals.REJECTED:
         print(printable(f"refused: {said}"), file=sys.stderr, flush=True)
         return EXIT_INPUT

@@ -554,14 +554,13 @@ class Runner:
         plan, row, results = self._plan(run), run.steps[run.position], run.results()
         step = plan.step(row.name, results)
         ledger = self._ledger(run, step, row)
-        refusal = self._after_a_refusal(run, step.name)
+        refusal = self._after_a_refusal(run, step.name, results)
         if refusal is None and step.approval is not None:
             # A call that waits for a person: its decision (read, or waited for) before its first attempt, and
             # on every attempt after it (a denied call killed mid-refusal is refused again, never run).
             outcome, refusal = await self._decided(run, plan, step, results, beat)
             if outcome == "expired" and step.approval.get("on_expiry") == "fail":
-                ledger.after_permanent(f"{refusal} (the tool's approval says a call with no decision by its "
-                                       "deadline fails the run)")
+                ledger.after_permanent(f"{refusal} ({approvals.EXPIRY_FAILS})")
                 self._fail(run.run_id, step, run.position, ledger)
                 return None
             if refusal is not None:
@@ -597,16 +596,19 @@ class Runner:
             return None
         return self._complete(run, plan, step, attempt.attempt, to_jsonable(result))
 
-    def _after_a_refusal(self, run: RunRow, name: str) -> str | None:
+    def _after_a_refusal(self, run: RunRow, name: str, results: Mapping[str, Any]) -> str | None:
         """The refusal of a loop call after one of its turn a person did not approve (denied, or its deadline
-        passed): ``durable_agents.steps.approval.not_run_after``; None for any other step."""
+        passed): ``durable_agents.steps.approval.not_run_after``; None for any other step. The record is read
+        only when an earlier call of the turn waited (its recorded turn says so): not on every call."""
         if run.loop is None or "/" not in name:
             return None
         turn, index = loop.parse_step(name)
+        calls = (results.get(loop.turn_step(turn)) or {}).get("calls") or []
+        if index is None or not any(loop.as_call(c).approval for c in calls[:index]):
+            return None
         for wait, _, outcome in self.record.approvals(run.run_id):
             earlier_turn, earlier = loop.parse_step(wait.call)
-            if earlier_turn == turn and earlier is not None and index is not None and earlier < index \
-                    and outcome in ("denied", "expired"):
+            if earlier_turn == turn and earlier is not None and earlier < index and outcome in ("denied", "expired"):
                 return approvals.not_run_after(wait.call)
         return None
 

@@ -87,7 +87,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from durable_agents.runrecord.lease import Verdict, check_holder
-from durable_agents.steps.approval import TAKEN, Decision, Wait, judge
+from durable_agents.steps.approval import TAKEN, Decision, Wait, ended_by_deadline, judge
 from durable_agents.storage import sqlite
 
 SCHEMA_VERSION = 6
@@ -563,10 +563,7 @@ class RunRecord:
             wait, decided, outcome = self.approval(run_id, decision.call)
             ran = self.conn.execute("SELECT 1 FROM steps WHERE run_id = ? AND name = ? AND status = 'completed'",
                                     (run_id, decision.call)).fetchone() is not None
-            if outcome == "expired" or (wait is not None and decided is None and now > wait.until):
-                verdict, said = judge(wait, None, decision, expired=True)
-            else:
-                verdict, said = judge(wait, decided, decision, ran=ran)
+            verdict, said = judge(wait, decided, decision, expired=ended_by_deadline(wait, outcome, now), ran=ran)
             if verdict == TAKEN:
                 decided = replace(decision, at=now)
                 self.conn.execute(

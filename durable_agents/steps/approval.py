@@ -133,6 +133,42 @@ def check_digest(value: str | None) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A decision as a command was given it (``approve``/``deny RUN_ID CALL [--by] [--reason] [--digest]``), its
+    input checked before anything is read (``Asked.checked``: ``InputError`` saying what to give); ``decision``
+    binds it to the call's wait."""
+
+    call: str
+    verdict: str
+    by: str
+    reason: str
+    digest: str | None  # what the person was shown (a prefix is enough), or None: the waiting call's own
+
+    @classmethod
+    def checked(cls, call: str, verdict: str, by: Any = "", reason: Any = "", digest: str | None = None) -> Asked:
+        if verdict not in VERDICTS:
+            raise InputError(f"a decision is 'approve' or 'deny', got {verdict!r}")
+        return cls(check_call(call), verdict, checked_text(by, "--by", MAX_BY_CHARS),
+                   checked_text(reason, "--reason", MAX_REASON_CHARS), check_digest(digest))
+
+    def decision(self, wait: Wait | None) -> Decision:
+        """The decision, bound to ``wait``'s digest when it is the one the person was shown; else to the digest
+        given (which ``judge`` then refuses as another call's)."""
+        shown = self.digest
+        bound = wait.digest if wait is not None and (shown is None or wait.digest.startswith(shown)) else (shown or "")
+        return new_decision(self.call, bound, self.verdict, self.by, self.reason)
+
+
+def ended_by_deadline(wait: Wait | None, outcome: str | None, now: float) -> bool:
+    """Whether a call's wait is over with no decision: recorded expired, or waiting past its deadline (no process
+    has recorded the expiry yet; a decision is too late either way)."""
+    return outcome == "expired" or (wait is not None and outcome is None and now > wait.until)
+
+
+EXPIRY_FAILS = "the tool's approval says a call with no decision by its deadline fails the run"
+
+
 def new_decision(call: str, digest_: str, verdict: str, by: Any = "", reason: Any = "",
                  decision_id: str | None = None) -> Decision:
     """A decision from the command line (or a caller's code), its input checked: ``InputError`` saying what

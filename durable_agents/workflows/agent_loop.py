@@ -107,6 +107,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agents.memory.derived import DerivedWindow, chat_tokens
     from durable_agents.memory.errors import MemoryInputError
     from durable_agents.steps.approval import (
+        EXPIRY_FAILS,
         REJECTED,
         TAKEN,
         Decision,
@@ -404,13 +405,8 @@ class AgentLoop:
                 if refusal is None and call.approval is not None:  # a person decides first (the module docstring)
                     outcome, refusal = await self._await_decision(inputs, turn, index, call, served, call_state)
                     if outcome == "expired" and call.approval.get("on_expiry") == "fail":
-                        call_state.status = "failed"
-                        self._status = "failed"
-                        self._error = (f"step {call_step(turn, index)} ({call.name}) failed: {refusal} (the tool's "
-                                       "approval says a call with no decision by its deadline fails the run)")
-                        self._show()
-                        raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="ApprovalExpired",
-                                               non_retryable=True)
+                        self._end_failed(call_state, f"step {call_step(turn, index)} ({call.name}) failed: "
+                                                     f"{refusal} ({EXPIRY_FAILS})", "ApprovalExpired")
                     if refusal is not None:
                         stopped_by = call_step(turn, index)
                 if refusal is not None:  # denied, expired, or after one: refused back to the model, nothing applied
@@ -542,14 +538,18 @@ class AgentLoop:
         try:
             window.add(message[0], message[1], pin=pin)
         except MemoryInputError as err:
-            if state is not None:
-                state.status = "failed"
-            self._status = "failed"
-            self._error = (f"{message[0]} cannot enter the prompt window: {err}. Start the run with a larger "
-                           "window (window_tokens)")
-            self._show()
-            raise ApplicationError(self._error, to_jsonable(self._snapshot()), type="WindowRefused",
-                                   non_retryable=True) from None
+            self._end_failed(state, f"{message[0]} cannot enter the prompt window: {err}. Start the run with a "
+                                    "larger window (window_tokens)", "WindowRefused")
+
+    def _end_failed(self, state: TurnState | CallState | None, error: str, kind: str) -> NoReturn:
+        """End the run FAILED from workflow code (no step gave up: a message memory refuses, a wait's deadline),
+        ``error`` saying why: the step marked failed, the UI shown it, the snapshot the failure's details."""
+        if state is not None:
+            state.status = "failed"
+        self._status = "failed"
+        self._error = error
+        self._show()
+        raise ApplicationError(error, to_jsonable(self._snapshot()), type=kind, non_retryable=True) from None
 
     def _past_bound(self, inp: LoopInput) -> bool:
         """Whether the history is past its bound (events; under LOOP_BOUNDS_PATCH, bytes too) or the server
